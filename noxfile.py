@@ -1,0 +1,47 @@
+"""Front door for cudnn-matrix. Sessions are thin: install the package, then delegate.
+
+Sessions:
+    tests     pytest (posargs go to pytest)
+    lint      ruff check + ruff format --check + mypy
+    plan      `cudnn-matrix plan ...` (posargs go to the CLI unchanged)
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.needs_version = ">=2024.4.15"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["lint", "tests"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+
+
+def _install(session: nox.Session, *groups: str) -> None:
+    deps: list[str] = []
+    for group in groups:
+        deps.extend(nox.project.dependency_groups(PYPROJECT, group))
+    session.install("-e", ".", *deps)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite; posargs go to pytest."""
+    _install(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(reuse_venv=True)
+def lint(session: nox.Session) -> None:
+    """ruff and mypy, as CI runs them."""
+    _install(session, "dev")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+@nox.session(reuse_venv=True)
+def plan(session: nox.Session) -> None:
+    """Print the planned (and with --show-pruned, pruned) cells."""
+    _install(session)
+    session.run("cudnn-matrix", "plan", *session.posargs)

@@ -1,0 +1,55 @@
+"""User-facing failures, each with a distinct exit code; only `cli.main()` prints them."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CaseError",
+    "ConfigError",
+    "DockerError",
+    "EnvBuildError",
+    "ImageBuildError",
+    "MatrixError",
+    "ValidateError",
+]
+
+
+class ValidateError(Exception):
+    """Base class: a failure the user can act on; `return_code` is the process exit status."""
+
+    return_code: int = 2
+
+
+class ConfigError(ValidateError):
+    """Bad command-line input (flag value, missing path)."""
+
+    return_code = 2
+
+
+class MatrixError(ValidateError):
+    """Bad matrix/rules/known-issues/cases TOML, or a selection that leaves nothing."""
+
+    return_code = 2
+
+
+class CaseError(ValidateError):
+    """A case file or folder that cannot be read or discovered."""
+
+    return_code = 2
+
+
+class EnvBuildError(ValidateError):
+    """An environment for a cell could not be built (install failed, wheel missing)."""
+
+    return_code = 3
+
+
+class DockerError(ValidateError):
+    """The docker daemon is unreachable or refused a request."""
+
+    return_code = 4
+
+
+class ImageBuildError(DockerError):
+    """A cell image failed to build; the message carries the build log's tail."""
+
+    return_code = 4
