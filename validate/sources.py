@@ -1,0 +1,319 @@
+"""Where a cell's backend and frontend come from: PyPI, a wheel file, a library folder, a git checkout."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from validate.errors import ConfigError, EnvBuildError
+
+__all__ = [
+    "BackendKind",
+    "BackendSource",
+    "FrontendKind",
+    "FrontendSource",
+    "backend_package",
+    "build_frontend_wheel",
+    "decode_backend_version",
+    "find_backend_libdir",
+    "parse_backend_source",
+    "parse_frontend_source",
+    "read_libdir_version",
+    "same_backend",
+    "short_version",
+]
+
+log = logging.getLogger(__name__)
+
+BackendKind = Literal["pypi", "wheel", "libdir", "current"]
+FrontendKind = Literal["pypi", "wheel", "git", "current"]
+
+#: Dispatcher library every cuDNN 9 layout holds; its cudnnGetVersion() needs no GPU (DOMAIN §2).
+_DISPATCHER = "libcudnn.so.9"
+_FRONTEND_PACKAGE = "nvidia-cudnn-frontend"
+_HEADER_RE = re.compile(r"^#define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)", re.MULTILINE)
+_GET_VERSION = (
+    "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); "
+    "lib.cudnnGetVersion.restype = ctypes.c_size_t; print(lib.cudnnGetVersion())"
+)
+
+
+def backend_package(cuda_major: int) -> str:
+    """PyPI name of the backend wheel for a CUDA major: nvidia-cudnn-cu12 or nvidia-cudnn-cu13."""
+    if cuda_major not in (12, 13):
+        msg = f"no nvidia-cudnn wheel for CUDA {cuda_major}; expected CUDA 12 or 13"
+        raise ConfigError(msg)
+    return f"nvidia-cudnn-cu{cuda_major}"
+
+
+def short_version(version: str) -> str:
+    """'9.24.0.43' -> '9.24.0': the part a loaded library can report (no build number)."""
+    release = Version(version).release
+    return ".".join(str(part) for part in (*release, 0, 0)[:3])
+
+
+def decode_backend_version(value: int) -> str:
+    """cudnnGetVersion() int -> 'M.m.p' (9.x: M*10000+m*100+p; 8.x: M*1000+m*100+p)."""
+    if value >= 90000:
+        return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
+    return f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
+
+
+def same_backend(declared: str, loaded: str | int) -> bool:
+    """True when a loaded backend ('9.12.0' or 91200) is the declared one ('9.12.0.46')."""
+    text = decode_backend_version(loaded) if isinstance(loaded, int) else loaded
+    return short_version(declared) == short_version(text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackendSource:
+    """A cuDNN backend: a PyPI version, a wheel file, a library folder, or what is installed."""
+
+    kind: BackendKind
+    version: str | None = None  # declared/known version, e.g. "9.24.0.43"; None when unknown
+    path: Path | None = None  # wheel file or library folder
+
+    def requirement(self, cuda_major: int) -> str | None:
+        """The pip/uv requirement that installs it, or None when nothing is installed."""
+        match self.kind:
+            case "pypi":
+                return f"{backend_package(cuda_major)}=={self.version}"
+            case "wheel":
+                return str(self.path)
+            case "libdir" | "current":
+                return None
+
+    def pin(self) -> str:
+        """Stable text for the environment hash."""
+        match self.kind:
+            case "pypi" | "current":
+                return f"{self.kind}:{self.version or ''}"
+            case "wheel":  # name and size, so a copied wheelhouse keeps the hash
+                assert self.path is not None
+                return f"wheel:{self.path.name}:{self.path.stat().st_size}"
+            case "libdir":  # used in place, so its path is part of the pin
+                return f"libdir:{self.version or ''}:{self.path}"
+
+    def libdir(self) -> Path | None:
+        """For a library folder, the directory that holds libcudnn.so.9."""
+        return find_backend_libdir(self.path) if self.kind == "libdir" and self.path else None
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.version or '?'}" + (f" ({self.path})" if self.path else "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrontendSource:
+    """The cuDNN frontend: a PyPI version, a wheel file, a git checkout at a commit, or installed."""
+
+    kind: FrontendKind
+    version: str | None = None
+    path: Path | None = None  # wheel file or checkout
+    ref: str | None = None  # git: the ref the user named
+    commit: str | None = None  # git: the resolved commit (the cache key)
+
+    def requirement(self, built_wheel: Path | None = None) -> str | None:
+        match self.kind:
+            case "pypi":
+                return f"{_FRONTEND_PACKAGE}=={self.version}"
+            case "wheel":
+                return str(self.path)
+            case "git":
+                return str(built_wheel) if built_wheel else None
+            case "current":
+                return None
+
+    def pin(self) -> str:
+        match self.kind:
+            case "pypi" | "current":
+                return f"{self.kind}:{self.version or ''}"
+            case "wheel":
+                assert self.path is not None
+                return f"wheel:{self.path.name}:{self.path.stat().st_size}"
+            case "git":
+                return f"git:{self.commit}"
+
+    def describe(self) -> str:
+        if self.kind == "git":
+            return f"git {self.path}@{self.ref} ({(self.commit or '')[:12]})"
+        return f"{self.kind} {self.version or '?'}" + (f" ({self.path})" if self.path else "")
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return text[:1].isdigit()
+
+
+def _wheel_version(path: Path, flag: str) -> tuple[str, str]:
+    try:
+        name, version, _build, _tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as exc:
+        msg = f"{flag}: {path.name!r} is not a wheel file name ({exc})"
+        raise ConfigError(msg) from exc
+    return str(name), str(version)
+
+
+def _check_declared(declared: str | None, found: str, what: str) -> None:
+    if declared and not same_backend(declared, found):
+        msg = (
+            f"{what} is cuDNN {found}, but the cell declares {declared}; fix the pin or the source"
+        )
+        raise EnvBuildError(msg)
+
+
+def parse_backend_source(
+    text: str, *, declared: str | None = None, flag: str = "--backend-source"
+) -> BackendSource:
+    """'9.24.0.43' | '/x/nvidia_cudnn_cu13-...whl' | '/x/cudnn-archive' | 'current' -> BackendSource.
+
+    `declared` is the cell's cudnn version; a wheel or library folder must match it.
+    """
+    text = text.strip()
+    if text == "current":
+        return BackendSource(kind="current", version=declared)
+    if _is_version(text):
+        if declared and not same_backend(declared, text):
+            msg = f"{flag}: {text} contradicts the cell's cudnn {declared}"
+            raise ConfigError(msg)
+        return BackendSource(kind="pypi", version=text)
+    path = Path(text).expanduser()
+    if path.suffix == ".whl":
+        if not path.is_file():
+            msg = f"{flag}: wheel {text!r} does not exist"
+            raise ConfigError(msg)
+        name, version = _wheel_version(path, flag)
+        if not name.startswith("nvidia-cudnn-cu"):
+            msg = f"{flag}: {path.name!r} is not an nvidia-cudnn-cu12/-cu13 wheel"
+            raise ConfigError(msg)
+        _check_declared(declared, version, f"wheel {path.name}")
+        return BackendSource(kind="wheel", version=version, path=path.resolve())
+    if path.is_dir():
+        libdir = find_backend_libdir(path)
+        if libdir is None:
+            msg = f"{flag}: {text!r} holds no {_DISPATCHER} (looked in it and in lib/, lib64/)"
+            raise ConfigError(msg)
+        found = read_libdir_version(libdir)
+        _check_declared(declared, found, f"library folder {libdir}")
+        return BackendSource(kind="libdir", version=declared or found, path=path.resolve())
+    msg = f"{flag}: {text!r} is neither a version, a .whl file, a library folder nor 'current'"
+    raise ConfigError(msg)
+
+
+def parse_frontend_source(
+    text: str, *, flag: str = "--frontend-source", git: str = "git"
+) -> FrontendSource:
+    """'1.27.0' | '/x/nvidia_cudnn_frontend-...whl' | '/x/cudnn-frontend[@ref]' | 'current'."""
+    text = text.strip()
+    if text == "current":
+        return FrontendSource(kind="current")
+    if _is_version(text):
+        return FrontendSource(kind="pypi", version=text)
+    if text.endswith(".whl"):
+        path = Path(text).expanduser()
+        if not path.is_file():
+            msg = f"{flag}: wheel {text!r} does not exist"
+            raise ConfigError(msg)
+        name, version = _wheel_version(path, flag)
+        if name != _FRONTEND_PACKAGE:
+            msg = f"{flag}: {path.name!r} is not an {_FRONTEND_PACKAGE} wheel"
+            raise ConfigError(msg)
+        return FrontendSource(kind="wheel", version=version, path=path.resolve())
+    where, _, ref = text.partition("@")
+    checkout = Path(where).expanduser()
+    if not (checkout / ".git").exists():
+        msg = f"{flag}: {text!r} is neither a version, a .whl file, a git checkout[@ref] nor 'current'"
+        raise ConfigError(msg)
+    ref = ref or "HEAD"
+    proc = subprocess.run(
+        [git, "-C", str(checkout), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        msg = f"{flag}: ref {ref!r} not found in {checkout}"
+        raise ConfigError(msg)
+    return FrontendSource(kind="git", path=checkout.resolve(), ref=ref, commit=proc.stdout.strip())
+
+
+def find_backend_libdir(path: Path) -> Path | None:
+    """The folder holding libcudnn.so.9: the path itself, or lib/ / lib64/ of a tarball layout."""
+    for candidate in (path, path / "lib", path / "lib64", path / "nvidia" / "cudnn" / "lib"):
+        if (candidate / _DISPATCHER).is_file():
+            return candidate
+    return None
+
+
+def read_libdir_version(libdir: Path) -> str:
+    """'M.m.p' of a library folder: include/cudnn_version.h beside it, else cudnnGetVersion()."""
+    for header in (libdir.parent / "include" / "cudnn_version.h", libdir / "cudnn_version.h"):
+        if header.is_file():
+            fields = dict(_HEADER_RE.findall(header.read_text(errors="replace")))
+            if len(fields) == 3:
+                return f"{fields['MAJOR']}.{fields['MINOR']}.{fields['PATCHLEVEL']}"
+    # A subprocess, so the library never maps into this process (and a crash cannot kill it).
+    argv = [sys.executable, "-c", _GET_VERSION, str(libdir / _DISPATCHER)]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    if proc.returncode != 0 or not proc.stdout.strip().isdigit():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        msg = f"cannot read the cuDNN version of {libdir / _DISPATCHER}: {tail[0]}"
+        raise EnvBuildError(msg)
+    return decode_backend_version(int(proc.stdout.strip()))
+
+
+def build_frontend_wheel(
+    source: FrontendSource, cache_dir: Path, *, python: str = sys.executable
+) -> Path:
+    """Build a git checkout's commit into a wheel once; later calls return the cached wheel."""
+    assert source.kind == "git"
+    assert source.path is not None
+    assert source.commit is not None
+    target = cache_dir / "frontend-wheels" / source.commit
+    wheels = sorted(target.glob("*.whl"))
+    if wheels:
+        return wheels[0]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
+        work, out = Path(tmp) / "src", Path(tmp) / "wheels"
+        commands = [
+            ["git", "clone", "--quiet", "--shared", "--no-checkout", str(source.path), str(work)],
+            ["git", "-C", str(work), "checkout", "--quiet", source.commit],
+            ["git", "-C", str(work), "submodule", "update", "--init", "--recursive", "--quiet"],
+            [python, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(work)],
+        ]
+        for argv in commands:
+            log.info("+ %s", shlex.join(argv))
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+                msg = f"building the frontend at {source.commit[:12]} failed: {shlex.join(argv)}\n{tail}"
+                raise EnvBuildError(msg)
+        built = sorted(out.glob("*.whl"))
+        if not built:
+            msg = f"pip wheel of {source.path}@{source.commit[:12]} produced no wheel"
+            raise EnvBuildError(msg)
+        staged = target.with_name(
+            f".{source.commit}.{hashlib.sha256(tmp.encode()).hexdigest()[:8]}"
+        )
+        staged.mkdir()
+        shutil.move(str(built[0]), staged / built[0].name)
+        try:
+            staged.rename(target)
+        except OSError:  # another process finished first: keep its wheel
+            shutil.rmtree(staged, ignore_errors=True)
+    return min(target.glob("*.whl"))
