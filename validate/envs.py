@@ -62,15 +62,16 @@ with open("/proc/self/maps") as maps:
     paths = [line.split()[-1] for line in maps if "/libcudnn.so" in line]
 print(json.dumps({"version": version, "paths": list(dict.fromkeys(paths))}))
 """
-_TORCH_CUDNN = """
-import importlib.metadata as md, json
+_FACTS = """
+import importlib.metadata as md, json, sysconfig
 try:
     reqs = md.requires("torch") or []
 except md.PackageNotFoundError:
-    print("null")
+    torch = None
 else:
     pins = [r for r in reqs if r.startswith("nvidia-cudnn-cu") and "==" in r]
-    print(json.dumps(pins[0].split("==")[1].split(";")[0].strip() if pins else "unpinned"))
+    torch = pins[0].split("==")[1].split(";")[0].strip() if pins else "unpinned"
+print(json.dumps({"purelib": sysconfig.get_paths()["purelib"], "torch_cudnn": torch}))
 """
 
 
@@ -288,15 +289,13 @@ def _fix_shebangs(bin_dir: Path, old: Path, new: Path) -> None:
                 script.write_bytes(data.replace(old_b, new_b))
 
 
-def _backend_dir(spec: EnvSpec, python: Path) -> Path | None:
+def _backend_dir(spec: EnvSpec, purelib: Path) -> Path | None:
     match spec.backend.kind:
         case "libdir":
             return spec.backend.libdir()
         case "current":
             return None
         case "pypi" | "wheel":
-            code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-            purelib = Path(_run([str(python), "-c", code], "locating site-packages").strip())
             return purelib / "nvidia" / "cudnn" / "lib"
 
 
@@ -318,14 +317,17 @@ def _build(
         backend_req = spec.backend.requirement(spec.cuda_major)
         if backend_req:
             _install(tool, python, [backend_req], wheelhouse, no_deps=not spec.backend_deps)
-        backend_dir = _backend_dir(spec, python)
+        facts = json.loads(_run([str(python), "-c", _FACTS], "reading the new environment"))
+        backend_dir = _backend_dir(spec, Path(facts["purelib"]))
+        if backend_dir is not None and not (backend_dir / "libcudnn.so.9").is_file():
+            msg = f"{spec.backend.describe()} left no libcudnn.so.9 in {backend_dir}"
+            raise EnvBuildError(msg)
         expected = spec.backend.version
         if spec.backend.kind == "libdir" and backend_dir and not expected:
             expected = read_libdir_version(backend_dir)
         fe_version = spec.frontend.version
         if wheel is not None:
             fe_version = str(parse_wheel_filename(wheel.name)[1])
-        torch_pin = json.loads(_run([str(python), "-c", _TORCH_CUDNN], "reading torch's pins"))
         work.rename(root)
     _fix_shebangs(root / "bin", work, root)
     if backend_dir is not None and backend_dir.is_relative_to(work):
@@ -343,7 +345,7 @@ def _build(
         "backend_dir": str(backend_dir) if backend_dir else None,
         "expected_backend": short_version(expected) if expected else None,
         "expected_frontend": fe_version,
-        "torch_cudnn": torch_pin,
+        "torch_cudnn": facts["torch_cudnn"],
         "build_s": round(time.monotonic() - started, 2),
         "size_bytes": _tree_size(root),
     }
