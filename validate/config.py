@@ -1,0 +1,82 @@
+"""Selectors: the shared `--matrix/--rules/--cudnn/...` flags, checked once and applied to a Matrix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.version import Version
+
+from validate.cli import split_list
+from validate.errors import ConfigError
+from validate.matrix import AXES, Driver, Matrix, parse_value
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Mapping
+
+__all__ = ["Selectors"]
+
+
+def _same(axis: str, a: str, b: str) -> bool:
+    """Whether two normalised values of one axis mean the same pin (13 == 13.0; 580.65.06 == 580.65.6)."""
+    match axis:
+        case "cudnn" | "frontend" | "cuda":
+            return Version(a) == Version(b)
+        case "driver":
+            da, db = Driver.parse(a), Driver.parse(b)
+            return (da.user, da.kernel, da.forward_compat) == (
+                db.user,
+                db.kernel,
+                db.forward_compat,
+            )
+        case _:
+            return a == b
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selectors:
+    """Which matrix and rules to load and, per axis, the values to keep (or add when undeclared)."""
+
+    matrix: Path | None = None
+    rules: Path | None = None
+    values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Selectors:
+        """Build from parsed selector flags; every bad value is reported at once, naming its flag."""
+        values: dict[str, tuple[str, ...]] = {}
+        problems: list[str] = []
+        for axis in AXES:
+            raw = split_list(getattr(args, axis, None))
+            if not raw:
+                continue
+            good: list[str] = []
+            for item in raw:
+                try:
+                    good.append(parse_value(axis, item))
+                except ValueError as exc:
+                    problems.append(f"--{axis}: {exc}")
+            values[axis] = tuple(dict.fromkeys(good))
+        if problems:
+            raise ConfigError("; ".join(problems))
+        matrix, rules = getattr(args, "matrix", None), getattr(args, "rules", None)
+        return cls(
+            matrix=Path(matrix) if matrix else None,
+            rules=Path(rules) if rules else None,
+            values=values,
+        )
+
+    def narrow(self, matrix: Matrix) -> Matrix:
+        """Keep only the selected values per axis; a value the matrix does not declare is added."""
+        chosen: dict[str, tuple[str, ...]] = {}
+        for axis, wanted in self.values.items():
+            declared = matrix.values(axis)
+            picked = (next((d for d in declared if _same(axis, d, w)), w) for w in wanted)
+            chosen[axis] = tuple(dict.fromkeys(picked))
+        return matrix.with_axes(chosen) if chosen else matrix
+
+    def describe(self) -> str:
+        """The selection as flags, e.g. `--cudnn 9.24.0.43 --arch sm100`."""
+        return " ".join(f"--{axis} {','.join(vals)}" for axis, vals in self.values.items())
