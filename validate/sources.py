@@ -202,7 +202,7 @@ def parse_backend_source(
             raise ConfigError(msg)
         _check_declared(declared, version, f"wheel {path.name}")
         return BackendSource(kind="wheel", version=version, path=path.resolve())
-    if path.is_dir():
+    if text and path.is_dir():
         libdir = find_backend_libdir(path)
         if libdir is None:
             msg = f"{flag}: {text!r} holds no {_DISPATCHER} (looked in it and in lib/, lib64/)"
@@ -235,7 +235,7 @@ def parse_frontend_source(
         return FrontendSource(kind="wheel", version=version, path=path.resolve())
     where, _, ref = text.partition("@")
     checkout = Path(where).expanduser()
-    if not (checkout / ".git").exists():
+    if not where or not (checkout / ".git").exists():
         msg = f"{flag}: {text!r} is neither a version, a .whl file, a git checkout[@ref] nor 'current'"
         raise ConfigError(msg)
     ref = ref or "HEAD"
