@@ -50,6 +50,7 @@ _DRIVER_NUM = re.compile(r"\d{3,4}(?:\.\d{1,3}){0,2}")
 _FC = re.compile(r"fc-(?P<user>[^@]+)@(?P<kernel>.+)")
 #: A bare branch ("580") stands for the newest release of that branch when compared.
 _BRANCH_TOP: Final = "99999"
+_TABLE_KEY = re.compile(r"(\w+)\[(\d+)\]")
 _TOP_KEYS: Final = frozenset({"python", "axes", "include", "exclude"})
 
 
@@ -200,15 +201,26 @@ class TomlErrors:
         self._lines = text.splitlines()
         self.messages: list[str] = []
 
-    def line_of(self, needle: str | None) -> int | None:
-        if not needle:
+    def line_of(self, needle: str, start: int = 0) -> int | None:
+        """1-based number of the first line at or after `start` (0-based) that contains `needle`."""
+        lines = self._lines[start:]
+        return next((start + n for n, line in enumerate(lines, 1) if needle in line), None)
+
+    def _table_line(self, key: str) -> int | None:
+        """Line of the `[[name]]` header that a key path like `rule[3].when` points into."""
+        m = _TABLE_KEY.match(key)
+        if not m:
             return None
-        return next((n for n, line in enumerate(self._lines, 1) if needle in line), None)
+        headers = [n for n, line in enumerate(self._lines, 1) if line.strip() == f"[[{m[1]}]]"]
+        index = int(m[2])
+        return headers[index] if index < len(headers) else None
 
     def add(self, key: str, message: str, *, needle: object = None) -> None:
         """Record one error; `needle` (a bad value or key) is searched in the raw text for a line."""
+        table = self._table_line(key)
         candidates = [f'"{needle}"', f"'{needle}'", str(needle)] if needle is not None else []
-        line = next((ln for c in candidates if (ln := self.line_of(c)) is not None), None)
+        found = (self.line_of(c, (table or 1) - 1) for c in candidates if c)
+        line = next((ln for ln in found if ln is not None), table)
         where = f"{self.path}:{line}" if line else f"{self.path}"
         self.messages.append(f"{where}: {key}: {message}")
 

@@ -198,7 +198,7 @@ def _conditions(errors: TomlErrors, key: str, raw: object) -> tuple[Condition, .
 def _text(errors: TomlErrors, key: str, raw: object) -> str:
     if isinstance(raw, str) and raw.strip():
         return raw.strip()
-    errors.add(key, f"missing or empty (got {raw!r}); every rule needs reason, source and cite")
+    errors.add(key, f"missing or empty (got {raw!r}): every rule needs reason, source and cite")
     return ""
 
 
@@ -247,7 +247,7 @@ def load_rules(path: Path | None = None) -> list[Rule]:
             )
         select = _conditions(errors, f"{key}.select", entry.get("select"))
         when = _conditions(errors, f"{key}.when", entry.get("when"))
-        if not select and not when:
+        if not entry.get("select") and not entry.get("when"):
             errors.add(key, "has no conditions; it would prune every cell")
         reason = _text(errors, f"{key}.reason", entry.get("reason"))
         _check_reason(errors, f"{key}.reason", reason)
