@@ -206,13 +206,13 @@ def load_known_issues(path: Path | None = None) -> list[KnownIssue]:
     seen: set[str] = set()
     for i, entry in enumerate(raw):
         errors.at_issue(i)
+        ident = entry.get("id") if isinstance(entry, dict) else None
+        if isinstance(ident, str) and ident in seen:
+            errors.add(f"issue[{i}].id", f"duplicate id {ident!r}", ident)
+        seen.add(str(ident))
         issue = _parse_issue(errors, f"issue[{i}]", entry)
-        if issue is None:
-            continue
-        if issue.id in seen:
-            errors.add(f"issue[{i}].id", f"duplicate id {issue.id!r}", issue.id)
-        seen.add(issue.id)
-        issues.append(issue)
+        if issue is not None:
+            issues.append(issue)
     if errors.messages:
         raise MatrixError("; ".join(errors.messages))
     return issues
