@@ -23,6 +23,8 @@ __all__ = ["OneLineParser", "add_selector_args", "build_parser", "main", "split_
 _COMMAND_MODULES: Final = (
     "validate.plan",
     "validate.envs_cli",
+    "validate.runner",
+    "validate.report",
 )
 
 

@@ -1,0 +1,4 @@
+"""os.abort(): crash with SIGABRT."""
+import os
+
+os.abort()

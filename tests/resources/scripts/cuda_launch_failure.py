@@ -1,0 +1,2 @@
+"""A context-poisoning CUDA error raised as a Python exception: crash."""
+raise RuntimeError("CUDA error: unspecified launch failure")

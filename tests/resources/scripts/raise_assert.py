@@ -1,0 +1,2 @@
+"""An uncaught AssertionError: fail with the exception kept."""
+assert 2 + 2 == 5, "wrong numbers"

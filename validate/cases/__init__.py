@@ -1,0 +1,118 @@
+"""Cases: a notebook (.ipynb) or a script (.py), discovered from files, folders or a checkout."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from validate.cases import notebook, script
+from validate.errors import CaseError
+from validate.requirements import DEFAULT_CASES_TOML, Requirements, RequirementTable
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+__all__ = ["Case", "CaseKind", "discover_cases", "discover_samples"]
+
+CaseKind = Literal["notebook", "script"]
+_SUFFIXES: dict[str, CaseKind] = {".ipynb": "notebook", ".py": "script"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One runnable case; `name` is its identity inside a run (results key on it)."""
+
+    name: str
+    path: Path
+    kind: CaseKind
+    requirements: Requirements = field(default_factory=Requirements)
+
+    @property
+    def slug(self) -> str:
+        """Folder-safe, collision-free name for the case's evidence folder."""
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", self.name).strip("_")[:80]
+        return f"{stem}-{hashlib.sha256(str(self.path).encode()).hexdigest()[:6]}"
+
+    def content_key(self, cell: Mapping[str, str]) -> str:
+        """Hash of the case file and the cell pins (same content + pins -> same key)."""
+        digest = hashlib.sha256(self.path.read_bytes())
+        for axis, value in sorted(cell.items()):
+            digest.update(f"\0{axis}={value}".encode())
+        return digest.hexdigest()[:16]
+
+    def command(self, python: Path, report: Path, timeout_s: float) -> list[str]:
+        """argv that runs this case under `python` and writes its report JSON."""
+        match self.kind:
+            case "notebook":
+                return notebook.command(python, self.path, report, timeout_s)
+            case "script":
+                return script.command(python, self.path, report)
+
+
+def _kind(path: Path) -> CaseKind | None:
+    return _SUFFIXES.get(path.suffix)
+
+
+def _is_case_file(path: Path) -> bool:
+    return (
+        _kind(path) is not None
+        and not path.name.startswith(("_", "."))
+        and ".ipynb_checkpoints" not in path.parts
+    )
+
+
+def discover_cases(paths: Iterable[Path], *, table: RequirementTable | None = None) -> list[Case]:
+    """Cases from files and folders (folders: *.ipynb and *.py, recursively, sorted).
+
+    Names are file names; when two cases share one, their paths relative to the common
+    folder are used instead so that result keys stay unique.
+    """
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(p for p in sorted(path.rglob("*")) if p.is_file() and _is_case_file(p))
+        elif path.is_file():
+            if _kind(path) is None:
+                msg = f"{path}: not a case (expected a .ipynb notebook or a .py script)"
+                raise CaseError(msg)
+            found.append(path)
+        else:
+            msg = f"{path}: no such case file or folder"
+            raise CaseError(msg)
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    names = [p.name for p in unique]
+    dupes = {n for n in names if names.count(n) > 1}
+    root = Path(_common_root(unique)) if dupes else None
+    cases = []
+    for path in unique:
+        name = str(path.relative_to(root)) if root and path.name in dupes else path.name
+        kind = _kind(path)
+        assert kind is not None
+        req = table.for_case(path.name) if table else Requirements()
+        cases.append(Case(name=name, path=path, kind=kind, requirements=req))
+    return cases
+
+
+def _common_root(paths: list[Path]) -> str:
+    parts = [p.parent.parts for p in paths]
+    common: list[str] = []
+    for items in zip(*parts, strict=False):
+        if len(set(items)) != 1:
+            break
+        common.append(items[0])
+    return str(Path(*common)) if common else "/"
+
+
+def discover_samples(checkout: Path, *, requirements: Path | None = None) -> list[Case]:
+    """The frontend's sample notebooks (`samples/python/*.ipynb`) with their requirements."""
+    folder = checkout / "samples" / "python"
+    notebooks = sorted(p for p in folder.glob("*.ipynb") if p.is_file()) if folder.is_dir() else []
+    if not notebooks:
+        msg = f"{checkout}: no samples/python/*.ipynb here; pass a cudnn-frontend checkout"
+        raise CaseError(msg)
+    table = RequirementTable.from_toml(requirements or DEFAULT_CASES_TOML)
+    return discover_cases(notebooks, table=table)

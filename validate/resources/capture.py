@@ -1,0 +1,222 @@
+"""Environment facts captured inside the case process; stdlib only, cheap unless asked for more.
+
+Runs under the CASE environment's Python (imported by run_notebook.py inside the kernel and by
+run_script.py), and is also imported by the tool itself for GPU detection and the pin check.
+Never imports torch just to capture: torch facts are read only when the case already imported it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "capture",
+    "detect_gpu",
+    "loaded_cudnn_libs",
+    "redact_env",
+    "verify_pins",
+    "write_capture",
+]
+
+_SECRET = re.compile(r"TOKEN|PASSWORD|SECRET|KEY", re.IGNORECASE)
+_ENV_PREFIXES = ("CUDA", "CUDNN", "LD_", "NVIDIA", "PYTHON", "PATH", "VIRTUAL_ENV", "CONDA")
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Relevant environment variables, with values of *TOKEN*/*PASSWORD*/*SECRET*/*KEY* hidden."""
+    out: dict[str, str] = {}
+    for name, value in sorted(env.items()):
+        if _SECRET.search(name):
+            out[name] = "<redacted>"
+        elif name.startswith(_ENV_PREFIXES):
+            out[name] = value
+    return out
+
+
+def _mapped_paths() -> list[str]:
+    try:
+        text = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    seen: dict[str, None] = {}
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5].startswith("/"):
+            seen.setdefault(parts[5].strip(), None)
+    return list(seen)
+
+
+def loaded_cudnn_libs(paths: list[str] | None = None) -> list[str]:
+    """Paths of libcudnn*.so* mapped into this process (two copies can be mapped at once)."""
+    return [p for p in (paths if paths is not None else _mapped_paths()) if "libcudnn" in p]
+
+
+def _cudnn_facts() -> dict[str, Any]:
+    if "cudnn" not in sys.modules and importlib.util.find_spec("cudnn") is None:
+        return {}
+    facts: dict[str, Any] = {}
+    try:
+        import cudnn
+
+        facts["frontend_version"] = getattr(cudnn, "__version__", None)
+        facts["backend_version"] = int(cudnn.backend_version())
+    except Exception as exc:  # noqa: BLE001 - any failure here is itself a fact to report
+        facts["backend_error"] = f"{type(exc).__name__}: {exc}"
+    return facts
+
+
+def _torch_facts() -> dict[str, Any]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    facts: dict[str, Any] = {"torch_version": getattr(torch, "__version__", None)}
+    try:
+        facts["torch_cudnn_version"] = torch.backends.cudnn.version()
+        facts["torch_cuda_version"] = torch.version.cuda
+    except Exception as exc:  # noqa: BLE001
+        facts["torch_error"] = f"{type(exc).__name__}: {exc}"
+    return facts
+
+
+def _cuda_runtime_version(paths: list[str]) -> str | None:
+    for path in paths:
+        if "libcudart.so" in path:
+            try:
+                fn = ctypes.CDLL(path).cudaRuntimeGetVersion
+                value = ctypes.c_int(0)
+                if fn(ctypes.byref(value)) == 0:
+                    return f"{value.value // 1000}.{(value.value % 1000) // 10}"
+            except (OSError, AttributeError):
+                continue
+    torch = sys.modules.get("torch")
+    return getattr(getattr(torch, "version", None), "cuda", None) if torch else None
+
+
+def _nvml_gpus() -> list[dict[str, str]] | None:
+    if importlib.util.find_spec("pynvml") is None:
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver: fall back / report none
+        return None
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            name = pynvml.nvmlDeviceGetName(handle)
+            gpus.append(
+                {
+                    "name": name.decode() if isinstance(name, bytes) else str(name),
+                    "compute_capability": f"{major}.{minor}",
+                    "driver": driver.decode() if isinstance(driver, bytes) else str(driver),
+                }
+            )
+        return gpus
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _smi_gpus() -> list[dict[str, str]]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    query = "--query-gpu=name,compute_cap,driver_version"
+    try:
+        out = subprocess.run(
+            [smi, query, "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        name, cc, driver = (part.strip() for part in ([*line.split(","), "", ""])[:3])
+        gpus.append({"name": name, "compute_capability": cc, "driver": driver})
+    return gpus
+
+
+def detect_gpu() -> list[dict[str, str]]:
+    """GPUs visible here (name, compute capability, driver): NVML first, else nvidia-smi."""
+    gpus = _nvml_gpus()
+    return gpus if gpus is not None else _smi_gpus()
+
+
+def capture(*, in_case: bool = True) -> dict[str, Any]:
+    """Collect the environment facts; `in_case=False` skips cudnn import (host-side fallback)."""
+    paths = _mapped_paths()
+    facts: dict[str, Any] = {"captured_in": "case" if in_case else "host"}
+    if in_case:
+        facts.update(_cudnn_facts())
+        paths = _mapped_paths()  # importing cudnn may have mapped libcudnn
+    facts["cudnn_libs"] = loaded_cudnn_libs(paths)
+    facts.update(_torch_facts())
+    facts["cuda_runtime"] = _cuda_runtime_version(paths)
+    facts["gpus"] = detect_gpu()
+    facts["python"] = platform.python_version()
+    facts["python_executable"] = sys.executable
+    facts["os"] = platform.platform()
+    facts["env"] = redact_env(os.environ)
+    return facts
+
+
+def write_capture(path: str, *, in_case: bool = True) -> None:
+    """Capture and write JSON to `path` (called from inside the kernel after the notebook)."""
+    Path(path).write_text(json.dumps(capture(in_case=in_case), default=str), encoding="utf-8")
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text))
+
+
+def _backend_string(number: int) -> str:
+    return f"{number // 10000}.{(number % 10000) // 100}.{number % 100}"
+
+
+def verify_pins(captured: Mapping[str, Any], expected: Mapping[str, str | None]) -> str | None:
+    """None when the loaded cuDNN matches `expected` (backend, backend_dir, frontend), else why not.
+
+    `expected["backend"]` is "9.24.0" or "9.24.0.43" (the build number is not visible at run time).
+    """
+    want_backend = expected.get("backend")
+    want_dir = expected.get("backend_dir")
+    want_frontend = expected.get("frontend")
+    libs = [str(p) for p in captured.get("cudnn_libs", ())]
+    main_lib = next((p for p in libs if Path(p).name.startswith("libcudnn.so")), None)
+    where = main_lib or "nowhere"
+    if want_backend:
+        got = captured.get("backend_version")
+        if got is None:
+            why = captured.get("backend_error", "cudnn not importable")
+            return f"pin not honoured: no backend loaded ({why}), expected {want_backend}"
+        got_s = _backend_string(int(got))
+        if _version_tuple(got_s)[:3] != _version_tuple(want_backend)[:3]:
+            return f"pin not honoured: loaded {got_s} from {where}, expected {want_backend}"
+    if want_dir:
+        want = Path(want_dir).resolve()
+        if main_lib is None or Path(main_lib).resolve().parent != want:
+            return f"pin not honoured: loaded libcudnn from {where}, expected {want}"
+    if want_frontend:
+        got_fe = captured.get("frontend_version")
+        if got_fe is None or _version_tuple(str(got_fe))[:3] != _version_tuple(want_frontend)[:3]:
+            return f"pin not honoured: loaded frontend {got_fe}, expected {want_frontend}"
+    return None

@@ -1,0 +1,436 @@
+"""Run cases, each in its own process group, classify them and append every result as it lands.
+
+`--jobs N` runs N case processes at once from a thread pool. On a GPU host they all share the
+visible GPU(s): N kernels then compete for memory and SMs (no partitioning is done), so the
+default there is 1; on a CPU-only host it is the number of cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from validate.cases import Case, discover_cases, discover_samples
+from validate.cases.script import RESULT_FILE_ENV, read_result_file, verdict_line
+from validate.classify import CaseExec, classify, signal_name
+from validate.errors import ConfigError
+from validate.outcome import Outcome
+from validate.progress import progress
+from validate.requirements import check, missing_modules
+from validate.resources.capture import detect_gpu, verify_pins
+from validate.results import CaseResult, ResultStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+__all__ = ["FAILING", "RunOptions", "RunTarget", "register", "run_cases"]
+
+log = logging.getLogger(__name__)
+
+#: Outcomes that make `run` exit 1 and trigger the API-log rerun.
+FAILING: Final = frozenset({Outcome.FAIL, Outcome.CRASH, Outcome.TIMEOUT, Outcome.ERROR})
+_TAIL_BYTES: Final = 8192
+_TERM_GRACE_S: Final = 5.0
+_NOTEBOOK_GRACE_S: Final = 30.0  # kernel start-up and env capture on top of the cell timeout
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunTarget:
+    """Where cases run: the case environment's interpreter, its env vars and the pins to verify."""
+
+    python: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    cell_id: str = ""
+    cell: Mapping[str, str] = field(default_factory=dict)
+    expected_backend: str | None = None  # "9.24.0" -> pin check inside the case process
+    expected_backend_dir: Path | None = None  # libcudnn.so.9 must be mapped from here
+    expected_frontend: str | None = None
+    host_arch: str | None = None  # "sm90"; None = no GPU
+    has_gpu: bool = False
+    backend_version: str | None = None  # declared backend for requirement checks
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How to run: limits, parallelism, reruns and where evidence goes."""
+
+    timeout_s: float = 600
+    jobs: int = 1
+    reruns: int = 0
+    results_dir: Path
+    resume: bool = False
+    api_logs: bool = True
+    run_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Attempt:
+    outcome: Outcome
+    reason: str
+    exec: CaseExec
+    env: Mapping[str, Any]
+    log_path: Path
+    duration_s: float
+
+
+def _case_dir(case: Case, target: RunTarget, options: RunOptions) -> Path:
+    return options.results_dir / "cases" / (target.cell_id or "local") / case.slug
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - _TAIL_BYTES))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _spawn(
+    argv: list[str], env: Mapping[str, str], log_path: Path, limit_s: float, kernel_file: Path
+) -> tuple[int, bool]:
+    """Run argv in a new session, output to log_path; on timeout TERM then KILL the group."""
+    log.debug("+ %s", " ".join(argv))
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=_TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+    if kernel_file.exists():  # the kernel runs in its own session: make sure it is gone too
+        try:
+            kernel_pid = int(kernel_file.read_text(encoding="utf-8").strip())
+            _kill_group(kernel_pid, signal.SIGKILL)
+        except ValueError:
+            pass
+        kernel_file.unlink(missing_ok=True)
+    return proc.returncode, timed_out
+
+
+def _case_env(target: RunTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
+    env = {**os.environ, **target.env, "PYTHONFAULTHANDLER": "1", RESULT_FILE_ENV: str(result_file)}
+    env.pop("CUDNN_FRONTEND_LOG_FILE", None)
+    if target.expected_backend:
+        env["CUDNN_MATRIX_EXPECT_BACKEND"] = target.expected_backend
+    if api_dir is not None:  # DOMAIN.md §7: both must be set before the process starts
+        env["CUDNN_FRONTEND_LOG_INFO"] = "1"
+        env["CUDNN_FRONTEND_LOG_FILE"] = str(api_dir / "fe.log")
+        env["CUDNN_LOGLEVEL_DBG"] = "3"
+        env["CUDNN_LOGDEST_DBG"] = str(api_dir / "be.log")
+    return env
+
+
+def _pin_error(target: RunTarget, env: Mapping[str, Any]) -> str | None:
+    if not env or env.get("captured_in") != "case":
+        return None
+    expected = {
+        "backend": target.expected_backend,
+        "backend_dir": str(target.expected_backend_dir) if target.expected_backend_dir else None,
+        "frontend": target.expected_frontend,
+    }
+    return verify_pins(env, expected) if any(expected.values()) else None
+
+
+def _attempt(
+    case: Case, target: RunTarget, options: RunOptions, folder: Path, n: int, *, api_logs: bool
+) -> _Attempt:
+    suffix = "" if n == 1 else f".{n}"
+    log_path = folder / f"output{suffix}.log"
+    report_path = folder / f"report{suffix}.json"
+    result_file = folder / f"script-result{suffix}.json"
+    for stale in (report_path, result_file):
+        stale.unlink(missing_ok=True)
+    limit = options.timeout_s + (_NOTEBOOK_GRACE_S if case.kind == "notebook" else 0.0)
+    env = _case_env(target, result_file, folder if api_logs else None)
+    start = time.monotonic()
+    argv = case.command(target.python, report_path, options.timeout_s)
+    returncode, timed_out = _spawn(argv, env, log_path, limit, report_path.with_suffix(".kernel"))
+    duration = time.monotonic() - start
+    tail = _tail(log_path)
+    report: dict[str, Any] | None = None
+    if report_path.exists():
+        try:
+            report = json.loads(report_path.read_text(encoding="utf-8", errors="replace"))
+        except ValueError:
+            report = None
+    run = CaseExec(
+        kind=case.kind,
+        returncode=returncode,
+        timed_out=timed_out,
+        timeout_s=options.timeout_s,
+        tail=tail,
+        report=report,
+        result_file=read_result_file(result_file) if case.kind == "script" else None,
+        verdict=verdict_line(tail) if case.kind == "script" else None,
+    )
+    captured = (report or {}).get("env") or {}
+    outcome, reason = classify(run, pin_error=_pin_error(target, captured))
+    return _Attempt(
+        outcome=outcome,
+        reason=reason,
+        exec=run,
+        env=captured,
+        log_path=log_path,
+        duration_s=duration,
+    )
+
+
+def _exception(run: CaseExec) -> dict[str, Any] | None:
+    report = run.report or {}
+    source: Mapping[str, Any] = report if run.kind == "notebook" else report.get("exception") or {}
+    if not source.get("ename") and not source.get("traceback"):
+        return None
+    keys = ("ename", "evalue", "cell_index", "cell_source", "traceback")
+    return {k: source[k] for k in keys if source.get(k) is not None}
+
+
+def _skip_result(case: Case, target: RunTarget, options: RunOptions, reason: str) -> CaseResult:
+    return CaseResult(
+        case=case.name,
+        outcome=Outcome.SKIP,
+        reason=reason,
+        cell_id=target.cell_id,
+        cell=dict(target.cell),
+        case_path=str(case.path),
+        run_id=options.run_id,
+        started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        content_key=case.content_key(target.cell),
+    )
+
+
+def run_case(case: Case, target: RunTarget, options: RunOptions) -> CaseResult:
+    """Check requirements, run the case, re-run failures (API logs, then --reruns), build a result."""
+    req = case.requirements
+    missing = missing_modules(target.python, req.imports) if req.imports else frozenset()
+    reason = check(
+        req,
+        has_gpu=target.has_gpu,
+        host_arch=target.host_arch,
+        backend_version=target.backend_version,
+        missing=missing,
+    )
+    if reason:
+        return _skip_result(case, target, options, reason)
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    folder = _case_dir(case, target, options)
+    folder.mkdir(parents=True, exist_ok=True)
+    first = _attempt(case, target, options, folder, 1, api_logs=False)
+    attempts = [first]
+    api_logs: dict[str, str] = {}
+    if first.outcome in FAILING:
+        extra = options.reruns + (1 if options.api_logs else 0)
+        for n in range(2, 2 + extra):
+            with_logs = options.api_logs and n == 2
+            attempts.append(_attempt(case, target, options, folder, n, api_logs=with_logs))
+            if with_logs:
+                api_logs = {"frontend": str(folder / "fe.log"), "backend": str(folder / "be.log")}
+    run = first.exec
+    kernel_sig = (run.report or {}).get("kernel_signal")
+    kernel_code = (run.report or {}).get("kernel_exit_code")
+    outcomes = tuple(str(a.outcome) for a in attempts)
+    result = CaseResult(
+        case=case.name,
+        outcome=first.outcome,
+        reason=first.reason,
+        duration_s=round(first.duration_s, 3),
+        cell_id=target.cell_id,
+        cell=dict(target.cell),
+        case_path=str(case.path),
+        exit_code=kernel_code if kernel_code is not None else run.returncode,
+        signal=kernel_sig or signal_name(run.returncode),
+        exception=_exception(run),
+        tail=run.tail,
+        log_path=str(first.log_path),
+        api_logs=api_logs,
+        env=first.env,
+        attempts=outcomes,
+        flaky=len(set(outcomes)) > 1,
+        started_at=started,
+        run_id=options.run_id,
+        content_key=case.content_key(target.cell),
+    )
+    (folder / "result.json").write_text(
+        json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8"
+    )
+    return result
+
+
+def run_cases(
+    cases: Sequence[Case],
+    target: RunTarget,
+    options: RunOptions,
+    store: ResultStore,
+    *,
+    on_result: Callable[[CaseResult, int, int], None] | None = None,
+) -> list[CaseResult]:
+    """Run every case (threads, one process group each), storing each result as it finishes."""
+    previous: dict[str, CaseResult] = {}
+    if options.resume:
+        previous = {r.key: r for r in store}
+    todo = [c for c in cases if f"{target.cell_id}::{c.name}" not in previous]
+    kept = [previous[k] for c in cases if (k := f"{target.cell_id}::{c.name}") in previous]
+    results: list[CaseResult] = []
+    lock = threading.Lock()
+    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        futures = [pool.submit(run_case, case, target, options) for case in todo]
+        for future in as_completed(futures):
+            result = future.result()
+            with lock:
+                store.append(result)
+                results.append(result)
+                if on_result is not None:
+                    on_result(result, len(results), len(todo))
+    order = {c.name: i for i, c in enumerate(cases)}
+    return sorted(kept + results, key=lambda r: order.get(r.case, len(order)))
+
+
+def _positive(kind: type[float | int], minimum: float) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            msg = f"expected a number >= {minimum:g}, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    return parse
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the `run` command."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run notebooks/scripts in the current environment, one process each",
+        description="Run cases (.ipynb / .py, or folders of them) in this Python environment.",
+    )
+    parser.add_argument("cases", nargs="*", type=Path, metavar="CASE_OR_DIR")
+    parser.add_argument(
+        "--samples",
+        type=Path,
+        metavar="CHECKOUT",
+        help="a cudnn-frontend checkout: run samples/python/*.ipynb",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive(float, 0.1),
+        default=600.0,
+        metavar="S",
+        help="per-case limit in seconds (notebooks: per cell, +30s start-up)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_positive(int, 1),
+        default=None,
+        metavar="N",
+        help="cases at once (default: cores; 1 on a GPU host)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        metavar="DIR",
+        help="results folder (default: reports/runs/<UTC time>)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
+    parser.add_argument(
+        "--reruns",
+        type=_positive(int, 0),
+        default=0,
+        metavar="N",
+        help="repeat each failing case N more times; differing outcomes = flaky",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="skip cases already recorded in --results DIR"
+    )
+    parser.add_argument(
+        "--expect-backend",
+        metavar="V",
+        help="error unless the case loads this cuDNN backend, e.g. 9.24.0",
+    )
+    parser.add_argument(
+        "--no-api-logs",
+        dest="api_logs",
+        action="store_false",
+        help="do not re-run failures with FE/BE API logging",
+    )
+    parser.set_defaults(func=_cmd_run)
+
+
+def _host_gpu() -> tuple[bool, str | None]:
+    gpus = detect_gpu()
+    if not gpus:
+        return False, None
+    return True, "sm" + gpus[0].get("compute_capability", "").replace(".", "")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    cases = discover_cases(args.cases) if args.cases else []
+    if args.samples is not None:
+        cases += discover_samples(args.samples)
+    if not cases:
+        msg = "run: no cases given (pass CASE_OR_DIR... or --samples CHECKOUT)"
+        raise ConfigError(msg)
+    if args.resume and args.results is None:
+        msg = "run: --resume needs --results DIR (the folder of the run to complete)"
+        raise ConfigError(msg)
+    has_gpu, arch = _host_gpu()
+    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    results_dir = args.results or Path("reports") / "runs" / run_id
+    jobs = args.jobs or (1 if has_gpu else (os.cpu_count() or 1))
+    target = RunTarget(
+        python=Path(sys.executable),
+        expected_backend=args.expect_backend,
+        host_arch=arch,
+        has_gpu=has_gpu,
+    )
+    options = RunOptions(
+        timeout_s=args.timeout,
+        jobs=jobs,
+        reruns=args.reruns,
+        results_dir=results_dir,
+        resume=args.resume,
+        api_logs=args.api_logs,
+        run_id=run_id,
+    )
+    store = ResultStore(results_dir / "results.jsonl")
+    with progress(len(cases), failing=FAILING) as report:
+        results = run_cases(cases, target, options, store, on_result=report)
+    bad = sum(r.outcome in FAILING for r in results)
+    print(f"{len(results)} cases, {bad} failing; results in {store.path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
+    return 1 if bad else 0
