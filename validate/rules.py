@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Final
 
@@ -52,6 +52,7 @@ _VERSION_FIELDS: Final = frozenset(
 )
 #: Placeholders a reason may use.
 _REASON_FIELDS: Final = frozenset({*AXES, "id", "python", "driver_user", "driver_kernel"})
+_DRIVER_FIELDS: Final = frozenset({"driver_user", "driver_kernel"})
 _RULE_KEYS: Final = frozenset({"name", "select", "when", "effect", "reason", "source", "cite"})
 
 
@@ -270,6 +271,15 @@ def load_rules(path: Path | None = None) -> list[Rule]:
     return rules
 
 
+@functools.cache
+def _template_axes(reason: str) -> tuple[str, ...] | None:
+    """The axes a reason template reads (driver_* come from the driver); None when it uses {id}."""
+    names = {f for _, f, _, _ in string.Formatter().parse(reason) if f}
+    if "id" in names:
+        return None
+    return tuple(a for a in AXES if a in names or (a == "driver" and names & _DRIVER_FIELDS))
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Matcher:
     """A rule or exclusion compiled against one matrix: the axis values it matches, per axis."""
@@ -278,9 +288,19 @@ class _Matcher:
     id_patterns: tuple[str, ...]
     rule: Rule | None
     text: str
+    _memo: dict[tuple[str, ...], str] = field(default_factory=dict)
 
     def explain(self, cell: Cell, python: Version) -> str:
-        return self.rule.explain(cell, python) if self.rule else self.text
+        """The reason, formatted once per distinct combination of the axes its template uses."""
+        if self.rule is None:
+            return self.text
+        axes = _template_axes(self.rule.reason)
+        if axes is None:
+            return self.rule.explain(cell, python)
+        key = tuple(getattr(cell, axis) for axis in axes)
+        if (text := self._memo.get(key)) is None:
+            text = self._memo[key] = self.rule.explain(cell, python)
+        return text
 
     def hits_id(self, cell: Cell) -> bool:
         return not self.id_patterns or any(fnmatchcase(cell.id, p) for p in self.id_patterns)

@@ -103,7 +103,8 @@ def test_default_matrix_declares_the_issue_axes() -> None:
     assert m.values("cuda") == ("12.9", "13.0")
     assert m.values("driver") == ("570", "580", "fc-610@580")
     assert m.values("arch") == ("sm80", "sm90", "sm100", "sm120")
-    assert m.include and m.exclude
+    assert m.include
+    assert m.exclude
 
 
 def test_expand_is_product_plus_includes_in_order(tmp_path: Path) -> None:

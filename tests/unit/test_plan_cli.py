@@ -1,0 +1,139 @@
+"""`python -m validate plan` as a user runs it: real subprocesses, JSON shape, one-line bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MATRICES = REPO / "tests" / "resources" / "matrices"
+JSON_KEYS = ["id", "cudnn", "frontend", "cuda", "driver", "arch", "status", "reason"]
+
+
+def _plan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "validate", "plan", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_json_lists_planned_and_pruned_cells_with_reasons() -> None:
+    proc = _plan("--cudnn", "9.24.0.43", "--format", "json", "--show-pruned")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert all(list(row) == JSON_KEYS for row in rows)
+    statuses = [row["status"] for row in rows]
+    assert set(statuses) == {"planned", "pruned"}
+    assert statuses == sorted(statuses)  # planned first, then pruned
+    assert {row["cudnn"] for row in rows} == {"9.24.0.43"}
+    assert all(row["reason"] == "" for row in rows if row["status"] == "planned")
+    pruned = {row["id"]: row["reason"] for row in rows if row["status"] == "pruned"}
+    # cudnn 9.24.0.43 / fe 1.27.0 / cuda 13.0 / driver 570 / sm100, id = sha256(pins)[:10]
+    cell = next(r for r in rows if r["frontend"] == "1.27.0" and r["driver"] == "570"
+                and r["cuda"] == "13.0" and r["arch"] == "sm100")  # fmt: skip
+    assert pruned[cell["id"]] == (
+        "CUDA 13.0 needs driver >= 580.65.06 (found 570) [cuDNN 9.17.0 support matrix]"
+    )
+    assert "6a44bd45b1" in {row["id"] for row in rows if row["status"] == "planned"}
+
+
+def test_json_without_show_pruned_has_only_planned() -> None:
+    proc = _plan("--cudnn", "9.24.0.43", "--arch", "sm90", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert rows
+    assert {row["status"] for row in rows} == {"planned"}
+    assert {row["arch"] for row in rows} == {"sm90"}
+
+
+def test_table_output_and_override_of_an_undeclared_value() -> None:
+    proc = _plan(
+        "--cudnn", "9.99.0.1", "--frontend", "1.27.0", "--cuda", "13.0", "--driver", "580",
+        "--arch", "sm90,sm100", "--show-pruned",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == JSON_KEYS
+    body = [line.split() for line in lines[2:]]
+    assert [row[1:7] for row in body] == [
+        ["9.99.0.1", "1.27.0", "13.0", "580", "sm90", "planned"],
+        ["9.99.0.1", "1.27.0", "13.0", "580", "sm100", "planned"],
+    ]
+    assert "2 cells: 2 planned, 0 pruned" in proc.stderr
+
+
+BAD_INPUTS = [
+    pytest.param(
+        ["--matrix", str(MATRICES / "malformed.toml")],
+        ["malformed.toml", "malformed TOML", "line 3"],
+        id="malformed-toml",
+    ),
+    pytest.param(
+        ["--matrix", str(MATRICES / "unknown_key.toml")],
+        ["unknown_key.toml:2", "colour", "unknown key"],
+        id="unknown-key",
+    ),
+    pytest.param(
+        ["--matrix", str(MATRICES / "unknown_axis.toml")],
+        ["unknown_axis.toml:7", "axes.os", "unknown axis"],
+        id="unknown-axis",
+    ),
+    pytest.param(
+        ["--matrix", str(MATRICES / "bad_version.toml")],
+        ["bad_version.toml:2", "axes.cudnn[1]", "'abc'"],
+        id="invalid-version-file",
+    ),
+    pytest.param(
+        ["--matrix", str(MATRICES / "injected_version.toml")],
+        ["injected_version.toml:2", "axes.cudnn[0]", "'9.24;rm -rf /'"],
+        id="injected-version-file",
+    ),
+    pytest.param(
+        ["--matrix", str(MATRICES / "unknown_arch.toml")],
+        ["unknown_arch.toml:6", "axes.arch[1]", "'sm91'"],
+        id="unknown-arch-file",
+    ),
+    pytest.param(["--cudnn", "abc"], ["--cudnn", "'abc'"], id="invalid-version-flag"),
+    pytest.param(
+        ["--cudnn", "9.24;rm -rf /"], ["--cudnn", "'9.24;rm -rf /'"], id="injected-version-flag"
+    ),
+    pytest.param(["--arch", "sm91"], ["--arch", "'sm91'"], id="unknown-arch-flag"),
+    pytest.param(
+        ["--cuda", "13.0", "--driver", "570"],
+        ["--cuda 13.0 --driver 570", "leaves no planned cell"],
+        id="selection-leaves-nothing",
+    ),
+    pytest.param(
+        ["--matrix", str(MATRICES / "absent.toml")],
+        ["absent.toml", "cannot read matrix file"],
+        id="missing-file",
+    ),
+    pytest.param(["--format", "xml"], ["--format", "'xml'"], id="bad-format"),
+]
+
+
+@pytest.mark.parametrize(("args", "needles"), BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2(args: list[str], needles: list[str]) -> None:
+    proc = _plan(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_many_bad_entries_still_one_line() -> None:
+    proc = _plan("--matrix", str(MATRICES / "many_errors.toml"))
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert line.count("many_errors.toml:") == 10
