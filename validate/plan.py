@@ -83,11 +83,12 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_cells(matrix, rules, selectors)
     fmt: Format = "json" if args.format == "json" else "table"
     _emit(render(plan_rows(plan, show_pruned=args.show_pruned), fmt))
-    log.info(
-        "%d cells: %d planned, %d pruned (%s)",
-        len(plan.planned) + len(plan.pruned),
-        len(plan.planned),
-        len(plan.pruned),
-        matrix.path,
-    )
+    if fmt == "table":  # JSON stays alone: `nox -s plan` merges stderr into stdout
+        log.info(
+            "%d cells: %d planned, %d pruned (%s)",
+            len(plan.planned) + len(plan.pruned),
+            len(plan.planned),
+            len(plan.pruned),
+            matrix.path,
+        )
     return 0

@@ -28,6 +28,7 @@ def _plan(*args: str) -> subprocess.CompletedProcess[str]:
 def test_json_lists_planned_and_pruned_cells_with_reasons() -> None:
     proc = _plan("--cudnn", "9.24.0.43", "--format", "json", "--show-pruned")
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # nox merges stderr into stdout; JSON must stay parseable there
     rows = json.loads(proc.stdout)
     assert all(list(row) == JSON_KEYS for row in rows)
     statuses = [row["status"] for row in rows]
