@@ -256,7 +256,8 @@ def run_case(case: Case, target: RunTarget, options: RunOptions) -> CaseResult:
             with_logs = options.api_logs and n == 2
             attempts.append(_attempt(case, target, options, folder, n, api_logs=with_logs))
             if with_logs:
-                api_logs = {"frontend": str(folder / "fe.log"), "backend": str(folder / "be.log")}
+                logs = {"frontend": folder / "fe.log", "backend": folder / "be.log"}
+                api_logs = {k: str(v) for k, v in logs.items() if v.exists()}
     run = first.exec
     kernel_sig = (run.report or {}).get("kernel_signal")
     kernel_code = (run.report or {}).get("kernel_exit_code")
