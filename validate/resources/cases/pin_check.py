@@ -1,0 +1,47 @@
+"""Pin check case: import the frontend, load the backend and say which ones this process got.
+
+Runs in the case environment (not the tool's). The runner's in-process capture and pin check
+turn a backend or frontend other than the cell's pins into an ERROR; this script only makes the
+loading happen the way a user's program would (``import cudnn`` first, nothing pre-imported) and
+prints what it saw. Works without a GPU (DOMAIN.md §2: backend_version() needs no driver).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def _mapped_libcudnn() -> list[str]:
+    paths: set[str] = set()
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as fh:
+            for line in fh:
+                name = line.rsplit(" ", 1)[-1].strip()
+                if "/libcudnn" in name and ".so" in name:
+                    paths.add(name)
+    except OSError:
+        pass
+    return sorted(paths)
+
+
+def main() -> int:
+    try:
+        import cudnn
+    except ImportError as exc:
+        print(f"VERDICT fail: frontend does not import: {exc}")
+        return 1
+    print(f"frontend {cudnn.__version__} from {cudnn.__file__}")
+    try:
+        version = cudnn.backend_version()
+    except RuntimeError as exc:  # no libcudnn found at all
+        print(f"VERDICT fail: backend not loadable: {exc}")
+        return 1
+    print(f"backend_version() = {version}")
+    for path in _mapped_libcudnn():
+        print(f"mapped {path}")
+    print(f"VERDICT pass: frontend {cudnn.__version__}, backend {version}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
