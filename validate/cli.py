@@ -25,6 +25,7 @@ _COMMAND_MODULES: Final = (
     "validate.envs_cli",
     "validate.runner",
     "validate.report",
+    "validate.images_cli",
 )
 
 

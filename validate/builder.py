@@ -1,0 +1,417 @@
+"""ImageBuilder: the only docker-SDK build code. Stages a small context, builds, lists and prunes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildError
+from validate.images import IMAGE_REPO, LABEL_PREFIX, ImageSpec, repo_root
+from validate.sources import backend_package
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Mapping
+
+    from validate.matrix import Cell
+    from validate.sources import BackendSource, FrontendSource
+
+__all__ = [
+    "BuildResult",
+    "BuildStep",
+    "ImageBuilder",
+    "ImageInfo",
+    "default_wheelhouse",
+    "docker_client",
+]
+
+logger = logging.getLogger(__name__)
+
+_TAIL_LINES: Final = 40
+_CLIENT_TIMEOUT_S: Final = 3600  # a backend layer's pip install is silent for minutes
+_STEP_RE: Final = re.compile(r"^Step (\d+)/\d+ : (.*)$")
+_LAYER_RE: Final = re.compile(r"^ ---> ([0-9a-f]{12,})$")
+_MANYLINUX: Final = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(17, 40))
+_TOOL_PARTS: Final = ("validate", "matrix")
+_IGNORE: Final = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".mypy_cache")
+
+
+def default_wheelhouse() -> Path:
+    """~/.cache/cudnn-matrix/wheelhouse: wheels fetched once per host, reused by every build."""
+    return Path.home() / ".cache" / "cudnn-matrix" / "wheelhouse"
+
+
+def docker_client(timeout: int = _CLIENT_TIMEOUT_S) -> Any:
+    """A docker SDK client for the daemon of DOCKER_HOST, or DockerError naming the next step."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        msg = f"docker daemon not reachable at {host} ({exc}); start dockerd or set DOCKER_HOST"
+        raise DockerError(msg) from exc
+    return client
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildStep:
+    """One Dockerfile instruction as the classic builder reported it."""
+
+    index: int
+    instruction: str
+    cached: bool
+    layer: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    """A built (or fully cached) cell image."""
+
+    tag: str
+    image_id: str
+    steps: tuple[BuildStep, ...]
+    duration_s: float
+    log_path: Path | None
+
+    @property
+    def rebuilt(self) -> tuple[BuildStep, ...]:
+        """Steps that ran (not taken from the cache)."""
+        return tuple(step for step in self.steps if not step.cached)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageInfo:
+    """A cell image found on the daemon."""
+
+    tag: str
+    image_id: str
+    size_mb: float
+    labels: Mapping[str, str]
+
+    def label(self, name: str) -> str:
+        return self.labels.get(f"{LABEL_PREFIX}.{name}", "")
+
+
+def _link(src: Path, dest: Path) -> None:
+    """Hard-link (same file system, no copy of a 550 MB wheel) or fall back to a copy."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copy2(src, dest)
+
+
+def _parse_steps(lines: Iterable[str]) -> tuple[BuildStep, ...]:
+    steps: list[BuildStep] = []
+    current: tuple[int, str] | None = None
+    cached = False
+    for line in lines:
+        if match := _STEP_RE.match(line):
+            current, cached = (int(match[1]), match[2]), False
+        elif current and line.strip() == "---> Using cache":
+            cached = True
+        elif current and (match := _LAYER_RE.match(line)):
+            steps.append(
+                BuildStep(index=current[0], instruction=current[1], cached=cached, layer=match[1])
+            )
+            current = None
+    return tuple(steps)
+
+
+class ImageBuilder:
+    """Builds cell images from ImageSpecs with wheels from one shared wheelhouse."""
+
+    def __init__(
+        self,
+        *,
+        wheelhouse: Path | None = None,
+        cache_dir: Path | None = None,
+        network: str | None = None,
+        client: Any = None,
+    ) -> None:
+        self.wheelhouse = (wheelhouse or default_wheelhouse()).resolve()
+        self.cache_dir = (cache_dir or Path.home() / ".cache" / "cudnn-matrix").resolve()
+        self.network = network  # build-time network: None = daemon default, "none" = offline
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    # -- wheelhouse -------------------------------------------------------------------------
+    def _pip_download(
+        self, dest: Path, requirements: Iterable[str], *, python: str, deps: bool
+    ) -> None:
+        """`pip download` for the image's Python (not this interpreter's) into dest."""
+        abi = "cp" + python.replace(".", "")
+        argv = [sys.executable, "-m", "pip", "download", "--dest", str(dest), "--only-binary=:all:"]
+        argv += ["--python-version", python, "--implementation", "cp"]
+        argv += [f"--abi={tag}" for tag in (abi, "abi3", "none")]
+        argv += [
+            f"--platform={tag}" for tag in (*_MANYLINUX, "manylinux2014_x86_64", "linux_x86_64")
+        ]
+        argv += [] if deps else ["--no-deps"]
+        argv += list(requirements)
+        logger.info("+ %s", " ".join(argv))
+        dest.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-_TAIL_LINES:])
+            msg = f"pip download {' '.join(requirements)} into {dest} failed:\n{tail}"
+            raise EnvBuildError(msg)
+
+    def _find(self, pattern: str) -> Path | None:
+        found = sorted(self.wheelhouse.glob(pattern))
+        return found[0] if found else None
+
+    def fetch_backend(self, version: str, cuda: str) -> str:
+        """File name of the pinned backend wheel in the wheelhouse (downloaded on first use)."""
+        package = backend_package(int(cuda.split(".")[0]))
+        pattern = f"{package.replace('-', '_')}-{version}-*.whl"
+        if (wheel := self._find(pattern)) is None:
+            self._pip_download(
+                self.wheelhouse, [f"{package}=={version}"], python="3.11", deps=False
+            )
+            wheel = self._find(pattern)
+        if wheel is None:
+            msg = f"no {pattern} in {self.wheelhouse} after pip download"
+            raise EnvBuildError(msg)
+        return wheel.name
+
+    def fetch_frontend(self, version: str, python: str) -> str:
+        """File name of the frontend wheel for the image's Python (downloaded on first use)."""
+        pattern = f"nvidia_cudnn_frontend-{version}-cp{python.replace('.', '')}-*.whl"
+        if (wheel := self._find(pattern)) is None:
+            req = [f"nvidia-cudnn-frontend=={version}"]
+            self._pip_download(self.wheelhouse, req, python=python, deps=False)
+            wheel = self._find(pattern)
+        if wheel is None:
+            msg = f"no {pattern} in {self.wheelhouse} after pip download"
+            raise EnvBuildError(msg)
+        return wheel.name
+
+    def add_wheel(self, wheel: Path) -> str:
+        """Put a local wheel file into the wheelhouse; returns its file name."""
+        if not wheel.is_file():
+            msg = f"wheel {wheel} not found"
+            raise ConfigError(msg)
+        dest = self.wheelhouse / wheel.name
+        if not dest.exists():
+            _link(wheel, dest)
+        return wheel.name
+
+    def _runner_dir(self, spec: ImageSpec) -> Path:
+        """wheelhouse/runner-cpXY: the runner's dependencies for the image's Python."""
+        folder = self.wheelhouse / f"runner-cp{spec.python.replace('.', '')}"
+        wanted = "\n".join(spec.runner) + "\n"
+        req = folder / "requirements.txt"
+        if not req.is_file() or req.read_text() != wanted:
+            self._pip_download(folder, spec.runner, python=spec.python, deps=True)
+            req.write_text(wanted)
+        return folder
+
+    def _torch_dir(self, spec: ImageSpec) -> Path:
+        """wheelhouse/torch-V-cpXY: torch and its dependencies, without any nvidia-cudnn-* wheel."""
+        folder = self.wheelhouse / f"torch-{spec.torch}-cp{spec.python.replace('.', '')}"
+        if not (folder / "requirements.txt").is_file():
+            self._pip_download(folder, [f"torch=={spec.torch}"], python=spec.python, deps=True)
+            (folder / "requirements.txt").write_text(f"torch=={spec.torch}\n")
+        return folder
+
+    def spec_for(
+        self,
+        cell: Cell,
+        *,
+        backend: BackendSource | None = None,
+        frontend: FrontendSource | None = None,
+        base_image: str | None = None,
+        python: str = "3.11",
+        torch: str | None = None,
+        compat: str | None = None,
+    ) -> ImageSpec:
+        """An ImageSpec for a cell whose wheels are in the wheelhouse (fetched here when missing)."""
+        libdir = backend.libdir() if backend is not None and backend.kind == "libdir" else None
+        backend_wheel = None
+        if libdir is None:
+            if backend is not None and backend.kind == "wheel" and backend.path is not None:
+                backend_wheel = self.add_wheel(backend.path)
+            elif backend is None or backend.kind == "pypi":
+                backend_wheel = self.fetch_backend(cell.cudnn, cell.cuda)
+            else:
+                msg = f"backend source {backend.describe()} cannot go into an image; use a wheel or folder"
+                raise ConfigError(msg)
+        if frontend is not None and frontend.kind == "wheel" and frontend.path is not None:
+            frontend_wheel = self.add_wheel(frontend.path)
+        elif frontend is None or frontend.kind == "pypi":
+            frontend_wheel = self.fetch_frontend(cell.frontend, python)
+        else:
+            msg = f"frontend source {frontend.describe()} cannot go into an image; build a wheel first"
+            raise ConfigError(msg)
+        return ImageSpec.for_cell(
+            cell,
+            frontend_wheel=frontend_wheel,
+            backend_wheel=backend_wheel,
+            backend_libdir=libdir,
+            base_image=base_image,
+            python=python,
+            torch=torch,
+            compat=compat,
+        )
+
+    # -- context and build ------------------------------------------------------------------
+    def stage(self, spec: ImageSpec) -> Path:
+        """Assemble the build context: Dockerfile, .dockerignore and only this cell's files."""
+        ctx = self.cache_dir / "contexts" / spec.digest
+        shutil.rmtree(ctx, ignore_errors=True)
+        ctx.mkdir(parents=True)
+        labels = " ".join(f"{key}={json.dumps(value)}" for key, value in spec.labels().items())
+        # one LABEL instruction (the SDK's labels= adds one build step per label)
+        (ctx / "Dockerfile").write_text(f"{spec.dockerfile.read_text().rstrip()}\nLABEL {labels}\n")
+        if (ignore := spec.dockerfile.with_name(".dockerignore")).is_file():
+            shutil.copy2(ignore, ctx / ".dockerignore")
+        for wheel in self._runner_dir(spec).iterdir():
+            _link(wheel, ctx / "runner" / wheel.name)
+        if spec.backend_libdir is not None:
+            shutil.copytree(
+                spec.backend_libdir, ctx / "backend" / "lib", copy_function=_copy_or_link
+            )
+        else:
+            assert spec.backend_wheel is not None
+            _link(
+                self.wheelhouse / spec.backend_wheel,
+                ctx / "backend" / "wheels" / spec.backend_wheel,
+            )
+        (ctx / "torch").mkdir()
+        if spec.torch:
+            for wheel in self._torch_dir(spec).iterdir():
+                if not wheel.name.startswith("nvidia_cudnn_"):  # our backend pin must win
+                    _link(wheel, ctx / "torch" / wheel.name)
+        _link(self.wheelhouse / spec.frontend_wheel, ctx / "frontend" / spec.frontend_wheel)
+        root = repo_root()
+        for part in _TOOL_PARTS:
+            src = root / part
+            if src.is_dir():
+                shutil.copytree(src, ctx / "tool" / part, ignore=_IGNORE)
+        return ctx
+
+    def build(self, spec: ImageSpec, *, log_path: Path | None = None) -> BuildResult:
+        """Build (docker's layer cache makes an unchanged spec a few seconds) and tag the image."""
+        import docker
+
+        ctx = self.stage(spec)
+        lines: list[str] = []
+        image_id = ""
+        start = time.monotonic()
+        sink = log_path.open("w", encoding="utf-8") if log_path else None
+        try:
+            stream = self.client.api.build(
+                path=str(ctx),
+                tag=spec.tag,
+                buildargs=spec.build_args(),
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+                network_mode=self.network,
+            )
+            for chunk in stream:
+                for line in _chunk_lines(chunk):
+                    lines.append(line)
+                    if sink:
+                        sink.write(line + "\n")
+                if "error" in chunk:
+                    raise ImageBuildError(_failure(spec, chunk["error"], lines))
+                if aux := chunk.get("aux"):
+                    image_id = aux.get("ID", image_id)
+        except docker.errors.DockerException as exc:
+            raise ImageBuildError(_failure(spec, str(exc), lines)) from exc
+        finally:
+            if sink:
+                sink.close()
+        if not image_id:
+            image_id = self.client.images.get(spec.tag).id
+        shutil.rmtree(ctx, ignore_errors=True)
+        return BuildResult(
+            tag=spec.tag,
+            image_id=image_id,
+            steps=_parse_steps(lines),
+            duration_s=time.monotonic() - start,
+            log_path=log_path,
+        )
+
+    def ensure(self, spec: ImageSpec, *, log_path: Path | None = None) -> str:
+        """The tag of the cell's image, built or refreshed (cached layers) first."""
+        return self.build(spec, log_path=log_path).tag
+
+    # -- inventory --------------------------------------------------------------------------
+    def list_images(self) -> list[ImageInfo]:
+        """Every cell image on the daemon (found by the io.cudnn-matrix.digest label)."""
+        out: list[ImageInfo] = []
+        for image in self.client.images.list(filters={"label": f"{LABEL_PREFIX}.digest"}):
+            tags = [tag for tag in image.tags if tag.startswith(IMAGE_REPO + ":")] or ["<none>"]
+            size = float(image.attrs.get("Size", 0)) / 1e6
+            labels = image.labels or {}
+            out.extend(
+                ImageInfo(tag=t, image_id=image.short_id, size_mb=size, labels=labels) for t in tags
+            )
+        return sorted(out, key=lambda info: info.tag)
+
+    def prune(self, images: Iterable[ImageInfo]) -> list[str]:
+        """Remove the given cell images (and their now-unused build layers); returns the tags."""
+        import docker
+
+        removed: list[str] = []
+        for info in images:
+            ref = info.tag if info.tag != "<none>" else info.image_id
+            try:
+                self.client.images.remove(ref, noprune=False)
+            except docker.errors.ImageNotFound:
+                continue
+            except docker.errors.APIError as exc:
+                msg = f"cannot remove image {ref}: {exc.explanation or exc}"
+                raise DockerError(msg) from exc
+            removed.append(ref)
+        shutil.rmtree(self.cache_dir / "contexts", ignore_errors=True)
+        return removed
+
+    def import_rootfs(self, tarball: Path, tag: str, changes: Iterable[str] = ()) -> str:
+        """`docker import` a root file system tarball as an image (the local base image)."""
+        import docker
+
+        repository, _, version = tag.partition(":")
+        try:
+            self.client.api.import_image_from_file(
+                str(tarball), repository=repository, tag=version or "latest", changes=list(changes)
+            )
+            image_id: str = self.client.images.get(tag).id
+        except docker.errors.DockerException as exc:
+            msg = f"docker import of {tarball} as {tag} failed: {exc}"
+            raise DockerError(msg) from exc
+        return image_id
+
+
+def _copy_or_link(src: str, dst: str) -> str:
+    _link(Path(src), Path(dst))
+    return dst
+
+
+def _chunk_lines(chunk: Mapping[str, Any]) -> Iterator[str]:
+    text = chunk.get("stream") or chunk.get("status") or chunk.get("error") or ""
+    yield from (line.rstrip() for line in str(text).splitlines() if line.strip())
+
+
+def _failure(spec: ImageSpec, error: str, lines: list[str]) -> str:
+    tail = "\n".join(lines[-_TAIL_LINES:])
+    return f"building {spec.tag} (cudnn {spec.cudnn}, frontend {spec.frontend}) failed: {error}\n{tail}"
