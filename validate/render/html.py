@@ -161,7 +161,8 @@ def render_html(report: Report) -> str:
         "results": [_result(item, report.link_base) for item in report.runs.items],
         "colours": {k: v[0] for k, v in _COLOURS.items()},
     }
-    blob = json.dumps(data, default=str).replace("</", "<\\/")
+    # "<" as \u003c: no "</script" or "<!--" can end or confuse the data block
+    blob = json.dumps(data, default=str).replace("<", "\\u003c")
     legend = "".join(
         f'<span class="sw" style="background:{colour}"></span>{html.escape(text)}'
         for colour, text in _COLOURS.values()

@@ -24,7 +24,8 @@ def _text(item: StoredResult) -> str:
         tail = log.read_text(encoding="utf-8", errors="replace")[-_TAIL_CHARS:]
     head = [f"outcome: {r.outcome}", f"cell: {cell_label(r)}"]
     head += [f"reason: {r.reason}"] if r.reason else []
-    head += [f"known issue: {r.known_issue} {r.ki_note}".rstrip()] if r.known_issue else []
+    head += [f"known issue: {r.known_issue}"] if r.known_issue else []
+    head += [f"known-issue check: {r.ki_note}"] if r.ki_note else []
     head += [f"log: {r.log_path}"] if r.log_path else []
     return _clean("\n".join(head) + ("\n\n" + tail[-_TAIL_CHARS:] if tail else ""))
 

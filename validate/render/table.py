@@ -49,7 +49,7 @@ class Pivot:
         rows = tuple(a.strip() for a in rows_text.split(",") if a.strip())
         cols = tuple(a.strip() for a in cols_text.split(",") if a.strip())
         unknown = [a for a in (*rows, *cols) if a not in PSEUDO_AXES]
-        if not sep or not rows or unknown or len(set(rows + cols)) != len(rows + cols):
+        if not sep or not rows or not cols or unknown or len(set(rows + cols)) != len(rows + cols):
             msg = (
                 f"--pivot {text!r}: expected ROWS:COLS with distinct axes from "
                 f"{', '.join(PSEUDO_AXES)} (e.g. cudnn:frontend,arch)"

@@ -1,0 +1,77 @@
+"""The compatibility table from the stored example run: exact Markdown text, sort order, pivots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from validate.errors import ConfigError
+from validate.render.table import Pivot, build_table
+from validate.render.text import table_text
+from validate.report import load_known_issue_db, load_runs
+
+EXAMPLE = Path(__file__).parents[1] / "resources" / "runs" / "example"
+
+EXPECTED_MD = """\
+| cuDNN     | fe 1.26.0 / sm90   | fe 1.26.0 / sm100   | fe 1.27.0 / sm90   | fe 1.27.0 / sm100                         |
+|-----------|--------------------|---------------------|--------------------|-------------------------------------------|
+| 9.8.0.87  | ✓ 1 · 2 skip [1,2] | ✓ 1 · 2 skip [1,2]  | ✓ 1 · 2 skip [1,2] | ✓ 1 · 2 skip [1,2]                        |
+| 9.19.0.56 | ✓ 3                | ✓ 3                 | ✓ 3                | ✓ 3                                       |
+| 9.24.0.43 | ✓ 3                | ✓ 3                 | ✕ 1/3              | ⚠ affected (KI-1) · ✓ 1                   |
+| 9.25.1.1  | ! 1 error [3]      | ✓ 3                 | ✓ 3                | ✓ 2 · 1 skip [4] · fixed in 9.25.0 (KI-1) |
+
+- [1] skip: backend 9.8.0 below the notebook's floor 9.13.0 (asserts cudnn.backend_version() >= 91300) (4 results)
+- [2] skip: requires backend >= 9.13 (4 results)
+- [3] error: pin not honoured: loaded 9.19.0.56 from /usr/lib/x86_64-linux-gnu/libcudnn.so.9, expected 9.25.1.1 (1 result)
+- [4] skip: graph not supported: cudnnGraphNotSupportedError: No valid engine configs for Matmul_ (1 result)"""
+
+
+def _table(pivot: str = "cudnn:frontend,arch", *, known_issues: bool = True) -> str:
+    runs = load_runs([EXAMPLE])
+    kis = load_known_issue_db(None, runs.runs) if known_issues else ()
+    return table_text(build_table(runs.items, Pivot.parse(pivot), kis))
+
+
+def test_markdown_table_exact_text() -> None:
+    assert _table() == EXPECTED_MD
+
+
+def test_backends_sorted_by_version_not_string() -> None:
+    rows = [line.split("|")[1].strip() for line in _table().splitlines()[2:6]]
+    assert rows == ["9.8.0.87", "9.19.0.56", "9.24.0.43", "9.25.1.1"]
+    assert sorted(rows) != rows  # a string sort would put 9.19 before 9.8
+
+
+def test_fixed_in_flag_needs_the_database() -> None:
+    text = _table(known_issues=False)
+    assert "fixed in" not in text
+    assert "⚠ affected (KI-1)" in text  # from the results' own xfail verdicts
+
+
+def test_pivot_case_rows_backend_columns() -> None:
+    lines = _table("case:cudnn").splitlines()
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in lines[:5]]
+    assert cells[0] == [
+        "case",
+        "cuDNN 9.8.0.87",
+        "cuDNN 9.19.0.56",
+        "cuDNN 9.24.0.43",
+        "cuDNN 9.25.1.1",
+    ]
+    assert cells[2] == ["00_introduction.ipynb", "✓ 4", "✓ 4", "✓ 4", "✓ 3 · 1 skip [1]"]
+    assert cells[3][1:] == [
+        "4 skip [2]",
+        "✓ 4",
+        "✕ 1/4 · ⚠ affected (KI-1)",
+        "✓ 4 · fixed in 9.25.0 (KI-1)",
+    ]
+    assert cells[4][0] == "repro_fusion_uid[graph-pygraph-auto]"
+
+
+@pytest.mark.parametrize(
+    "text", ["cudnn", "cudnn:", ":arch", "cudnn:gpu", "cudnn:cudnn", "cudnn,arch:arch"]
+)
+def test_bad_pivot_is_a_config_error(text: str) -> None:
+    with pytest.raises(ConfigError, match="--pivot"):
+        Pivot.parse(text)
