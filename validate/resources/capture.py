@@ -161,6 +161,15 @@ def detect_gpu() -> list[dict[str, str]]:
     return gpus if gpus is not None else _smi_gpus()
 
 
+def _os_name() -> str:
+    """Kernel and distribution; avoids platform.platform(), which scans the interpreter binary."""
+    try:
+        distro = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except OSError:
+        distro = ""
+    return f"{platform.system()} {platform.release()} {platform.machine()} {distro}".strip()
+
+
 def capture(*, in_case: bool = True) -> dict[str, Any]:
     """Collect the environment facts; `in_case=False` skips cudnn import (host-side fallback)."""
     paths = _mapped_paths()
@@ -174,7 +183,7 @@ def capture(*, in_case: bool = True) -> dict[str, Any]:
     facts["gpus"] = detect_gpu()
     facts["python"] = platform.python_version()
     facts["python_executable"] = sys.executable
-    facts["os"] = platform.platform()
+    facts["os"] = _os_name()
     facts["env"] = redact_env(os.environ)
     return facts
 

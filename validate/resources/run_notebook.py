@@ -27,13 +27,13 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import capture
+import capture  # type: ignore[import-not-found]
 
 _TAIL = 4000
 _ANSI = "\x1b["
 
 
-class _ThisPythonSpecs(KernelSpecManager):  # type: ignore[misc]
+class _ThisPythonSpecs(KernelSpecManager):
     """Every kernel name resolves to this interpreter's ipykernel."""
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:  # noqa: ARG002 - any name
@@ -41,7 +41,7 @@ class _ThisPythonSpecs(KernelSpecManager):  # type: ignore[misc]
         return KernelSpec(argv=argv, display_name=f"python3 ({sys.executable})", language="python")
 
 
-class _StreamingClient(NotebookClient):  # type: ignore[misc]
+class _StreamingClient(NotebookClient):
     """NotebookClient that writes stream output through to stdout instead of holding it."""
 
     def output(self, outs: list[Any], msg: dict[str, Any], display_id: Any, cell_index: int) -> Any:
@@ -82,7 +82,7 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 
 def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
-    nb = nbformat.read(nb_path, as_version=4)
+    nb = nbformat.read(nb_path, as_version=4)  # type: ignore[no-untyped-call]
     result: dict[str, Any] = {"runner": "notebook", "status": "pass", "cells": []}
     started: dict[int, float] = {}
 
@@ -124,9 +124,10 @@ def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
     kernel_proc = None
     try:
         with client.setup_kernel(cwd=str(nb_path.parent)):
-            kernel_proc = km.provisioner.process
+            kernel_proc = getattr(km.provisioner, "process", None)
             pid_file = result_path.with_suffix(".kernel")
-            pid_file.write_text(str(kernel_proc.pid), encoding="utf-8")
+            if kernel_proc is not None:
+                pid_file.write_text(str(kernel_proc.pid), encoding="utf-8")
             for index, cell in enumerate(nb.cells):
                 tags = cell.metadata.get("tags", [])
                 if cell.cell_type == "code" and "skip-execution" in tags:
@@ -174,7 +175,7 @@ def _capture_in_kernel(client: Any, result_path: Path, index: int) -> None:
         f"    runpy.run_path({here!r})['write_capture']({str(env_path)!r})\n"
         "_cudnn_matrix_capture(); del _cudnn_matrix_capture\n"
     )
-    cell = nbformat.v4.new_code_cell(code)
+    cell = nbformat.v4.new_code_cell(code)  # type: ignore[no-untyped-call]
     client.nb.cells.append(cell)
     try:
         client.execute_cell(cell, index)
