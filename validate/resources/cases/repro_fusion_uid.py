@@ -22,7 +22,8 @@ dX/dScale/dBias rtol=atol=2e-4; bitmask bits exact, except where the reference o
 Contract: exit 0 pass / skip, 1 fail, 2 environment error (no verdict); a crash kills the process,
 and the last ``STAGE`` line on stdout names the graph and stage it died in. The last two stdout
 lines are ``RESULT <json>`` and ``VERDICT pass|fail|skip: <reason>``; ``--json PATH`` writes the
-same JSON to a file.
+same JSON to a file, as does ``$CUDNN_MATRIX_RESULT_FILE`` (the runner's result file; its
+``outcome`` key is the verdict).
 """
 
 from __future__ import annotations
@@ -102,14 +103,15 @@ def _stage(text: str) -> None:
 def _finish(out: Outcome, json_path: str | None) -> int:
     data = {
         "variant": out.variant,
+        "outcome": out.verdict,  # the runner's result-file key (validate/cases/script.py)
         "verdict": out.verdict,
         "reason": out.reason,
         **out.facts,
         "graphs": out.graphs,
     }
     text = json.dumps(data, sort_keys=True, default=str)
-    if json_path:
-        with open(json_path, "w", encoding="utf-8") as fh:  # noqa: PTH123 - no pathlib needed
+    for path in {json_path, os.environ.get("CUDNN_MATRIX_RESULT_FILE")} - {None, ""}:
+        with open(str(path), "w", encoding="utf-8") as fh:  # noqa: PTH123 - no pathlib needed
             fh.write(text + "\n")
     print(f"RESULT {text}")
     print(f"VERDICT {out.verdict}: {out.reason}", flush=True)
