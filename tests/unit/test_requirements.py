@@ -1,0 +1,110 @@
+"""Case requirements from TOML and the in-process pin check (table-driven, hermetic)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from validate.errors import MatrixError
+from validate.requirements import DEFAULT_CASES_TOML, RequirementTable, check
+from validate.resources.capture import redact_env, verify_pins
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+TABLE = RequirementTable.from_toml(DEFAULT_CASES_TOML)
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu", "arch", "backend", "missing", "reason"),
+    [
+        ("26_layernorm.ipynb", False, None, "9.24.0.43", set(), "no NVIDIA driver"),
+        ("26_layernorm.ipynb", True, "sm90", "9.12.0", set(), "needs cuDNN backend >= 9.13"),
+        ("26_layernorm.ipynb", True, "sm90", "9.24.0.43", set(), None),
+        ("52_mm.ipynb", True, "sm75", "9.24.0", set(), "needs SM >= 8.0, host is sm75"),
+        ("01_matmul.ipynb", True, "sm90", "9.24.0", {"cupy"}, "needs module cupy"),
+        ("61_conv.ipynb", True, "sm100", "9.21.0", set(), "needs cuDNN backend >= 9.22"),
+        ("99_new.ipynb", True, "sm90", None, {"torch"}, "needs module torch"),
+    ],
+)
+def test_sample_requirements(
+    name: str,
+    gpu: bool,
+    arch: str | None,
+    backend: str | None,
+    missing: set[str],
+    reason: str | None,
+) -> None:
+    got = check(
+        TABLE.for_case(name),
+        has_gpu=gpu,
+        host_arch=arch,
+        backend_version=backend,
+        missing=frozenset(missing),
+    )
+    if reason is None:
+        assert got is None
+    else:
+        assert got is not None
+        assert reason in got
+
+
+def test_bad_toml_reports_every_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "cases.toml"
+    bad.write_text('[defaults]\nneeds_gpus = true\n[cases."2*"]\nmin_backend = "nine"\n', "utf-8")
+    with pytest.raises(MatrixError) as err:
+        RequirementTable.from_toml(bad)
+    assert "needs_gpus" in str(err.value)
+    assert "'nine' is not a version" in str(err.value)
+
+
+LIB = "/venv/nvidia/cudnn/lib/libcudnn.so.9"
+
+
+@pytest.mark.parametrize(
+    ("captured", "expected", "message"),
+    [
+        ({"backend_version": 92400, "cudnn_libs": [LIB]}, {"backend": "9.24.0.43"}, None),
+        (
+            {"backend_version": 91900, "cudnn_libs": [LIB]},
+            {"backend": "9.24.0"},
+            f"pin not honoured: loaded 9.19.0 from {LIB}, expected 9.24.0",
+        ),
+        (
+            {"backend_version": 92400, "cudnn_libs": [LIB]},
+            {"backend_dir": "/opt/cudnn/lib"},
+            f"pin not honoured: loaded libcudnn from {LIB}, expected /opt/cudnn/lib",
+        ),
+        (
+            {"backend_error": "RuntimeError: Unable to find symbol cudnnGetVersion"},
+            {"backend": "9.24.0"},
+            "pin not honoured: no backend loaded (RuntimeError: Unable to find symbol",
+        ),
+        (
+            {"frontend_version": "1.27.0"},
+            {"frontend": "1.26.0"},
+            "pin not honoured: loaded frontend",
+        ),
+    ],
+)
+def test_verify_pins(
+    captured: dict[str, object], expected: dict[str, str], message: str | None
+) -> None:
+    got = verify_pins(captured, expected)
+    if message is None:
+        assert got is None
+    else:
+        assert got is not None
+        assert message in got
+
+
+def test_secrets_are_redacted() -> None:
+    env = redact_env(
+        {"HF_TOKEN": "abc", "CUDA_HOME": "/usr/local/cuda", "MY_API_KEY": "k", "HOME": "/r"}
+    )
+    assert env == {
+        "CUDA_HOME": "/usr/local/cuda",
+        "HF_TOKEN": "<redacted>",
+        "MY_API_KEY": "<redacted>",
+    }
