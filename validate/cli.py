@@ -22,6 +22,7 @@ __all__ = ["OneLineParser", "add_selector_args", "build_parser", "main", "split_
 #: Modules that register a sub-command, in help order.
 _COMMAND_MODULES: Final = (
     "validate.plan",
+    "validate.validate_cli",
     "validate.envs_cli",
     "validate.runner",
     "validate.report",

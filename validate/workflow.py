@@ -1,0 +1,381 @@
+"""`cudnn-matrix validate`: plan -> environment per cell -> run cases -> known issues -> verdict.
+
+One small function per stage; each takes the previous stage's value plus the config, so each
+can be tested alone. Results are appended (and fsynced) as each case finishes, so a killed run
+loses nothing and `--resume` completes it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from validate import __version__
+from validate.cases import Case, discover_cases, discover_samples
+from validate.config import Selectors
+from validate.envs import EnvHandle, EnvSpec, ensure_env
+from validate.errors import ConfigError, EnvBuildError
+from validate.host import HostFacts, cell_skip_reason, detect_host, gpu_skip_reason
+from validate.known_issues import KnownIssue, apply_known_issues, load_known_issues
+from validate.log import step
+from validate.matrix import Cell, load_matrix
+from validate.outcome import Outcome
+from validate.results import CaseResult, ResultStore, load_results
+from validate.rules import Plan, load_rules, plan_cells
+from validate.runner import RunOptions, RunTarget, run_cases
+from validate.sources import (
+    BackendSource,
+    FrontendSource,
+    parse_backend_source,
+    parse_frontend_source,
+    short_version,
+)
+
+__all__ = ["SHIPPED_CASES", "ValidateConfig", "default_jobs", "env_spec_for", "run"]
+
+log = logging.getLogger(__name__)
+
+#: The cases `validate` runs when none are named: the pin check and the #361 fusion repro.
+SHIPPED_CASES = Path(__file__).resolve().parent / "resources" / "cases"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidateConfig:
+    """Everything `validate` needs, checked once from the command line."""
+
+    selectors: Selectors = field(default_factory=Selectors)
+    cases: tuple[Path, ...] = ()
+    samples: Path | None = None
+    executor: str = "local"
+    env_mode: str = "isolated"  # "isolated" | "current" | "system-site-packages"
+    base_python: str = sys.executable
+    backend_source: str | None = None
+    frontend_source: str | None = None
+    extras: tuple[str, ...] = ()
+    wheelhouse: Path | None = None
+    cache_dir: Path | None = None
+    installer: str = "auto"
+    jobs: int | None = None
+    timeout_s: float = 600.0
+    reruns: int = 0
+    results_dir: Path | None = None
+    resume: bool = False
+    api_logs: bool = True
+    known_issues: Path | None = None
+    argv: tuple[str, ...] = ()
+
+
+# --- stages -----------------------------------------------------------------------------------
+
+
+def plan_stage(config: ValidateConfig) -> Plan:
+    """Planned and pruned cells for the selectors."""
+    selectors = config.selectors
+    return plan_cells(load_matrix(selectors.matrix), load_rules(selectors.rules), selectors)
+
+
+def cases_stage(config: ValidateConfig) -> list[Case]:
+    """The cases to run: named files/folders, a frontend checkout's samples, else the shipped ones."""
+    cases: list[Case] = discover_cases(config.cases) if config.cases else []
+    if config.samples is not None:
+        cases += discover_samples(config.samples)
+    if not config.cases and config.samples is None:
+        cases = discover_cases([SHIPPED_CASES])
+    names = [c.name for c in cases]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        msg = f"two cases share the name {dupes[0]!r}; rename one (results are keyed by case name)"
+        raise ConfigError(msg)
+    return cases
+
+
+def env_spec_for(cell: Cell, config: ValidateConfig) -> EnvSpec:
+    """The environment a cell needs. Driver and arch do not change what is installed."""
+    current = config.env_mode == "current"
+    backend: BackendSource
+    if config.backend_source:
+        backend = parse_backend_source(config.backend_source, declared=cell.cudnn)
+    elif current:
+        backend = BackendSource(kind="current", version=cell.cudnn)
+    else:
+        backend = BackendSource(kind="pypi", version=cell.cudnn)
+    frontend: FrontendSource = (
+        parse_frontend_source(config.frontend_source)
+        if config.frontend_source
+        else FrontendSource(kind="pypi", version=cell.frontend)
+    )
+    base = {"current": config.base_python, "isolated": "isolated"}.get(
+        config.env_mode, "system-site-packages"
+    )
+    return EnvSpec(
+        backend=backend,
+        frontend=frontend,
+        cuda_major=int(cell.cuda.split(".")[0]),
+        python=config.base_python,
+        extras=config.extras,
+        base=base,
+        backend_deps=not current,
+    )
+
+
+def default_jobs(host: HostFacts) -> int:
+    """Cases at once: every core on a CPU-only host; on a GPU host, bounded by cores and by GPU
+    memory (each case process holds a CUDA context plus its tensors; budget 8 GiB per case)."""
+    cores = os.cpu_count() or 1
+    if not host.gpus:
+        return cores
+    per_gpu = max(1, min(gpu.memory_mib for gpu in host.gpus) // (8 * 1024))
+    return max(1, min(cores, per_gpu * len(host.gpus)))
+
+
+def _target(cell: Cell, handle: EnvHandle, host: HostFacts) -> RunTarget:
+    arch = host.gpus[0].sm if host.gpus else None
+    return RunTarget(
+        python=handle.python,
+        env=dict(handle.env),
+        cell_id=cell.id,
+        cell=cell.pins(),
+        expected_backend=handle.expected_backend or short_version(cell.cudnn),
+        expected_backend_dir=handle.backend_dir,
+        expected_frontend=handle.expected_frontend,
+        host_arch=arch,
+        has_gpu=host.has_driver and bool(host.gpus),
+        backend_version=cell.cudnn,
+    )
+
+
+class KnownIssueStore(ResultStore):
+    """A ResultStore that judges each result against the known issues before it is written."""
+
+    def __init__(self, path: Path, issues: Sequence[KnownIssue]) -> None:
+        super().__init__(path)
+        self._issues = issues
+
+    def append(self, result: CaseResult) -> None:
+        super().append(apply_known_issues([result], self._issues)[0])
+
+
+def _stamp() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _skip_all(
+    store: ResultStore, cell: Cell, cases: Sequence[Case], reason: str, run_id: str
+) -> None:
+    done = store.done_keys()
+    for case in cases:
+        result = CaseResult(
+            case=case.name,
+            outcome=Outcome.SKIP,
+            reason=reason,
+            cell_id=cell.id,
+            cell=cell.pins(),
+            case_path=str(case.path),
+            started_at=_stamp(),
+            run_id=run_id,
+        )
+        if result.key not in done:
+            store.append(result)
+
+
+def _error_all(
+    store: ResultStore, cell: Cell, cases: Sequence[Case], reason: str, run_id: str
+) -> None:
+    done = store.done_keys()
+    for case in cases:
+        result = CaseResult(
+            case=case.name,
+            outcome=Outcome.ERROR,
+            reason=reason,
+            cell_id=cell.id,
+            cell=cell.pins(),
+            case_path=str(case.path),
+            started_at=_stamp(),
+            run_id=run_id,
+        )
+        if result.key not in done:
+            store.append(result)
+
+
+def _git_commit(path: Path) -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() or None
+
+
+def provenance(config: ValidateConfig, host: HostFacts, plan: Plan, run_id: str) -> dict[str, Any]:
+    """Who ran what where: written to run.json next to the results."""
+    samples_commit = None
+    if config.samples is not None:
+        marker = config.samples / "COMMIT"
+        samples_commit = (
+            marker.read_text().strip() if marker.is_file() else _git_commit(config.samples)
+        )
+    return {
+        "run_id": run_id,
+        "tool": {"name": "cudnn-matrix", "version": __version__, "commit": _git_commit(REPO_ROOT)},
+        "command": "cudnn-matrix " + shlex.join(config.argv),
+        "started_at": _stamp(),
+        "host": {
+            **host.to_dict(),
+            "hostname": platform.node(),
+            "cpus": os.cpu_count(),
+            "os": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "executor": config.executor,
+        "env_mode": config.env_mode,
+        "samples": {"path": str(config.samples), "commit": samples_commit}
+        if config.samples
+        else None,
+        "planned": [c.id for c in plan.planned],
+        "pruned": [{"id": c.id, **c.pins(), "reason": r} for c, r in plan.pruned],
+    }
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def run_cells(
+    config: ValidateConfig,
+    plan: Plan,
+    cases: Sequence[Case],
+    host: HostFacts,
+    store: ResultStore,
+    run_id: str,
+    *,
+    ensure: Callable[[EnvSpec], EnvHandle] | None = None,
+) -> None:
+    """Build or reuse one environment per cell and run the cases there, cell by cell."""
+    ensure = ensure or (
+        lambda spec: ensure_env(
+            spec,
+            config.cache_dir,
+            config.wheelhouse,
+            installer=config.installer,  # type: ignore[arg-type]
+        )
+    )
+    results_dir = store.path.parent
+    no_gpu = gpu_skip_reason(host)
+    ran_in: dict[str, str] = {}  # env hash -> cell id that ran the CPU parts there (no-GPU host)
+    handles: dict[str, EnvHandle | str] = {}  # env hash -> handle, or the build error
+    jobs = config.jobs or default_jobs(host)
+    options = RunOptions(
+        timeout_s=config.timeout_s,
+        jobs=jobs,
+        reruns=config.reruns,
+        results_dir=results_dir,
+        resume=True,  # the store may already hold this run's results (resume or skip records)
+        api_logs=config.api_logs,
+        run_id=run_id,
+    )
+    for cell in plan.planned:
+        skip = cell_skip_reason(cell, host)
+        if skip:
+            log.info("skip %s %s: %s", cell.id, cell.label, skip)
+            _skip_all(store, cell, cases, skip, run_id)
+            continue
+        spec = env_spec_for(cell, config)
+        key = spec.hash
+        if no_gpu and key in ran_in:
+            reason = (
+                f"{no_gpu}: driver/arch axes cannot be exercised here; the pins and CPU parts "
+                f"ran once for this environment in cell {ran_in[key]}"
+            )
+            _skip_all(store, cell, cases, reason, run_id)
+            continue
+        if key not in handles:
+            with step(f"environment for {cell.label}"):
+                try:
+                    handles[key] = ensure(spec)
+                except EnvBuildError as exc:
+                    handles[key] = f"environment build failed: {exc}".splitlines()[0]
+        handle = handles[key]
+        if isinstance(handle, str):
+            _error_all(store, cell, cases, handle, run_id)
+            continue
+        ran_in.setdefault(key, cell.id)
+        with step(f"cell {cell.id}: {cell.label} ({len(cases)} cases, {jobs} at once)"):
+            run_cases(cases, _target(cell, handle, host), options, store)
+
+
+def run(config: ValidateConfig) -> int:
+    """The whole job; returns the sign-off exit code (0 signed off, 1 regressions/errors)."""
+    from validate.signoff import decide, summary  # the report side is only needed at the end
+
+    plan = plan_stage(config)
+    cases = cases_stage(config)
+    host = detect_host()
+    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    results_dir = config.results_dir or REPO_ROOT / "reports" / "runs" / run_id
+    if config.resume and config.results_dir is None:
+        msg = "validate: --resume needs --results DIR (the folder of the run to complete)"
+        raise ConfigError(msg)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    meta_path = results_dir / "run.json"
+    meta = provenance(config, host, plan, run_id)
+    if config.resume and meta_path.is_file():
+        meta = {**json.loads(meta_path.read_text(encoding="utf-8")), "resumed_at": _stamp()}
+    _write_json(meta_path, meta)
+    log.info(
+        "run %s: %d planned cells, %d pruned, %d cases -> %s",
+        run_id,
+        len(plan.planned),
+        len(plan.pruned),
+        len(cases),
+        results_dir,
+    )
+    start = time.monotonic()
+    store = KnownIssueStore(results_dir / "results.jsonl", load_known_issues(config.known_issues))
+    run_cells(config, plan, cases, host, store, meta["run_id"])
+    results = load_results([results_dir])
+    _write_json(meta_path, {**meta, "finished_at": _stamp(), "wall_s": time.monotonic() - start})
+    print(cell_summary(results, plan))
+    verdict = decide(results)
+    print(summary(verdict))
+    print(f"results: {results_dir}")
+    return verdict.exit_code
+
+
+def cell_summary(results: Sequence[CaseResult], plan: Plan) -> str:
+    """One line per cell: its pins and how many cases got each outcome."""
+    from tabulate import tabulate
+
+    by_cell: dict[str, list[CaseResult]] = {}
+    for result in results:
+        by_cell.setdefault(result.cell_id, []).append(result)
+    rows = []
+    for cell in plan.planned:
+        got = by_cell.get(cell.id, [])
+        counts = {o: sum(r.outcome is o for r in got) for o in Outcome}
+        text = ", ".join(f"{n} {o}" for o, n in counts.items() if n) or "not run"
+        reasons = sorted({r.reason for r in got if r.outcome is Outcome.SKIP and r.reason})
+        note = reasons[0][:70] if len(reasons) == 1 and counts[Outcome.SKIP] == len(got) else ""
+        rows.append(
+            [cell.id, cell.cudnn, cell.frontend, cell.cuda, cell.driver, cell.arch, text, note]
+        )
+    headers = ["cell", "cudnn", "frontend", "cuda", "driver", "arch", "outcomes", "note"]
+    return str(tabulate(rows, headers=headers, tablefmt="github"))
