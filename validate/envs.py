@@ -259,6 +259,16 @@ def _create_venv(spec: EnvSpec, where: Path, tool: Literal["uv", "pip"]) -> None
         _run([interpreter, "-m", "venv", "--without-pip", *flags, str(where)], "python -m venv")
 
 
+def _layer_on_base(base_python: str, python: Path) -> None:
+    """Make a base *venv*'s packages visible: --system-site-packages only reaches its interpreter."""
+    code = "import json, site; print(json.dumps(site.getsitepackages()))"
+    base_sites = json.loads(_run([base_python, "-c", code], "reading the base environment"))
+    own = json.loads(_run([str(python), "-c", code], "reading the new environment"))
+    extra = [p for p in base_sites if p not in own]
+    if extra:  # a .pth line is appended after the env's own site-packages, so its pins win
+        (Path(own[0]) / "_cudnn_matrix_base.pth").write_text("\n".join(extra) + "\n")
+
+
 def _install(
     tool: Literal["uv", "pip"],
     python: Path,
@@ -309,6 +319,8 @@ def _build(
         work = Path(tmp) / "env"
         _create_venv(spec, work, tool)
         python = work / "bin" / "python"
+        if spec.base not in ("isolated", "system-site-packages"):
+            _layer_on_base(spec.base, python)
         wheel = build_frontend_wheel(spec.frontend, cache) if spec.frontend.kind == "git" else None
         frontend_req = spec.frontend.requirement(wheel)
         reqs = [*TOOLING, *spec.extras, *([frontend_req] if frontend_req else [])]

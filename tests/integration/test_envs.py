@@ -20,7 +20,12 @@ import pytest
 from validate.cli import main
 from validate.envs import EnvHandle, EnvSpec, ensure_env, probe_backend, read_manifest
 from validate.errors import EnvBuildError
-from validate.sources import parse_backend_source, parse_frontend_source, same_backend
+from validate.sources import (
+    build_frontend_wheel,
+    parse_backend_source,
+    parse_frontend_source,
+    same_backend,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +41,7 @@ _WANTED = {
         "--no-deps",
     ],
     f"nvidia_cudnn_frontend-{FRONTEND}-{_PY}-*.whl": [f"nvidia-cudnn-frontend=={FRONTEND}"],
+    f"nvidia_cudnn_frontend-1.27.0-{_PY}-*.whl": ["nvidia-cudnn-frontend==1.27.0"],
     "nbclient-*.whl": ["nbclient", "nbformat", "ipykernel", "nvidia-ml-py"],
 }
 
@@ -224,3 +230,40 @@ def test_envs_list_and_prune(
     assert main(["envs", "--cache-dir", str(tmp_path), "prune", "--all"]) == 0
     assert "removed 1 of 1" in capsys.readouterr().out
     assert not handle.python.exists()
+
+
+def test_layered_on_a_base_env(wheelhouse: Path, wheel_spec: EnvSpec, tmp_path: Path) -> None:
+    """Base python given: its packages are visible (like an NGC container's), the backend pin wins."""
+    base = tmp_path / "base"
+    subprocess.run(["uv", "venv", "--quiet", str(base)], check=True)
+    fe27 = _wheel(wheelhouse, f"nvidia_cudnn_frontend-1.27.0-{_PY}-*.whl")
+    install = ["uv", "pip", "install", "--quiet", "--python", str(base / "bin" / "python")]
+    subprocess.run([*install, "--no-index", str(fe27)], check=True)
+    spec = dataclasses.replace(
+        wheel_spec, frontend=parse_frontend_source("current"), base=str(base / "bin" / "python")
+    )
+    handle = ensure_env(spec, tmp_path / "cache", wheelhouse=wheelhouse)
+    assert _in_env(handle, "import cudnn; print(cudnn.__version__)") == "1.27.0"
+    assert probe_backend(handle)[0] == 91200
+    has_torch = _in_env(handle, "import importlib.util as u; print(bool(u.find_spec('torch')))")
+    assert (handle.torch_cudnn is not None) == (has_torch == "True")  # torch's own cuDNN pin
+
+
+def test_frontend_from_a_git_checkout_is_built_once(tmp_path: Path) -> None:
+    """A tiny pure-Python project stands in for the C++ frontend checkout (same pip wheel path)."""
+    repo = tmp_path / "checkout"
+    (repo / "demo_fe").mkdir(parents=True)
+    (repo / "demo_fe" / "__init__.py").write_text("__version__ = '0.1'\n")
+    (repo / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "demo-fe"\nversion = "0.1"\n'
+    )
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "--quiet"], ["add", "."], ["commit", "--quiet", "-m", "x"]):
+        subprocess.run([*git, *args], check=True)
+    source = parse_frontend_source(f"{repo}@HEAD")
+    first = build_frontend_wheel(source, tmp_path / "cache")
+    assert first.name == "demo_fe-0.1-py3-none-any.whl"
+    assert first.parent.name == source.commit
+    mtime = first.stat().st_mtime_ns
+    assert build_frontend_wheel(source, tmp_path / "cache").stat().st_mtime_ns == mtime
