@@ -14,7 +14,7 @@ from validate.errors import ConfigError
 __all__ = ["config_from_args", "register"]
 
 
-def _positive(kind: type[float] | type[int], minimum: float) -> Any:
+def _positive(kind: type[float | int], minimum: float) -> Any:
     def parse(text: str) -> float | int:
         try:
             value = kind(text)

@@ -16,10 +16,9 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from validate import __version__
 from validate.cases import Case, discover_cases, discover_samples
@@ -41,6 +40,9 @@ from validate.sources import (
     parse_frontend_source,
     short_version,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["SHIPPED_CASES", "ValidateConfig", "default_jobs", "env_spec_for", "run"]
 
