@@ -4,6 +4,9 @@ Sessions:
     tests     pytest (posargs go to pytest)
     lint      ruff check + ruff format --check + mypy
     plan      `cudnn-matrix plan ...` (posargs go to the CLI unchanged)
+    validate  the main job: `cudnn-matrix validate ...` (posargs go to the CLI unchanged)
+    images    `cudnn-matrix images build|list|prune ...` (posargs go to the CLI)
+    base_image  local Python base image from Debian packages (debootstrap + docker import)
 """
 
 from __future__ import annotations
@@ -41,7 +44,28 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(reuse_venv=True)
+def validate(session: nox.Session) -> None:
+    """Plan, build pinned environments, run the cases, print the verdict (exit 0 = signed off)."""
+    _install(session)
+    session.run("cudnn-matrix", "validate", *session.posargs)
+
+
+@nox.session(reuse_venv=True)
 def plan(session: nox.Session) -> None:
     """Print the planned (and with --show-pruned, pruned) cells."""
     _install(session)
     session.run("cudnn-matrix", "plan", *session.posargs)
+
+
+@nox.session(reuse_venv=True)
+def images(session: nox.Session) -> None:
+    """`cudnn-matrix images build|list|prune ...` (posargs go to the CLI unchanged)."""
+    _install(session)
+    session.run("cudnn-matrix", "images", *session.posargs)
+
+
+@nox.session(reuse_venv=True)
+def base_image(session: nox.Session) -> None:
+    """Build the local Python base image from Debian packages (no registry needed; needs root)."""
+    _install(session)
+    session.run("python", "-m", "validate.base_image", *session.posargs)
