@@ -85,8 +85,11 @@ _JS = """
     td.addEventListener("click", function () { show(td); });
     td.addEventListener("keydown", function (ev) { if (ev.key === "Enter") { show(td); } });
   });
-  var first = document.querySelector("td.st-regression, td.st-error, td.st-known, td.cell[data-cell]");
-  if (first) { show(first); }
+  var order = ["td.st-regression", "td.st-error", "td.st-known", "td.cell[data-cell]"];
+  for (var i = 0; i < order.length; i++) {
+    var first = document.querySelector(order[i]);
+    if (first) { show(first); break; }
+  }
 })();
 """
 
@@ -106,6 +109,15 @@ def _status(outcome: str) -> str:
         "timeout": "regression",
         "xfail": "known",
     }.get(outcome, outcome)
+
+
+_RANK: Final = ("crash", "fail", "timeout", "error", "xfail", "xpass", "skip", "pass")
+
+
+def _rank(item: StoredResult) -> int:
+    """Worst first in a drill-down."""
+    outcome = str(item.result.outcome)
+    return _RANK.index(outcome) if outcome in _RANK else len(_RANK)
 
 
 def _result(item: StoredResult, base: Path | None) -> dict[str, Any]:
@@ -136,7 +148,8 @@ def _result(item: StoredResult, base: Path | None) -> dict[str, Any]:
 def render_html(report: Report) -> str:
     """Render the page; all data is inline JSON, all styling and script inline."""
     table = report.table
-    index = {result_key(item.result): i for i, item in enumerate(report.runs.items)}
+    items = report.runs.items
+    index = {result_key(item.result): i for i, item in enumerate(items)}
     cells: dict[str, list[int]] = {}
     rows = []
     headers = "".join(f"<th>{html.escape(h)}</th>" for h in table.headers())
@@ -148,7 +161,7 @@ def render_html(report: Report) -> str:
                 tds += f'<td class="st-empty">{html.escape(cell.text)}</td>'
                 continue
             key = f"{r}:{c}"
-            cells[key] = [index[k] for k in cell.keys]
+            cells[key] = sorted((index[k] for k in cell.keys), key=lambda i: _rank(items[i]))
             label = f"{' / '.join(row)} · {' / '.join(col)}"
             tds += (
                 f'<td class="cell st-{cell.status}" tabindex="0" data-cell="{key}" '

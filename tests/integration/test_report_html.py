@@ -1,0 +1,278 @@
+"""Render the HTML report and load it in real headless Chromium over the DevTools protocol.
+
+Chromium is driven through ``--remote-debugging-pipe`` (CDP messages, NUL-separated JSON, on fds
+3/4): no websocket library and no TCP port. The test collects ``Runtime.exceptionThrown``,
+``Runtime.consoleAPICalled`` (error/assert) and ``Log.entryAdded`` (error) events, clicks a cell,
+and takes a screenshot with ``Page.captureScreenshot``, decoded by a tiny zlib+struct PNG reader.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import struct
+import subprocess
+import time
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from validate.render import render
+from validate.report import build_report, load_known_issue_db, load_runs
+
+pytestmark = pytest.mark.browser
+
+EXAMPLE = Path(__file__).parents[1] / "resources" / "runs" / "example"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+_TIMEOUT = 60.0
+
+
+def _high_pipe() -> tuple[int, int]:
+    """A pipe whose fds are >= 10, so the child's 3/4 redirections can never collide with them."""
+    fds = []
+    for fd in os.pipe():
+        fds.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10))
+        os.close(fd)
+    return fds[0], fds[1]
+
+
+class _Chromium:
+    """Headless Chromium with a CDP pipe; one page target attached in flat session mode."""
+
+    def __init__(self, profile: Path) -> None:
+        assert CHROMIUM is not None
+        to_child, self._w = _high_pipe()
+        self._r, from_child = _high_pipe()
+        args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-pipe",
+            "--window-size=1280,900",
+            "about:blank",
+        ]
+        # bash puts the pipe ends on fds 3 (commands in) and 4 (replies out), as Chromium expects
+        script = f'exec "$0" "$@" 3<&{to_child} 4>&{from_child} {to_child}<&- {from_child}>&-'
+        self.proc = subprocess.Popen(
+            ["bash", "-c", script, CHROMIUM, *args],
+            pass_fds=(to_child, from_child),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        os.close(to_child)
+        os.close(from_child)
+        self._buf = b""
+        self._id = 0
+        self.events: list[dict[str, Any]] = []
+        self.session = ""
+
+    def _read(self) -> dict[str, Any]:
+        while b"\0" not in self._buf:
+            chunk = os.read(self._r, 1 << 20)
+            if not chunk:
+                msg = f"chromium closed the CDP pipe (exit {self.proc.poll()})"
+                raise RuntimeError(msg)
+            self._buf += chunk
+        raw, self._buf = self._buf.split(b"\0", 1)
+        message: dict[str, Any] = json.loads(raw)
+        return message
+
+    def send(self, method: str, params: dict[str, Any] | None = None, *, page: bool = True) -> Any:
+        self._id += 1
+        msg: dict[str, Any] = {"id": self._id, "method": method, "params": params or {}}
+        if page and self.session:
+            msg["sessionId"] = self.session
+        os.write(self._w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + _TIMEOUT
+        while time.monotonic() < deadline:
+            reply = self._read()
+            if reply.get("id") == self._id:
+                if "error" in reply:
+                    msg_0 = f"{method}: {reply['error']}"
+                    raise RuntimeError(msg_0)
+                return reply.get("result", {})
+            self.events.append(reply)
+        raise TimeoutError(method)
+
+    def wait_event(self, method: str) -> dict[str, Any]:
+        deadline = time.monotonic() + _TIMEOUT
+        for event in self.events:
+            if event.get("method") == method:
+                return event
+        while time.monotonic() < deadline:
+            event = self._read()
+            self.events.append(event)
+            if event.get("method") == method:
+                return event
+        raise TimeoutError(method)
+
+    def open(self, url: str) -> None:
+        target = self.send("Target.createTarget", {"url": "about:blank"}, page=False)["targetId"]
+        attach = {"targetId": target, "flatten": True}
+        self.session = self.send("Target.attachToTarget", attach, page=False)["sessionId"]
+        for domain in ("Runtime", "Log", "Page"):
+            self.send(f"{domain}.enable")
+        metrics = {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+        self.send("Emulation.setDeviceMetricsOverride", metrics)
+        self.send("Page.navigate", {"url": url})
+        self.wait_event("Page.loadEventFired")
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})
+        if "exceptionDetails" in result:
+            raise RuntimeError(result["exceptionDetails"])
+        return result["result"].get("value")
+
+    def screenshot(self) -> bytes:
+        return base64.b64decode(self.send("Page.captureScreenshot", {"format": "png"})["data"])
+
+    def console_errors(self) -> list[str]:
+        errors = []
+        for event in self.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                details = params["exceptionDetails"]
+                errors.append(details.get("exception", {}).get("description") or details["text"])
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                errors.append(
+                    " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
+                )
+            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                errors.append(params["entry"].get("text", ""))
+        return errors
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, OSError, TimeoutError):
+            self.send("Browser.close", page=False)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._r)
+        os.close(self._w)
+
+
+def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Decode an 8-bit RGB/RGBA non-interlaced PNG into (width, height, pixel byte strings)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    if depth != 8 or colour not in (2, 6) or interlace:
+        msg = f"unsupported PNG: depth {depth}, colour type {colour}, interlace {interlace}"
+        raise ValueError(msg)
+    bpp = 4 if colour == 6 else 3
+    raw, stride = zlib.decompress(idat), width * bpp
+    prev, rows = bytearray(stride), []
+    for y in range(height):
+        start = y * (stride + 1)
+        ftype, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if ftype == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif ftype == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif ftype == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif ftype == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+                line[i] = (line[i] + pred) & 0xFF
+        rows.append(bytes(line))
+        prev = line
+    pixels = [row[x : x + 3] for row in rows for x in range(0, stride, bpp)]
+    return width, height, pixels
+
+
+def _load(page: Path, tmp_path: Path) -> tuple[_Chromium, bytes]:
+    browser = _Chromium(tmp_path / "profile")
+    try:
+        browser.open(page.resolve().as_uri())
+        return browser, browser.screenshot()
+    except BaseException:
+        browser.close()
+        raise
+
+
+@pytest.fixture
+def chromium() -> str:
+    if CHROMIUM is None:
+        pytest.skip("Debian chromium not installed (apt-get install -y chromium; .ci/run does it)")
+    return CHROMIUM
+
+
+@pytest.mark.usefixtures("chromium")
+def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
+    runs = load_runs([EXAMPLE])
+    report = build_report(
+        runs, known_issues=load_known_issue_db(None, runs.runs), link_base=tmp_path
+    )
+    page = tmp_path / "compat.html"
+    page.write_text(render(report, "html"), encoding="utf-8")
+    browser, png = _load(page, tmp_path)
+    try:
+        # the page opened the first regression's drill-down on load; click another cell too
+        assert "crash" in browser.evaluate("document.getElementById('detail').textContent")
+        clicked = browser.evaluate(
+            "var td = document.querySelector('td.st-error'); td.click();"
+            "document.getElementById('detail').textContent"
+        )
+        assert "pin not honoured" in clicked
+        assert browser.evaluate("document.querySelectorAll('td.cell').length") == 16
+        errors = browser.console_errors()
+    finally:
+        browser.close()
+    assert errors == []
+    width, height, pixels = _png_pixels(png)
+    assert (width, height) == (1280, 900)
+    colours = Counter(pixels)
+    assert len(colours) > 50, "screenshot looks blank"
+    assert colours.most_common(1)[0][1] < 0.95 * len(pixels)
+    # the matrix colours are on screen: green (pass), red (regression), yellow (known issue)
+    for rgb in ((0x34, 0xD0, 0x58), (0xD7, 0x3A, 0x49), (0xF9, 0xC5, 0x13)):
+        assert colours[bytes(rgb)] > 100, rgb
+
+
+@pytest.mark.usefixtures("chromium")
+def test_harness_sees_console_errors_and_blank_pages(tmp_path: Path) -> None:
+    """The checks above can fail: a script error is reported and a blank page is flagged."""
+    page = tmp_path / "broken.html"
+    page.write_text(
+        "<!DOCTYPE html><html><head><link rel='icon' href='data:,'></head><body>"
+        "<script>console.error('boom'); missingFunction();</script></body></html>"
+    )
+    browser, png = _load(page, tmp_path)
+    try:
+        errors = browser.console_errors()
+    finally:
+        browser.close()
+    assert any("boom" in e for e in errors)
+    assert any("missingFunction is not defined" in e for e in errors)
+    _, _, pixels = _png_pixels(png)
+    assert len(Counter(pixels)) == 1  # nothing drawn: the blank check would fail this page
