@@ -7,9 +7,14 @@ Sessions:
     validate  the main job: `cudnn-matrix validate ...` (posargs go to the CLI unchanged)
     images    `cudnn-matrix images build|list|prune ...` (posargs go to the CLI)
     base_image  local Python base image from Debian packages (debootstrap + docker import)
+    report    `cudnn-matrix report ...` (posargs go to the CLI); with none, regenerates
+              reports/compat.{md,rst,json,junit.xml,html} from the newest run in reports/runs/
+              (or, when none is stored, the synthetic example run in tests/resources/runs/example)
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import nox
 
@@ -69,3 +74,20 @@ def base_image(session: nox.Session) -> None:
     """Build the local Python base image from Debian packages (no registry needed; needs root)."""
     _install(session)
     session.run("python", "-m", "validate.base_image", *session.posargs)
+
+
+@nox.session(reuse_venv=True)
+def report(session: nox.Session) -> None:
+    """Render stored results (exit 1 = not signed off); no posargs: regenerate reports/compat.*."""
+    _install(session)
+    if session.posargs:
+        session.run("cudnn-matrix", "report", *session.posargs)
+        return
+    stored = any(Path("reports/runs").glob("*/results.jsonl"))
+    source = [] if stored else ["--results", "tests/resources/runs/example"]
+    formats = {"md": ".md", "rst": ".rst", "json": ".json", "junit": ".junit.xml", "html": ".html"}
+    for fmt, suffix in formats.items():
+        extra = ["--bug-reports", "reports/bug-reports"] if fmt == "md" else []
+        out = ["--format", fmt, "--out", f"reports/compat{suffix}", *extra]
+        # regenerating is not signing off: a "not signed off" verdict (1) still rendered fine
+        session.run("cudnn-matrix", "report", *source, *out, success_codes=[0, 1])
