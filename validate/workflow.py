@@ -304,8 +304,7 @@ def run_cells(
         key = spec.hash
         if no_gpu and key in ran_in:
             reason = (
-                f"{no_gpu}: driver/arch axes cannot be exercised here; the pins and CPU parts "
-                f"ran once for this environment in cell {ran_in[key]}"
+                f"{no_gpu}: same environment as cell {ran_in[key]}, where its pins were checked"
             )
             _skip_all(store, cell, cases, reason, run_id)
             continue
