@@ -23,7 +23,7 @@ _LOG_LINES = 40
 _ENV_KEYS: Mapping[str, tuple[str, ...]] = {
     "frontend": ("frontend_version", "cudnn_frontend", "frontend"),
     "backend": ("backend_version", "backend_version_string", "cudnn_backend", "backend"),
-    "libcudnn": ("libcudnn", "libcudnn_paths", "libcudnn_loaded", "loaded_libraries"),
+    "libcudnn": ("libcudnn", "cudnn_libs", "libcudnn_paths", "libcudnn_loaded", "loaded_libraries"),
     "gpu": ("gpu_name", "gpu", "gpus"),
     "cc": ("compute_capability", "cc", "gpu_cc"),
     "cuda": ("cuda_runtime", "cuda_runtime_version", "cuda_version", "cuda"),
@@ -43,13 +43,40 @@ _EXPECTED: Mapping[Outcome, str] = {
 
 def _env(result: CaseResult, fact: str) -> str:
     env: Mapping[str, Any] = result.env
+    gpus = env.get("gpus")
+    if (
+        fact in ("gpu", "cc", "driver")
+        and isinstance(gpus, list)
+        and gpus
+        and isinstance(gpus[0], dict)
+    ):
+        env = {**gpus[0], **env}  # the runner records GPUs as a list of {name, cc, driver, ...}
+        if fact == "gpu":
+            return str(gpus[0].get("name", ""))
     for key in _ENV_KEYS[fact]:
         value = env.get(key)
-        if value not in (None, "", [], {}):
-            if isinstance(value, (list, tuple)):
-                return ", ".join(str(v) for v in value)
-            return str(value)
+        if value in (None, "", [], {}):
+            continue
+        if isinstance(value, (list, tuple)):
+            main = [str(v) for v in value if "/libcudnn.so" in str(v)] or [str(value[0])]
+            more = len(value) - len(main)
+            return ", ".join(main) + (f" (+{more} more)" if more > 0 else "")
+        return str(value)
     return ""
+
+
+def _pin_only(result: CaseResult, axis: str) -> str:
+    pin = result.cell.get(axis)
+    return f"{pin} (the cell's pin; not captured in the case)" if pin else ""
+
+
+def _backend(result: CaseResult) -> str:
+    """The pinned backend, plus what cudnn.backend_version() returned in the case when captured."""
+    pin = str(result.cell.get("cudnn", ""))
+    seen = _env(result, "backend")
+    if not seen or seen == pin:
+        return pin or seen
+    return f"{pin} (cudnn.backend_version() = {seen})" if pin else seen
 
 
 def reproduce_command(result: CaseResult) -> str:
@@ -117,7 +144,7 @@ def bug_report(item: StoredResult, baseline: CaseResult | None = None) -> str:
     r = item.result
     env_rows = [
         ("cudnn_frontend version", _env(r, "frontend") or str(r.cell.get("frontend", ""))),
-        ("cudnn_backend version", _env(r, "backend") or str(r.cell.get("cudnn", ""))),
+        ("cudnn_backend version", _backend(r)),
         ("libcudnn loaded from", _env(r, "libcudnn")),
         (
             "GPU arch",
@@ -126,8 +153,8 @@ def bug_report(item: StoredResult, baseline: CaseResult | None = None) -> str:
                 f" ({_env(r, 'gpu')}, compute capability {_env(r, 'cc')})" if _env(r, "gpu") else ""
             ),
         ),
-        ("cuda runtime version", _env(r, "cuda") or str(r.cell.get("cuda", ""))),
-        ("cuda driver version", _env(r, "driver") or str(r.cell.get("driver", ""))),
+        ("cuda runtime version", _env(r, "cuda") or _pin_only(r, "cuda")),
+        ("cuda driver version", _env(r, "driver") or _pin_only(r, "driver")),
         ("host compiler", _env(r, "compiler") or "not captured"),
         ("OS", _env(r, "os")),
         ("Python", _env(r, "python")),

@@ -23,7 +23,19 @@ LEGEND = (
     "(fixed?) · skip [i]: see footnote i · fixed in V (KI): known issue fixed from backend V · "
     "—: not run"
 )
-_PROVENANCE_KEYS = ("provenance", "date", "gpu", "driver", "cuda", "host", "command")
+_PROVENANCE_KEYS = (
+    "provenance",
+    "date",
+    "started_at",
+    "finished_at",
+    "gpu",
+    "driver",
+    "cuda",
+    "host",
+    "executor",
+    "env_mode",
+    "command",
+)
 
 
 def table_text(table: CompatTable, tablefmt: str = "github") -> str:
@@ -34,10 +46,19 @@ def table_text(table: CompatTable, tablefmt: str = "github") -> str:
     return text + ("\n\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
 
 
+def _fact(value: Any) -> str:
+    """A run.json value on one line; dicts (e.g. host) as k=v for the facts that are set."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_fact(v)}" for k, v in value.items() if v not in (None, "", [], {}))
+    if isinstance(value, list):
+        return "[" + ", ".join(_fact(v) for v in value) + "]"
+    return str(value)
+
+
 def provenance_lines(run: RunInfo) -> list[str]:
     """One line per provenance fact recorded in a run's run.json."""
     meta: Mapping[str, Any] = run.meta
-    facts = [f"{key}: {meta[key]}" for key in _PROVENANCE_KEYS if meta.get(key)]
+    facts = [f"{key}: {_fact(meta[key])}" for key in _PROVENANCE_KEYS if meta.get(key)]
     return [f"run `{run.run_id}` ({run.path})", *(f"  {fact}" for fact in facts)]
 
 
