@@ -29,36 +29,14 @@ from validate.sources import (
 
 pytestmark = pytest.mark.slow
 
-WHEELHOUSE = Path(__file__).resolve().parents[2] / ".cache" / "wheelhouse"
-#: The smallest backend wheels on PyPI (cu13 9.12.0.46: 313 MB; 9.13.0.50: 348 MB).
-BACKEND, OTHER_BACKEND = "9.12.0.46", "9.13.0.50"
-FRONTEND = "1.26.0"
+#: The smallest backend wheels on PyPI (cu13 9.12.0.46: 313 MB; 9.13.0.50: 348 MB); the shared
+#: `wheelhouse` fixture (tests/conftest.py) downloads them once.
+BACKEND, OTHER_BACKEND, FRONTEND = "9.12.0.46", "9.13.0.50", "1.26.0"
 _PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
-_WANTED = {
-    f"nvidia_cudnn_cu13-{BACKEND}-*.whl": [f"nvidia-cudnn-cu13=={BACKEND}", "--no-deps"],
-    f"nvidia_cudnn_cu13-{OTHER_BACKEND}-*.whl": [
-        f"nvidia-cudnn-cu13=={OTHER_BACKEND}",
-        "--no-deps",
-    ],
-    f"nvidia_cudnn_frontend-{FRONTEND}-{_PY}-*.whl": [f"nvidia-cudnn-frontend=={FRONTEND}"],
-    f"nvidia_cudnn_frontend-1.27.0-{_PY}-*.whl": ["nvidia-cudnn-frontend==1.27.0"],
-    "nbclient-*.whl": ["nbclient", "nbformat", "ipykernel", "nvidia-ml-py"],
-}
 
 
 def _wheel(wheelhouse: Path, pattern: str) -> Path:
     return min(wheelhouse.glob(pattern))
-
-
-@pytest.fixture(scope="session")
-def wheelhouse() -> Path:
-    """The shared wheelhouse; downloads only what is missing, once."""
-    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-    for pattern, args in _WANTED.items():
-        if not any(WHEELHOUSE.glob(pattern)):
-            argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:"]
-            subprocess.run([*argv, "-d", str(WHEELHOUSE), *args], check=True)
-    return WHEELHOUSE
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,32 @@
+"""Shared fixtures: the real-wheel wheelhouse every install test reuses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: Git-ignored, shared by the env, validate, repro and docker tests: each wheel downloads once.
+WHEELHOUSE = Path(__file__).resolve().parents[1] / ".cache" / "wheelhouse"
+_PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
+#: glob -> `pip download` arguments. The backends are the smallest cu13 wheels on PyPI.
+_WANTED = {
+    "nvidia_cudnn_cu13-9.12.0.46-*.whl": ["nvidia-cudnn-cu13==9.12.0.46", "--no-deps"],
+    "nvidia_cudnn_cu13-9.13.0.50-*.whl": ["nvidia-cudnn-cu13==9.13.0.50", "--no-deps"],
+    f"nvidia_cudnn_frontend-1.26.0-{_PY}-*.whl": ["nvidia-cudnn-frontend==1.26.0"],
+    f"nvidia_cudnn_frontend-1.27.0-{_PY}-*.whl": ["nvidia-cudnn-frontend==1.27.0"],
+    "nbclient-*.whl": ["nbclient", "nbformat", "ipykernel", "nvidia-ml-py"],
+}
+
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> Path:
+    """The shared wheelhouse; downloads only what is missing, once."""
+    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    for pattern, args in _WANTED.items():
+        if not any(WHEELHOUSE.glob(pattern)):
+            argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:"]
+            subprocess.run([*argv, "-d", str(WHEELHOUSE), *args], check=True)
+    return WHEELHOUSE
