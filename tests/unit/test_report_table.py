@@ -75,3 +75,17 @@ def test_pivot_case_rows_backend_columns() -> None:
 def test_bad_pivot_is_a_config_error(text: str) -> None:
     with pytest.raises(ConfigError, match="--pivot"):
         Pivot.parse(text)
+
+
+def test_fallback_loader_agrees_with_known_issues_module() -> None:
+    """report reads the DB through validate.known_issues; its own TOML fallback gives the same table."""
+    from validate.known_issues import load_known_issues
+    from validate.report import _fallback_known_issues
+
+    snapshot = EXAMPLE / "known_issues.toml"
+    real, fallback = load_known_issues(snapshot), _fallback_known_issues(snapshot)
+    assert [(k.id, k.fixed_in, str(k.backend)) for k in real] == [
+        (k.id, k.fixed_in, str(k.backend)) for k in fallback
+    ]
+    items = load_runs([EXAMPLE]).items
+    assert table_text(build_table(items, known_issues=fallback)) == EXPECTED_MD
