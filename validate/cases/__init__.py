@@ -6,8 +6,9 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
+from validate._compat import tomllib
 from validate.cases import notebook, script
 from validate.errors import CaseError
 from validate.requirements import DEFAULT_CASES_TOML, Requirements, RequirementTable
@@ -15,7 +16,7 @@ from validate.requirements import DEFAULT_CASES_TOML, Requirements, RequirementT
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-__all__ = ["Case", "CaseKind", "discover_cases", "discover_samples"]
+__all__ = ["MANIFEST", "Case", "CaseKind", "discover_cases", "discover_samples", "load_manifest"]
 
 CaseKind = Literal["notebook", "script"]
 _SUFFIXES: dict[str, CaseKind] = {".ipynb": "notebook", ".py": "script"}
@@ -29,16 +30,19 @@ class Case:
     path: Path
     kind: CaseKind
     requirements: Requirements = field(default_factory=Requirements)
+    args: tuple[str, ...] = ()  # script argv (a case manifest can run one script as variants)
 
     @property
     def slug(self) -> str:
         """Folder-safe, collision-free name for the case's evidence folder."""
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", self.name).strip("_")[:80]
-        return f"{stem}-{hashlib.sha256(str(self.path).encode()).hexdigest()[:6]}"
+        ident = "\0".join((str(self.path), *self.args))
+        return f"{stem}-{hashlib.sha256(ident.encode()).hexdigest()[:6]}"
 
     def content_key(self, cell: Mapping[str, str]) -> str:
         """Hash of the case file and the cell pins (same content + pins -> same key)."""
         digest = hashlib.sha256(self.path.read_bytes())
+        digest.update("\0".join(self.args).encode())
         for axis, value in sorted(cell.items()):
             digest.update(f"\0{axis}={value}".encode())
         return digest.hexdigest()[:16]
@@ -49,7 +53,7 @@ class Case:
             case "notebook":
                 return notebook.command(python, self.path, report, timeout_s)
             case "script":
-                return script.command(python, self.path, report)
+                return script.command(python, self.path, report, self.args)
 
 
 def _kind(path: Path) -> CaseKind | None:
@@ -71,10 +75,18 @@ def discover_cases(paths: Iterable[Path], *, table: RequirementTable | None = No
     folder are used instead so that result keys stay unique.
     """
     found: list[Path] = []
+    listed: list[Case] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found.extend(p for p in sorted(path.rglob("*")) if p.is_file() and _is_case_file(p))
+            manifest = load_manifest(path) if (path / MANIFEST).is_file() else []
+            listed.extend(manifest)
+            taken = {c.path for c in manifest}
+            found.extend(
+                p
+                for p in sorted(path.rglob("*"))
+                if p.is_file() and _is_case_file(p) and p.resolve() not in taken
+            )
         elif path.is_file():
             if _kind(path) is None:
                 msg = f"{path}: not a case (expected a .ipynb notebook or a .py script)"
@@ -94,6 +106,61 @@ def discover_cases(paths: Iterable[Path], *, table: RequirementTable | None = No
         assert kind is not None
         req = table.for_case(path.name) if table else Requirements()
         cases.append(Case(name=name, path=path, kind=kind, requirements=req))
+    return listed + cases
+
+
+#: A folder may hold a manifest listing script cases with arguments (one script, many variants).
+MANIFEST: Final = "cases.toml"
+_MANIFEST_KEYS: Final = frozenset(
+    {"name", "script", "args", "needs_gpu", "cpu_part", "min_backend"}
+)
+
+
+def load_manifest(folder: Path) -> list[Case]:
+    """Cases from `folder/cases.toml` `[[case]]` entries; every bad entry is reported at once.
+
+    Keys: name, script (relative path), args (list), min_backend, needs_gpu, cpu_part. A case
+    with ``cpu_part = true`` runs on a host without a GPU too: it does its CPU part and reports
+    ``VERDICT skip`` for the rest itself, so `needs_gpu` does not skip it before it starts.
+    """
+    path = folder / MANIFEST
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        msg = f"{path}: cannot read case manifest: {exc}"
+        raise CaseError(msg) from exc
+    errors: list[str] = []
+    cases: list[Case] = []
+    for i, entry in enumerate(data.get("case", [])):
+        where = f"{path}: case[{i}]"
+        unknown = sorted(set(entry) - _MANIFEST_KEYS)
+        if unknown:
+            errors.append(f"{where}: unknown key {unknown[0]!r}")
+        script_path = (folder / str(entry.get("script", ""))).resolve()
+        if not entry.get("name") or not script_path.is_file() or _kind(script_path) != "script":
+            errors.append(f"{where}: needs a name and a script .py that exists")
+            continue
+        args = entry.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            errors.append(f"{where}.args: expected a list of strings")
+            continue
+        req = Requirements().updated(
+            {
+                "needs_gpu": bool(entry.get("needs_gpu")) and not entry.get("cpu_part"),
+                **({"min_backend": entry["min_backend"]} if "min_backend" in entry else {}),
+            }
+        )
+        cases.append(
+            Case(
+                name=str(entry["name"]),
+                path=script_path,
+                kind="script",
+                requirements=req,
+                args=tuple(args),
+            )
+        )
+    if errors:
+        raise CaseError("; ".join(errors))
     return cases
 
 

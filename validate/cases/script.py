@@ -24,6 +24,7 @@ from validate.outcome import Outcome
 from validate.resources import RESOURCES
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
 __all__ = ["RESULT_FILE_ENV", "RUN_SCRIPT", "command", "read_result_file", "verdict_line"]
@@ -34,9 +35,9 @@ _VERDICT: Final = re.compile(r"^VERDICT (pass|fail|skip)(?::\s*(.*))?\s*$")
 _ALLOWED: Final = {"pass": Outcome.PASS, "fail": Outcome.FAIL, "skip": Outcome.SKIP}
 
 
-def command(python: Path, script: Path, report: Path) -> list[str]:
-    """argv that runs `script` through the bootstrap, which writes `report` (JSON) at exit."""
-    return [str(python), str(RUN_SCRIPT), str(script), str(report)]
+def command(python: Path, script: Path, report: Path, args: Sequence[str] = ()) -> list[str]:
+    """argv that runs `script ARGS...` through the bootstrap, which writes `report` at exit."""
+    return [str(python), str(RUN_SCRIPT), str(script), str(report), *args]
 
 
 def verdict_line(tail: str) -> tuple[Outcome, str] | None:
