@@ -205,7 +205,7 @@ def ensure_env(
 ) -> EnvHandle:
     """Return the environment for `spec`, building it once into `<cache>/envs/<hash>/`."""
     if spec.backend.kind == "current" and spec.frontend.kind == "current" and not spec.extras:
-        return current_env(spec.backend.version)
+        return current_env(spec.backend.version, python=Path(spec.python))
     cache = cache_root(cache_dir).resolve()
     wheelhouse = wheelhouse.resolve() if wheelhouse else None
     root = cache / "envs" / spec.hash

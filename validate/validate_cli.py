@@ -80,6 +80,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     env.add_argument("--wheelhouse", type=Path, metavar="DIR", help="install offline from here")
     env.add_argument("--cache-dir", type=Path, metavar="DIR", help="environment cache")
     env.add_argument("--installer", choices=("auto", "uv", "pip"), default="auto")
+    env.add_argument(
+        "--no-backend-deps",
+        dest="backend_deps",
+        action="store_false",
+        help="install the backend wheel without its dependencies (nvidia-cublas): enough to "
+        "load it and build graphs without a GPU, e.g. from a small offline wheelhouse",
+    )
     run = parser.add_argument_group("running")
     run.add_argument("--jobs", type=_positive(int, 1), metavar="N")
     run.add_argument("--timeout", type=_positive(float, 0.1), default=600.0, metavar="S")
@@ -119,6 +126,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         wheelhouse=args.wheelhouse,
         cache_dir=args.cache_dir,
         installer=args.installer,
+        backend_deps=args.backend_deps,
         jobs=args.jobs,
         timeout_s=args.timeout,
         reruns=args.reruns,

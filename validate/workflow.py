@@ -69,6 +69,7 @@ class ValidateConfig:
     wheelhouse: Path | None = None
     cache_dir: Path | None = None
     installer: str = "auto"
+    backend_deps: bool = True  # install the backend wheel's own deps (nvidia-cublas)
     jobs: int | None = None
     timeout_s: float = 600.0
     reruns: int = 0
@@ -128,7 +129,7 @@ def env_spec_for(cell: Cell, config: ValidateConfig) -> EnvSpec:
         python=config.base_python,
         extras=config.extras,
         base=base,
-        backend_deps=not current,
+        backend_deps=config.backend_deps and not current,
     )
 
 

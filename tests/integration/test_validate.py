@@ -1,0 +1,106 @@
+"""`cudnn-matrix validate` end to end with real wheels: pins verified in the case processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BACKEND, OTHER_BACKEND = "9.13.0.50", "9.12.0.46"  # both in the shared wheelhouse (conftest.py)
+CELL = ["--cuda", "13.0", "--driver", "580", "--arch", "sm90"]
+
+
+def _validate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "validate", "validate", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+
+
+def _results(run_dir: Path) -> dict[str, dict[str, object]]:
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    return {json.loads(line)["case"]: json.loads(line) for line in lines}
+
+
+@pytest.fixture(scope="module")
+def env_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("validate-envs")
+
+
+def test_validate_installs_pins_and_verifies_them(
+    wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    common = ["--cudnn", BACKEND, "--frontend", "1.27.0", *CELL, "--wheelhouse", str(wheelhouse)]
+    common += ["--cache-dir", str(env_cache), "--no-backend-deps", "--results", str(run_dir)]
+    proc = _validate(*common)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = _results(run_dir)
+    check = results["pin_check.py"]
+    assert check["outcome"] == "pass"
+    assert check["reason"] == "frontend 1.27.0, backend 91300"
+    libs = json.dumps(check["env"])
+    assert str(env_cache) in libs  # the backend was mapped from the cell's own environment
+    for variant in ("graph-graph", "graph-pygraph", "backward", "graph-pygraph-auto"):
+        result = results[f"repro_fusion_uid[{variant}]"]
+        assert result["outcome"] == "skip", result
+        assert str(result["reason"]).startswith("no NVIDIA driver (graph construction ok")
+    run_meta = json.loads((run_dir / "run.json").read_text())
+    assert run_meta["host"]["source"] == "none"
+    assert "finished_at" in run_meta
+    assert "SIGNED OFF" in proc.stdout
+
+    # --resume on a finished run adds nothing and re-runs nothing.
+    again = _validate(*common, "--resume")
+    assert again.returncode == 0, again.stderr
+    assert len((run_dir / "results.jsonl").read_text().splitlines()) == len(results)
+    assert "reusing environment" in again.stderr or "cell" in again.stderr
+
+
+def test_dishonoured_pin_is_an_error(wheelhouse: Path, tmp_path: Path) -> None:
+    """--env current over an interpreter holding backend 9.13 while the cell pins 9.12."""
+    base = tmp_path / "base"
+    subprocess.run(["uv", "venv", "--quiet", str(base)], check=True)
+    install = ["uv", "pip", "install", "--quiet", "--python", str(base / "bin" / "python")]
+    subprocess.run(
+        [
+            *install,
+            "--no-index",
+            "--no-deps",
+            str(min(wheelhouse.glob(f"nvidia_cudnn_cu13-{BACKEND}-*.whl"))),
+            str(min(wheelhouse.glob("nvidia_cudnn_frontend-1.27.0-*.whl"))),
+        ],
+        check=True,
+    )
+    run_dir = tmp_path / "run"
+    proc = _validate(
+        "--cudnn",
+        OTHER_BACKEND,
+        "--frontend",
+        "1.27.0",
+        *CELL,
+        "--env",
+        "current",
+        "--base-python",
+        str(base / "bin" / "python"),
+        "--frontend-source",
+        "current",
+        "--cases",
+        str(Path(__file__).resolve().parents[2] / "validate/resources/cases/pin_check.py"),
+        "--results",
+        str(run_dir),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = _results(run_dir)["pin_check.py"]
+    assert result["outcome"] == "error"
+    assert "pin not honoured" in str(result["reason"])
+    assert "9.13" in str(result["reason"])
+    assert "9.12" in str(result["reason"])
