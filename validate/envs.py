@@ -71,7 +71,12 @@ except md.PackageNotFoundError:
 else:
     pins = [r for r in reqs if r.startswith("nvidia-cudnn-cu") and "==" in r]
     torch = pins[0].split("==")[1].split(";")[0].strip() if pins else "unpinned"
-print(json.dumps({"purelib": sysconfig.get_paths()["purelib"], "torch_cudnn": torch}))
+import os, sys
+# The backend a layered environment sees "as it is": the first nvidia/cudnn/lib on sys.path.
+libs = [os.path.join(p, "nvidia", "cudnn", "lib") for p in sys.path if p]
+cudnn_lib = next((d for d in libs if os.path.isfile(os.path.join(d, "libcudnn.so.9"))), None)
+print(json.dumps({"purelib": sysconfig.get_paths()["purelib"], "torch_cudnn": torch,
+                  "cudnn_lib": cudnn_lib}))
 """
 
 
@@ -299,12 +304,15 @@ def _fix_shebangs(bin_dir: Path, old: Path, new: Path) -> None:
                 script.write_bytes(data.replace(old_b, new_b))
 
 
-def _backend_dir(spec: EnvSpec, purelib: Path) -> Path | None:
+def _backend_dir(spec: EnvSpec, purelib: Path, seen: str | None) -> Path | None:
+    """Where the pinned libcudnn.so.9 must come from. For `current` that is the base
+    environment's own wheel copy when there is one (e.g. the one torch pins): the frontend's
+    loader only looks in the env's purelib, so a layered env is pointed at it explicitly."""
     match spec.backend.kind:
         case "libdir":
             return spec.backend.libdir()
         case "current":
-            return None
+            return Path(seen) if seen else None
         case "pypi" | "wheel":
             return purelib / "nvidia" / "cudnn" / "lib"
 
@@ -330,7 +338,7 @@ def _build(
         if backend_req:
             _install(tool, python, [backend_req], wheelhouse, no_deps=not spec.backend_deps)
         facts = json.loads(_run([str(python), "-c", _FACTS], "reading the new environment"))
-        backend_dir = _backend_dir(spec, Path(facts["purelib"]))
+        backend_dir = _backend_dir(spec, Path(facts["purelib"]), facts.get("cudnn_lib"))
         if backend_dir is not None and not (backend_dir / "libcudnn.so.9").is_file():
             msg = f"{spec.backend.describe()} left no libcudnn.so.9 in {backend_dir}"
             raise EnvBuildError(msg)
