@@ -116,8 +116,8 @@ def _parse_steps(lines: Iterable[str]) -> tuple[BuildStep, ...]:
     current: tuple[int, str] | None = None
     cached = False
     for line in lines:
-        if match := _STEP_RE.match(line):
-            current, cached = (int(match[1]), match[2]), False
+        if match := _STEP_RE.match(line):  # FROM does no work: count it as cached
+            current, cached = (int(match[1]), match[2]), match[2].upper().startswith("FROM ")
         elif current and line.strip() == "---> Using cache":
             cached = True
         elif current and (match := _LAYER_RE.match(line)):
@@ -149,6 +149,11 @@ class ImageBuilder:
         if self._client is None:
             self._client = docker_client()
         return self._client
+
+    def close(self) -> None:
+        """Close the SDK client (its HTTP connection pool)."""
+        if self._client is not None:
+            self._client.close()
 
     # -- wheelhouse -------------------------------------------------------------------------
     def _pip_download(
@@ -312,7 +317,7 @@ class ImageBuilder:
 
         ctx = self.stage(spec)
         lines: list[str] = []
-        image_id = ""
+        image_id = error = ""
         start = time.monotonic()
         sink = log_path.open("w", encoding="utf-8") if log_path else None
         try:
@@ -331,8 +336,8 @@ class ImageBuilder:
                     lines.append(line)
                     if sink:
                         sink.write(line + "\n")
-                if "error" in chunk:
-                    raise ImageBuildError(_failure(spec, chunk["error"], lines))
+                # read the stream to its end even after an error: it frees the connection
+                error = error or chunk.get("error", "")
                 if aux := chunk.get("aux"):
                     image_id = aux.get("ID", image_id)
         except docker.errors.DockerException as exc:
@@ -340,6 +345,8 @@ class ImageBuilder:
         finally:
             if sink:
                 sink.close()
+        if error:
+            raise ImageBuildError(_failure(spec, error, lines))
         if not image_id:
             image_id = self.client.images.get(spec.tag).id
         shutil.rmtree(ctx, ignore_errors=True)
@@ -356,6 +363,16 @@ class ImageBuilder:
         return self.build(spec, log_path=log_path).tag
 
     # -- inventory --------------------------------------------------------------------------
+    def image_exists(self, tag: str) -> bool:
+        """Whether the daemon holds an image with this tag."""
+        import docker
+
+        try:
+            self.client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            return False
+        return True
+
     def list_images(self) -> list[ImageInfo]:
         """Every cell image on the daemon (found by the io.cudnn-matrix.digest label)."""
         out: list[ImageInfo] = []

@@ -42,10 +42,16 @@ def daemon_info(client: Any = None) -> DaemonInfo | None:
     from validate.builder import docker_client
 
     try:
-        info = (client or docker_client(timeout=10)).info()
+        own = client is None
+        client = client or docker_client(timeout=10)
     except DockerError as exc:
         logger.info("no docker daemon: %s", exc)
         return None
+    try:
+        info = client.info()
+    finally:
+        if own:
+            client.close()
     runtimes = tuple(sorted(info.get("Runtimes") or {}))
     nvidia = "nvidia" in runtimes or info.get("DefaultRuntime") == "nvidia"
     return DaemonInfo(
@@ -81,6 +87,7 @@ def container_kwargs(request: ExecRequest, *, gpu: bool) -> dict[str, Any]:
         command += ["--expect-backend", request.expect_backend]
     if request.samples is not None:
         binds[str(request.samples.resolve())] = {"bind": _SAMPLES, "mode": "ro"}
+        command += ["--samples", _SAMPLES]
     command += list(request.runner_args)
     devices: list[DeviceRequest] = []
     if gpu:
@@ -90,8 +97,6 @@ def container_kwargs(request: ExecRequest, *, gpu: bool) -> dict[str, Any]:
             else DeviceRequest(device_ids=[str(i) for i in request.gpus], capabilities=[["gpu"]])
         ]
     environment = {"HOME": "/tmp", **dict(request.env)}
-    if request.samples is not None:
-        environment.setdefault("CUDNN_MATRIX_SAMPLES", _SAMPLES)
     return {
         "image": request.image,
         "command": command,
@@ -160,6 +165,11 @@ class DockerExecutor:
 
     def available(self) -> bool:
         return daemon_info(self._client) is not None
+
+    def close(self) -> None:
+        """Close the SDK client (its HTTP connection pool)."""
+        if self._client is not None:
+            self._client.close()
 
     @property
     def gpu(self) -> bool:

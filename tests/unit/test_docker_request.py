@@ -1,0 +1,138 @@
+"""What the docker executor sends to the daemon, captured at the SDK's HTTP layer (no GPU, no daemon).
+
+This machine has no GPU and no NVIDIA runtime, so the GPU path cannot run here; the request body
+of `POST /containers/create` is the part we own, and it is asserted exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import docker
+import pytest
+
+from validate.errors import ConfigError
+from validate.executors import EXECUTORS, ExecRequest, pick_executor
+from validate.executors.docker import DockerExecutor
+from validate.matrix import Cell
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+CELL = Cell(cudnn="9.24.0.43", frontend="1.27.0", cuda="13.0", driver="580", arch="sm100")
+
+
+class _Sent(Exception):
+    """Raised by the capturing transport instead of talking to a daemon."""
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[dict[str, Any]]]:
+    """A real DockerClient (API version pinned, so no daemon is asked) whose POSTs are recorded."""
+    client = docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
+    bodies: list[dict[str, Any]] = []
+
+    def post_json(url: str, data: dict[str, Any], **_: Any) -> None:
+        assert url.endswith("/containers/create")
+        bodies.append(data)
+        raise _Sent
+
+    monkeypatch.setattr(client.api, "_post_json", post_json)
+    return client, bodies
+
+
+def _request(tmp_path: Path, gpus: tuple[int, ...] | None = None) -> ExecRequest:
+    case = tmp_path / "cases" / "pin_check.py"
+    case.parent.mkdir()
+    case.write_text("print('hi')\n")
+    (tmp_path / "samples").mkdir()
+    return ExecRequest(
+        cell=CELL,
+        cases=(case,),
+        results_dir=tmp_path / "results",
+        expect_backend="9.24.0.43",
+        samples=tmp_path / "samples",
+        image="cudnn-matrix/cell:0123456789abcdef",
+        gpus=gpus,
+        runner_args=("--timeout", "600"),
+    )
+
+
+def _send(client: Any, request: ExecRequest, *, gpu: bool) -> dict[str, Any]:
+    bodies: list[dict[str, Any]] = client.bodies
+    with pytest.raises(_Sent), DockerExecutor(client=client, gpu=gpu).container(request):
+        pass
+    return bodies[-1]
+
+
+@pytest.fixture
+def client(captured: tuple[Any, list[dict[str, Any]]]) -> Any:
+    real, bodies = captured
+    real.bodies = bodies
+    return real
+
+
+def test_all_gpus_requested_with_device_request(client: Any, tmp_path: Path) -> None:
+    body = _send(client, _request(tmp_path), gpu=True)
+    assert body["HostConfig"]["DeviceRequests"] == [
+        {"Driver": "", "Count": -1, "DeviceIDs": [], "Capabilities": [["gpu"]], "Options": {}}
+    ]
+
+
+def test_one_device_per_cell_when_parallel(client: Any, tmp_path: Path) -> None:
+    body = _send(client, _request(tmp_path, gpus=(3,)), gpu=True)
+    assert body["HostConfig"]["DeviceRequests"] == [
+        {"Driver": "", "Count": 0, "DeviceIDs": ["3"], "Capabilities": [["gpu"]], "Options": {}}
+    ]
+
+
+def test_no_nvidia_runtime_means_no_device_request(client: Any, tmp_path: Path) -> None:
+    body = _send(client, _request(tmp_path), gpu=False)
+    assert not body["HostConfig"].get("DeviceRequests")
+
+
+def test_container_is_locked_down_and_mounts_are_right(client: Any, tmp_path: Path) -> None:
+    request = _request(tmp_path)
+    body = _send(client, request, gpu=True)
+    host = body["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert not host.get("Privileged")  # the SDK omits False: never privileged
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["Init"] is True
+    uid = os.getuid()
+    assert body["User"] == ("1000:1000" if uid == 0 else f"{uid}:{os.getgid()}")
+    assert not body["User"].startswith("0:")
+    assert sorted(host["Binds"]) == sorted(
+        [
+            f"{request.cases[0].resolve()}:/cases/0/pin_check.py:ro",
+            f"{request.results_dir.resolve()}:/results:rw",
+            f"{(tmp_path / 'samples').resolve()}:/samples:ro",
+        ]
+    )
+    assert body["Image"] == "cudnn-matrix/cell:0123456789abcdef"
+    assert body["Cmd"] == [
+        "python",
+        "-m",
+        "validate",
+        "run",
+        "/cases/0/pin_check.py",
+        "--results",
+        "/results",
+        "--json",
+        "--expect-backend",
+        "9.24.0.43",
+        "--samples",
+        "/samples",
+        "--timeout",
+        "600",
+    ]
+    assert body["Labels"] == {"io.cudnn-matrix.cell": CELL.id}
+
+
+def test_pick_executor_names() -> None:
+    assert set(EXECUTORS) == {"local", "docker"}
+    with pytest.raises(ConfigError, match="--executor: unknown executor 'podman'"):
+        pick_executor("podman")
+    assert pick_executor("docker").name == "docker"
