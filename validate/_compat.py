@@ -8,8 +8,9 @@ from enum import Enum
 __all__ = ["StrEnum", "tomllib"]
 
 if sys.version_info >= (3, 11):
-    import tomllib
     from enum import StrEnum
+
+    import tomllib
 else:  # pragma: no cover - exercised only on 3.10
     import tomli as tomllib
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from validate import __version__
 from validate.errors import ValidateError
 from validate.log import setup_logging
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["OneLineParser", "add_selector_args", "build_parser", "main", "split_list"]
 
@@ -48,7 +50,9 @@ def split_list(values: Sequence[str] | None) -> list[str]:
 def add_selector_args(parser: argparse.ArgumentParser) -> None:
     """The matrix selectors shared by plan, validate, report and later commands."""
     group = parser.add_argument_group("matrix selection")
-    group.add_argument("--matrix", metavar="FILE", help="matrix TOML (default: the embedded default)")
+    group.add_argument(
+        "--matrix", metavar="FILE", help="matrix TOML (default: the embedded default)"
+    )
     group.add_argument("--rules", metavar="FILE", help="rules TOML (default: the embedded rules)")
     for axis, example in (
         ("cudnn", "9.24.0.43"),

@@ -6,8 +6,11 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["setup_logging", "step", "symbols"]
 

@@ -12,7 +12,9 @@ class Outcome(StrEnum):
 
     PASS = "pass"
     FAIL = "fail"  # Python exception, failed assert, wrong numbers
-    CRASH = "crash"  # process/kernel died (signal, DeadKernelError) or a context-poisoning CUDA error
+    CRASH = (
+        "crash"  # process/kernel died (signal, DeadKernelError) or a context-poisoning CUDA error
+    )
     TIMEOUT = "timeout"  # hung and was killed
     SKIP = "skip"  # requirement not met (arch, backend floor, no GPU, graph not supported)
     ERROR = "error"  # harness or environment broke (install, pin not honoured, sub-library)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from validate.outcome import Outcome
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Mapping
+    from pathlib import Path
 
 __all__ = ["SCHEMA_VERSION", "CaseResult", "ResultStore", "load_results"]
 
@@ -62,7 +64,7 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CaseResult:
-        known = {f for f in cls.__dataclass_fields__}
+        known = set(cls.__dataclass_fields__)
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["outcome"] = Outcome(data["outcome"])
         kwargs["attempts"] = tuple(data.get("attempts", ()))

@@ -9,12 +9,13 @@ prints what it saw. Works without a GPU (DOMAIN.md §2: backend_version() needs 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def _mapped_libcudnn() -> list[str]:
     paths: set[str] = set()
     try:
-        with open("/proc/self/maps", encoding="utf-8") as fh:
+        with Path("/proc/self/maps").open(encoding="utf-8") as fh:
             for line in fh:
                 name = line.rsplit(" ", 1)[-1].strip()
                 if "/libcudnn" in name and ".so" in name:
