@@ -74,6 +74,8 @@ class RunOptions:
     resume: bool = False
     api_logs: bool = True
     run_id: str = ""
+    #: JSON file of case name -> last duration; cases start longest first (None: given order).
+    history: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +107,15 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+def _wait_quietly(proc: subprocess.Popen[bytes], seconds: float) -> bool:
+    """Whether the process ended within `seconds` (used only on the timeout path)."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 def _spawn(
     argv: list[str], env: Mapping[str, str], log_path: Path, limit_s: float, kernel_file: Path
 ) -> tuple[int, bool]:
@@ -119,17 +130,25 @@ def _spawn(
             env=dict(env),
             start_new_session=True,
         )
-        timed_out = False
-        try:
-            proc.wait(timeout=limit_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        # A timer thread enforces the limit so this thread blocks in waitpid() and sees the exit
+        # at once: Popen.wait(timeout=...) polls with sleeps of up to 50 ms, which was most of a
+        # short script's overhead (bench/runner_bench.py).
+        expired = threading.Event()
+
+        def _expire() -> None:
+            expired.set()
             _kill_group(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=_TERM_GRACE_S)
-            except subprocess.TimeoutExpired:
+            if not _wait_quietly(proc, _TERM_GRACE_S):
                 _kill_group(proc.pid, signal.SIGKILL)
-                proc.wait()
+
+        timer = threading.Timer(limit_s, _expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            proc.wait()
+        finally:
+            timer.cancel()
+        timed_out = expired.is_set()
     if kernel_file.exists():  # the kernel runs in its own session: make sure it is gone too
         try:
             kernel_pid = int(kernel_file.read_text(encoding="utf-8").strip())
@@ -299,10 +318,15 @@ def run_cases(
 ) -> list[CaseResult]:
     """Run every case (threads, one process group each), storing each result as it finishes."""
     previous: dict[str, CaseResult] = {}
-    if options.resume:
-        previous = {r.key: r for r in store}
+    if options.resume:  # a stored result counts only for the same case content and pins
+        stored = {r.key: r for r in store}
+        for case in cases:
+            old = stored.get(f"{target.cell_id}::{case.name}")
+            if old is not None and old.content_key in ("", case.content_key(target.cell)):
+                previous[old.key] = old
     todo = [c for c in cases if f"{target.cell_id}::{c.name}" not in previous]
     kept = [previous[k] for c in cases if (k := f"{target.cell_id}::{c.name}") in previous]
+    todo = _longest_first(todo, _read_history(options.history))
     results: list[CaseResult] = []
     lock = threading.Lock()
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
@@ -314,8 +338,36 @@ def run_cases(
                 results.append(result)
                 if on_result is not None:
                     on_result(result, len(results), len(todo))
+    _write_history(options.history, results)
     order = {c.name: i for i, c in enumerate(cases)}
     return sorted(kept + results, key=lambda r: order.get(r.case, len(order)))
+
+
+def _read_history(path: Path | None) -> dict[str, float]:
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return {}
+    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _longest_first(cases: Sequence[Case], history: Mapping[str, float]) -> list[Case]:
+    """Cases with the longest known duration start first (a long case started last is the tail
+    of the whole run); unknown cases count as longest, ties keep the given order."""
+    return sorted(cases, key=lambda c: -history.get(c.name, float("inf")))
+
+
+def _write_history(path: Path | None, results: Sequence[CaseResult]) -> None:
+    ran = {r.case: round(r.duration_s, 2) for r in results if r.outcome is not Outcome.SKIP}
+    if path is None or not ran:
+        return
+    merged = {**_read_history(path), **ran}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(merged, indent=0, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
 
 
 def _positive(kind: type[float | int], minimum: float) -> Callable[[str], Any]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from validate import __version__
 from validate.cases import Case, discover_cases, discover_samples
 from validate.config import Selectors
-from validate.envs import EnvHandle, EnvSpec, ensure_env
+from validate.envs import EnvHandle, EnvSpec, cache_root, ensure_env
 from validate.errors import ConfigError, EnvBuildError
 from validate.host import HostFacts, cell_skip_reason, detect_host, gpu_skip_reason
 from validate.known_issues import KnownIssue, apply_known_issues, load_known_issues
@@ -294,6 +294,7 @@ def run_cells(
         resume=True,  # the store may already hold this run's results (resume or skip records)
         api_logs=config.api_logs,
         run_id=run_id,
+        history=cache_root(config.cache_dir) / "durations.json",
     )
     for cell in plan.planned:
         skip = cell_skip_reason(cell, host)
@@ -353,7 +354,7 @@ def run(config: ValidateConfig) -> int:
     start = time.monotonic()
     store = KnownIssueStore(results_dir / "results.jsonl", load_known_issues(config.known_issues))
     run_cells(config, plan, cases, host, store, meta["run_id"])
-    results = load_results([results_dir])
+    results = list({r.key: r for r in load_results([results_dir])}.values())  # later wins
     _write_json(meta_path, {**meta, "finished_at": _stamp(), "wall_s": time.monotonic() - start})
     print(cell_summary(results, plan))
     verdict = decide(results)

@@ -7,14 +7,11 @@ Never imports torch just to capture: torch facts are read only when the case alr
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
 import os
 import platform
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,6 +89,8 @@ def _torch_facts() -> dict[str, Any]:
 
 
 def _cuda_runtime_version(paths: list[str]) -> str | None:
+    import ctypes  # imported here: most of a tiny case's capture cost is imports
+
     for path in paths:
         if "libcudart.so" in path:
             try:
@@ -134,6 +133,9 @@ def _nvml_gpus() -> list[dict[str, str]] | None:
 
 
 def _smi_gpus() -> list[dict[str, str]]:
+    import shutil
+    import subprocess
+
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
@@ -179,8 +181,11 @@ def capture(*, in_case: bool = True) -> dict[str, Any]:
         paths = _mapped_paths()  # importing cudnn may have mapped libcudnn
     facts["cudnn_libs"] = loaded_cudnn_libs(paths)
     facts.update(_torch_facts())
-    facts["cuda_runtime"] = _cuda_runtime_version(paths)
-    facts["gpus"] = detect_gpu()
+    if in_case or "torch" in sys.modules or any("libcuda" in p for p in paths):
+        facts["cuda_runtime"] = _cuda_runtime_version(paths)
+        facts["gpus"] = detect_gpu()
+    else:  # a case that loaded no CUDA library: skip the ctypes/NVML probes (per-case overhead)
+        facts["cuda_runtime"] = facts["gpus"] = "not captured: the case loaded no CUDA library"
     facts["python"] = platform.python_version()
     facts["python_executable"] = sys.executable
     facts["os"] = _os_name()

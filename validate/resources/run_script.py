@@ -14,7 +14,6 @@ import json
 import os
 import runpy
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,8 @@ def main() -> int:
         code = _exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - recorded, printed as Python would, exit 1
         code = 1
+        import traceback  # only on this path: it pulls in linecache/tokenize/textwrap
+
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         sys.stderr.write(text)
         report["exception"] = {
