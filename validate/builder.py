@@ -12,10 +12,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildError
-from validate.images import IMAGE_REPO, LABEL_PREFIX, ImageSpec, repo_root
+from validate.images import BACKEND_REPO, IMAGE_REPO, LABEL_PREFIX, ImageSpec, repo_root
 from validate.sources import backend_package
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ class BuildResult:
     steps: tuple[BuildStep, ...]
     duration_s: float
     log_path: Path | None
+    backend_built: bool = False  # False: the backend image existed and was reused as it is
 
     @property
     def rebuilt(self) -> tuple[BuildStep, ...]:
@@ -97,6 +98,11 @@ class ImageInfo:
     image_id: str
     size_mb: float
     labels: Mapping[str, str]
+
+    @property
+    def kind(self) -> str:
+        """'cell' or 'backend'."""
+        return self.label("kind") or "cell"
 
     def label(self, name: str) -> str:
         return self.labels.get(f"{LABEL_PREFIX}.{name}", "")
@@ -276,16 +282,23 @@ class ImageBuilder:
         )
 
     # -- context and build ------------------------------------------------------------------
-    def stage(self, spec: ImageSpec) -> Path:
-        """Assemble the build context: Dockerfile, .dockerignore and only this cell's files."""
-        ctx = self.cache_dir / "contexts" / spec.digest
+    def _context(self, name: str, dockerfile: Path, labels: Mapping[str, str]) -> Path:
+        ctx = self.cache_dir / "contexts" / name
         shutil.rmtree(ctx, ignore_errors=True)
         ctx.mkdir(parents=True)
-        labels = " ".join(f"{key}={json.dumps(value)}" for key, value in spec.labels().items())
+        label_text = " ".join(f"{key}={json.dumps(value)}" for key, value in labels.items())
         # one LABEL instruction (the SDK's labels= adds one build step per label)
-        (ctx / "Dockerfile").write_text(f"{spec.dockerfile.read_text().rstrip()}\nLABEL {labels}\n")
-        if (ignore := spec.dockerfile.with_name(".dockerignore")).is_file():
+        text = f"{dockerfile.read_text().rstrip()}\nLABEL {label_text}\n"
+        (ctx / "Dockerfile").write_text(text)
+        if (ignore := dockerfile.with_name(".dockerignore")).is_file():
             shutil.copy2(ignore, ctx / ".dockerignore")
+        return ctx
+
+    def stage_backend(self, spec: ImageSpec) -> Path:
+        """Context of the backend image: runner deps, the backend, optional torch wheels."""
+        ctx = self._context(
+            f"backend-{spec.backend_digest}", spec.backend_dockerfile, spec.backend_labels()
+        )
         for wheel in self._runner_dir(spec).iterdir():
             _link(wheel, ctx / "runner" / wheel.name)
         if spec.backend_libdir is not None:
@@ -294,37 +307,60 @@ class ImageBuilder:
             )
         else:
             assert spec.backend_wheel is not None
-            _link(
-                self.wheelhouse / spec.backend_wheel,
-                ctx / "backend" / "wheels" / spec.backend_wheel,
-            )
+            wheel = self.wheelhouse / spec.backend_wheel
+            _link(wheel, ctx / "backend" / "wheels" / spec.backend_wheel)
         (ctx / "torch").mkdir()
         if spec.torch:
             for wheel in self._torch_dir(spec).iterdir():
                 if not wheel.name.startswith("nvidia_cudnn_"):  # our backend pin must win
                     _link(wheel, ctx / "torch" / wheel.name)
+        return ctx
+
+    def stage(self, spec: ImageSpec) -> Path:
+        """Context of the cell image (a few MB): the frontend wheel and the tool."""
+        ctx = self._context(f"cell-{spec.digest}", spec.dockerfile, spec.labels())
         _link(self.wheelhouse / spec.frontend_wheel, ctx / "frontend" / spec.frontend_wheel)
         root = repo_root()
         for part in _TOOL_PARTS:
-            src = root / part
-            if src.is_dir():
-                shutil.copytree(src, ctx / "tool" / part, ignore=_IGNORE)
+            if (root / part).is_dir():
+                shutil.copytree(root / part, ctx / "tool" / part, ignore=_IGNORE)
         return ctx
 
     def build(self, spec: ImageSpec, *, log_path: Path | None = None) -> BuildResult:
-        """Build (docker's layer cache makes an unchanged spec a few seconds) and tag the image."""
-        import docker
-
-        ctx = self.stage(spec)
-        lines: list[str] = []
-        image_id = error = ""
+        """Build the backend image when missing, then the cell image on top (cached layers reused)."""
         start = time.monotonic()
         sink = log_path.open("w", encoding="utf-8") if log_path else None
         try:
+            lower: BuildResult | None = None
+            if not self.image_exists(spec.backend_tag):
+                ctx = self.stage_backend(spec)
+                lower = self._build(spec, ctx, spec.backend_tag, spec.backend_build_args(), sink)
+            upper = self._build(spec, self.stage(spec), spec.tag, spec.build_args(), sink)
+        finally:
+            if sink:
+                sink.close()
+        return BuildResult(
+            tag=spec.tag,
+            image_id=upper.image_id,
+            steps=(lower.steps if lower else ()) + upper.steps,
+            duration_s=time.monotonic() - start,
+            log_path=log_path,
+            backend_built=lower is not None,
+        )
+
+    def _build(
+        self, spec: ImageSpec, ctx: Path, tag: str, buildargs: dict[str, str], sink: IO[str] | None
+    ) -> BuildResult:
+        import docker
+
+        lines: list[str] = []
+        image_id = error = ""
+        start = time.monotonic()
+        try:
             stream = self.client.api.build(
                 path=str(ctx),
-                tag=spec.tag,
-                buildargs=spec.build_args(),
+                tag=tag,
+                buildargs=buildargs,
                 rm=True,
                 forcerm=True,
                 pull=False,
@@ -341,21 +377,18 @@ class ImageBuilder:
                 if aux := chunk.get("aux"):
                     image_id = aux.get("ID", image_id)
         except docker.errors.DockerException as exc:
-            raise ImageBuildError(_failure(spec, str(exc), lines)) from exc
-        finally:
-            if sink:
-                sink.close()
+            raise ImageBuildError(_failure(spec, tag, str(exc), lines)) from exc
         if error:
-            raise ImageBuildError(_failure(spec, error, lines))
+            raise ImageBuildError(_failure(spec, tag, error, lines))
         if not image_id:
-            image_id = self.client.images.get(spec.tag).id
+            image_id = self.client.images.get(tag).id
         shutil.rmtree(ctx, ignore_errors=True)
         return BuildResult(
-            tag=spec.tag,
+            tag=tag,
             image_id=image_id,
             steps=_parse_steps(lines),
             duration_s=time.monotonic() - start,
-            log_path=log_path,
+            log_path=None,
         )
 
     def ensure(self, spec: ImageSpec, *, log_path: Path | None = None) -> str:
@@ -374,23 +407,24 @@ class ImageBuilder:
         return True
 
     def list_images(self) -> list[ImageInfo]:
-        """Every cell image on the daemon (found by the io.cudnn-matrix.digest label)."""
+        """Cell images, then backend images, on the daemon (by the io.cudnn-matrix.digest label)."""
         out: list[ImageInfo] = []
         for image in self.client.images.list(filters={"label": f"{LABEL_PREFIX}.digest"}):
-            tags = [tag for tag in image.tags if tag.startswith(IMAGE_REPO + ":")] or ["<none>"]
+            repos = (IMAGE_REPO + ":", BACKEND_REPO + ":")
+            tags = [tag for tag in image.tags if tag.startswith(repos)] or ["<none>"]
             size = float(image.attrs.get("Size", 0)) / 1e6
             labels = image.labels or {}
             out.extend(
                 ImageInfo(tag=t, image_id=image.short_id, size_mb=size, labels=labels) for t in tags
             )
-        return sorted(out, key=lambda info: info.tag)
+        return sorted(out, key=_order)
 
     def prune(self, images: Iterable[ImageInfo]) -> list[str]:
         """Remove the given cell images (and their now-unused build layers); returns the tags."""
         import docker
 
         removed: list[str] = []
-        for info in images:
+        for info in sorted(images, key=_order):  # cells before the backend images they sit on
             ref = info.tag if info.tag != "<none>" else info.image_id
             try:
                 self.client.images.remove(ref, noprune=False)
@@ -419,6 +453,10 @@ class ImageBuilder:
         return image_id
 
 
+def _order(info: ImageInfo) -> tuple[bool, str]:
+    return info.tag.startswith(BACKEND_REPO), info.tag
+
+
 def _copy_or_link(src: str, dst: str) -> str:
     _link(Path(src), Path(dst))
     return dst
@@ -429,6 +467,6 @@ def _chunk_lines(chunk: Mapping[str, Any]) -> Iterator[str]:
     yield from (line.rstrip() for line in str(text).splitlines() if line.strip())
 
 
-def _failure(spec: ImageSpec, error: str, lines: list[str]) -> str:
+def _failure(spec: ImageSpec, tag: str, error: str, lines: list[str]) -> str:
     tail = "\n".join(lines[-_TAIL_LINES:])
-    return f"building {spec.tag} (cudnn {spec.cudnn}, frontend {spec.frontend}) failed: {error}\n{tail}"
+    return f"building {tag} (cudnn {spec.cudnn}, frontend {spec.frontend}) failed: {error}\n{tail}"

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from validate.matrix import Cell
 
 __all__ = [
+    "BACKEND_REPO",
     "DEFAULT_BASE_IMAGE",
     "IMAGE_REPO",
     "LABEL_PREFIX",
@@ -26,6 +27,8 @@ __all__ = [
 
 #: Repository part of every cell image tag; `images list|prune` only ever touch this repository.
 IMAGE_REPO: Final = "cudnn-matrix/cell"
+#: The lower half of cell images (base, Python, runner deps, backend, torch, compat), shared by cells.
+BACKEND_REPO: Final = "cudnn-matrix/backend"
 #: Prefix of the labels that name a cell image's pins.
 LABEL_PREFIX: Final = "io.cudnn-matrix"
 #: Where a registry is reachable: NVIDIA's CUDA runtime image for the cell's CUDA (formatted).
@@ -41,11 +44,11 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def dockerfile_path() -> Path:
-    """images/Dockerfile of the checkout; a clear error when the package runs without one."""
-    path = repo_root() / "images" / "Dockerfile"
+def dockerfile_path(name: str = "Dockerfile") -> Path:
+    """images/<name> of the checkout; a clear error when the package runs without one."""
+    path = repo_root() / "images" / name
     if not path.is_file():
-        msg = f"images/Dockerfile not found at {path}; run cudnn-matrix from a checkout of the repo"
+        msg = f"images/{name} not found at {path}; run cudnn-matrix from a checkout of the repo"
         raise ConfigError(msg)
     return path
 
@@ -93,6 +96,7 @@ class ImageSpec:
         )
     )
     dockerfile: Path = field(default_factory=dockerfile_path)
+    backend_dockerfile: Path = field(default_factory=lambda: dockerfile_path("Dockerfile.backend"))
 
     def __post_init__(self) -> None:
         match self.backend_source:
@@ -138,34 +142,67 @@ class ImageSpec:
         """Everything that decides the image's content, as strings (the tag's hash input)."""
         raw = asdict(self)
         raw.pop("dockerfile")
+        raw.pop("backend_dockerfile")
         if self.backend_libdir is not None:
             raw["backend_libdir"] = _libdir_fingerprint(self.backend_libdir)
         return {key: json.dumps(value, default=str) for key, value in sorted(raw.items())}
 
+    def backend_pins(self) -> dict[str, str]:
+        """The pins of the lower half: everything but the frontend."""
+        pins = self.pins()
+        for key in ("frontend", "frontend_wheel"):
+            pins.pop(key)
+        return pins
+
+    @property
+    def backend_digest(self) -> str:
+        """sha256 over the backend pins and images/Dockerfile.backend (16 hex digits)."""
+        text = json.dumps(self.backend_pins(), sort_keys=True) + self.backend_dockerfile.read_text()
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     @property
     def digest(self) -> str:
-        """sha256 over the pins and the Dockerfile's text (16 hex digits)."""
-        text = json.dumps(self.pins(), sort_keys=True) + "\n" + self.dockerfile.read_text()
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """sha256 over all pins and both Dockerfiles' text (16 hex digits)."""
+        text = json.dumps(self.pins(), sort_keys=True) + self.backend_dockerfile.read_text()
+        return hashlib.sha256((text + self.dockerfile.read_text()).encode()).hexdigest()[:16]
 
     @property
     def tag(self) -> str:
         return f"{IMAGE_REPO}:{self.digest}"
 
     @property
+    def backend_tag(self) -> str:
+        return f"{BACKEND_REPO}:{self.backend_digest}"
+
+    @property
     def compat_libdir(self) -> str:
         """Prefix for LD_LIBRARY_PATH when forward compatibility is on, else empty."""
         return "/usr/local/cuda/compat:" if self.compat else ""
 
-    def build_args(self) -> dict[str, str]:
-        """Values for the Dockerfile's ARGs."""
+    def backend_build_args(self) -> dict[str, str]:
+        """Values for images/Dockerfile.backend's ARGs."""
         return {
             "BASE_IMAGE": self.base_image,
             "BACKEND_SOURCE": self.backend_source,
             "CUDA_COMPAT": self.compat or "",
             "COMPAT_LIBDIR": self.compat_libdir,
-            "FRONTEND_WHEEL": self.frontend_wheel,
         }
+
+    def build_args(self) -> dict[str, str]:
+        """Values for images/Dockerfile's ARGs."""
+        return {"BACKEND_IMAGE": self.backend_tag, "FRONTEND_WHEEL": self.frontend_wheel}
+
+    def backend_labels(self) -> dict[str, str]:
+        """Labels of the backend image: the cell labels without the frontend ones."""
+        labels = {k: v for k, v in self.labels().items() if "frontend" not in k}
+        labels |= {
+            f"{LABEL_PREFIX}.kind": "backend",
+            f"{LABEL_PREFIX}.digest": self.backend_digest,
+            "org.opencontainers.image.title": f"cudnn-matrix backend cudnn {self.cudnn}",
+            "org.opencontainers.image.description": f"cuDNN backend {self.cudnn}, CUDA {self.cuda}",
+            "org.opencontainers.image.version": self.backend_digest,
+        }
+        return labels
 
     def labels(self) -> dict[str, str]:
         """OCI labels plus io.cudnn-matrix.* labels naming every pin."""
@@ -179,6 +216,8 @@ class ImageSpec:
             "org.opencontainers.image.vendor": "cudnn-matrix",
             "org.opencontainers.image.base.name": self.base_image,
             f"{p}.tool-version": __version__,
+            f"{p}.kind": "cell",
+            f"{p}.backend-image": self.backend_tag,
             f"{p}.cudnn": self.cudnn,
             f"{p}.frontend": self.frontend,
             f"{p}.cuda": self.cuda,

@@ -79,7 +79,7 @@ def specs(builder: ImageBuilder) -> dict[str, ImageSpec]:
 
 
 def _remove(builder: ImageBuilder, specs: dict[str, ImageSpec]) -> None:
-    tags = {spec.tag for spec in specs.values()}
+    tags = {spec.tag for spec in specs.values()} | {spec.backend_tag for spec in specs.values()}
     builder.prune(info for info in builder.list_images() if info.tag in tags)
 
 
@@ -94,11 +94,6 @@ def builds(
         yield {fe: builder.build(specs[fe], log_path=logs / f"{fe}.log") for fe in FRONTENDS}
     finally:
         _remove(builder, specs)
-
-
-def _step(result: BuildResult, needle: str) -> int:
-    """Position of the first step whose instruction contains `needle`."""
-    return next(i for i, step in enumerate(result.steps) if needle in step.instruction)
 
 
 def test_tag_and_labels_name_the_pins(
@@ -116,15 +111,31 @@ def test_tag_and_labels_name_the_pins(
     assert builds["1.26.0"].tag == first.tag
 
 
-def test_frontend_change_rebuilds_only_the_last_layers(builds: dict[str, BuildResult]) -> None:
+def test_frontend_change_rebuilds_only_the_last_layers(
+    builder: ImageBuilder, specs: dict[str, ImageSpec], builds: dict[str, BuildResult]
+) -> None:
     cold, warm = builds["1.26.0"], builds["1.27.0"]
-    backend = _step(warm, "/opt/cudnn/wheels")
-    frontend = _step(warm, "COPY frontend/")
-    assert not cold.steps[backend].cached  # the first build really installed the backend
-    assert all(step.cached for step in warm.steps[1:frontend]), warm.steps[1:frontend]
-    assert warm.steps[backend].layer == cold.steps[backend].layer  # the same ~1 GB layer
-    assert not any(step.cached for step in warm.steps[frontend:])
-    assert [s.instruction.split()[0] for s in warm.rebuilt][:2] == ["COPY", "RUN"]
+    first, second = specs["1.26.0"], specs["1.27.0"]
+    assert first.backend_tag == second.backend_tag  # one backend image for both cells
+    assert cold.backend_built  # the first build really installed the backend
+    backend_step = next(s for s in cold.steps if "/opt/cudnn/wheels" in s.instruction)
+    assert not backend_step.cached
+    assert not warm.backend_built  # the frontend change reused it: no backend wheel sent
+    assert [s.instruction.split()[0] for s in warm.rebuilt] == [
+        "COPY",
+        "RUN",
+        "COPY",
+        "USER",
+        "LABEL",
+    ]
+    assert "frontend/" in warm.rebuilt[0].instruction
+    layers = {
+        tag: builder.client.images.get(tag).attrs["RootFS"]["Layers"]
+        for tag in (first.backend_tag, first.tag, second.tag)
+    }
+    lower = layers[first.backend_tag]
+    assert layers[first.tag][: len(lower)] == lower == layers[second.tag][: len(lower)]
+    assert len(layers[second.tag]) - len(lower) == 3  # frontend copy + install, tool: all new
 
 
 def _run(
@@ -185,7 +196,7 @@ def test_build_failure_is_image_build_error_with_log_tail(builder: ImageBuilder)
         _cell("1.26.0"), base_image="cudnn-matrix/base:no-such-image", python="3.11"
     )
     with pytest.raises(
-        ImageBuildError, match=r"^building cudnn-matrix/cell:\w+ .* failed: "
+        ImageBuildError, match=r"^building cudnn-matrix/(backend|cell):\w+ .* failed: "
     ) as info:
         builder.build(broken)
     assert "FROM ${BASE_IMAGE}" in str(info.value)  # the build log's tail names the failing step
@@ -203,9 +214,10 @@ def test_list_and_prune_remove_what_the_tests_built(
     assert listed.returncode == 0, listed.stderr
     tags = {row["tag"] for row in json.loads(listed.stdout)}
     assert {spec.tag for spec in specs.values()} <= tags
-    prune = [*cli, "prune", "--cudnn", BACKEND, "--frontend", ",".join(FRONTENDS)]
+    prune = [*cli, "prune", "--cudnn", BACKEND]
     pruned = subprocess.run(prune, capture_output=True, text=True, cwd=ROOT, check=False)
     assert pruned.returncode == 0, pruned.stderr
     for spec in specs.values():
         assert f"removed {spec.tag}" in pruned.stdout
         assert not builder.image_exists(spec.tag)
+        assert not builder.image_exists(spec.backend_tag)
