@@ -7,16 +7,14 @@ import logging
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildError
+from validate.errors import ConfigError, DockerError, ImageBuildError
 from validate.images import BACKEND_REPO, IMAGE_REPO, LABEL_PREFIX, ImageSpec, repo_root
-from validate.sources import backend_package
+from validate.wheelhouse import Wheelhouse, default_wheelhouse, link
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -39,14 +37,8 @@ _TAIL_LINES: Final = 40
 _CLIENT_TIMEOUT_S: Final = 3600  # a backend layer's pip install is silent for minutes
 _STEP_RE: Final = re.compile(r"^Step (\d+)/\d+ : (.*)$")
 _LAYER_RE: Final = re.compile(r"^ ---> ([0-9a-f]{12,})$")
-_MANYLINUX: Final = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(17, 40))
 _TOOL_PARTS: Final = ("validate", "matrix")
 _IGNORE: Final = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".mypy_cache")
-
-
-def default_wheelhouse() -> Path:
-    """~/.cache/cudnn-matrix/wheelhouse: wheels fetched once per host, reused by every build."""
-    return Path.home() / ".cache" / "cudnn-matrix" / "wheelhouse"
 
 
 def docker_client(timeout: int = _CLIENT_TIMEOUT_S) -> Any:
@@ -108,15 +100,6 @@ class ImageInfo:
         return self.labels.get(f"{LABEL_PREFIX}.{name}", "")
 
 
-def _link(src: Path, dest: Path) -> None:
-    """Hard-link (same file system, no copy of a 550 MB wheel) or fall back to a copy."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copy2(src, dest)
-
-
 def _parse_steps(lines: Iterable[str]) -> tuple[BuildStep, ...]:
     steps: list[BuildStep] = []
     current: tuple[int, str] | None = None
@@ -145,7 +128,8 @@ class ImageBuilder:
         network: str | None = None,
         client: Any = None,
     ) -> None:
-        self.wheelhouse = (wheelhouse or default_wheelhouse()).resolve()
+        self.wheels = Wheelhouse(wheelhouse)
+        self.wheelhouse = self.wheels.root
         self.cache_dir = (cache_dir or Path.home() / ".cache" / "cudnn-matrix").resolve()
         self.network = network  # build-time network: None = daemon default, "none" = offline
         self._client = client
@@ -162,84 +146,13 @@ class ImageBuilder:
             self._client.close()
 
     # -- wheelhouse -------------------------------------------------------------------------
-    def _pip_download(
-        self, dest: Path, requirements: Iterable[str], *, python: str, deps: bool
-    ) -> None:
-        """`pip download` for the image's Python (not this interpreter's) into dest."""
-        abi = "cp" + python.replace(".", "")
-        argv = [sys.executable, "-m", "pip", "download", "--dest", str(dest), "--only-binary=:all:"]
-        argv += ["--python-version", python, "--implementation", "cp"]
-        argv += [f"--abi={tag}" for tag in (abi, "abi3", "none")]
-        argv += [
-            f"--platform={tag}" for tag in (*_MANYLINUX, "manylinux2014_x86_64", "linux_x86_64")
-        ]
-        argv += [] if deps else ["--no-deps"]
-        argv += list(requirements)
-        logger.info("+ %s", " ".join(argv))
-        dest.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-_TAIL_LINES:])
-            msg = f"pip download {' '.join(requirements)} into {dest} failed:\n{tail}"
-            raise EnvBuildError(msg)
-
-    def _find(self, pattern: str) -> Path | None:
-        found = sorted(self.wheelhouse.glob(pattern))
-        return found[0] if found else None
-
     def fetch_backend(self, version: str, cuda: str) -> str:
         """File name of the pinned backend wheel in the wheelhouse (downloaded on first use)."""
-        package = backend_package(int(cuda.split(".")[0]))
-        pattern = f"{package.replace('-', '_')}-{version}-*.whl"
-        if (wheel := self._find(pattern)) is None:
-            self._pip_download(
-                self.wheelhouse, [f"{package}=={version}"], python="3.11", deps=False
-            )
-            wheel = self._find(pattern)
-        if wheel is None:
-            msg = f"no {pattern} in {self.wheelhouse} after pip download"
-            raise EnvBuildError(msg)
-        return wheel.name
+        return self.wheels.fetch_backend(version, cuda)
 
     def fetch_frontend(self, version: str, python: str) -> str:
         """File name of the frontend wheel for the image's Python (downloaded on first use)."""
-        pattern = f"nvidia_cudnn_frontend-{version}-cp{python.replace('.', '')}-*.whl"
-        if (wheel := self._find(pattern)) is None:
-            req = [f"nvidia-cudnn-frontend=={version}"]
-            self._pip_download(self.wheelhouse, req, python=python, deps=False)
-            wheel = self._find(pattern)
-        if wheel is None:
-            msg = f"no {pattern} in {self.wheelhouse} after pip download"
-            raise EnvBuildError(msg)
-        return wheel.name
-
-    def add_wheel(self, wheel: Path) -> str:
-        """Put a local wheel file into the wheelhouse; returns its file name."""
-        if not wheel.is_file():
-            msg = f"wheel {wheel} not found"
-            raise ConfigError(msg)
-        dest = self.wheelhouse / wheel.name
-        if not dest.exists():
-            _link(wheel, dest)
-        return wheel.name
-
-    def _runner_dir(self, spec: ImageSpec) -> Path:
-        """wheelhouse/runner-cpXY: the runner's dependencies for the image's Python."""
-        folder = self.wheelhouse / f"runner-cp{spec.python.replace('.', '')}"
-        wanted = "\n".join(spec.runner) + "\n"
-        req = folder / "requirements.txt"
-        if not req.is_file() or req.read_text() != wanted:
-            self._pip_download(folder, spec.runner, python=spec.python, deps=True)
-            req.write_text(wanted)
-        return folder
-
-    def _torch_dir(self, spec: ImageSpec) -> Path:
-        """wheelhouse/torch-V-cpXY: torch and its dependencies, without any nvidia-cudnn-* wheel."""
-        folder = self.wheelhouse / f"torch-{spec.torch}-cp{spec.python.replace('.', '')}"
-        if not (folder / "requirements.txt").is_file():
-            self._pip_download(folder, [f"torch=={spec.torch}"], python=spec.python, deps=True)
-            (folder / "requirements.txt").write_text(f"torch=={spec.torch}\n")
-        return folder
+        return self.wheels.fetch_frontend(version, python)
 
     def spec_for(
         self,
@@ -257,16 +170,16 @@ class ImageBuilder:
         backend_wheel = None
         if libdir is None:
             if backend is not None and backend.kind == "wheel" and backend.path is not None:
-                backend_wheel = self.add_wheel(backend.path)
+                backend_wheel = self.wheels.add_wheel(backend.path)
             elif backend is None or backend.kind == "pypi":
-                backend_wheel = self.fetch_backend(cell.cudnn, cell.cuda)
+                backend_wheel = self.wheels.fetch_backend(cell.cudnn, cell.cuda)
             else:
                 msg = f"backend source {backend.describe()} cannot go into an image; use a wheel or folder"
                 raise ConfigError(msg)
         if frontend is not None and frontend.kind == "wheel" and frontend.path is not None:
-            frontend_wheel = self.add_wheel(frontend.path)
+            frontend_wheel = self.wheels.add_wheel(frontend.path)
         elif frontend is None or frontend.kind == "pypi":
-            frontend_wheel = self.fetch_frontend(cell.frontend, python)
+            frontend_wheel = self.wheels.fetch_frontend(cell.frontend, python)
         else:
             msg = f"frontend source {frontend.describe()} cannot go into an image; build a wheel first"
             raise ConfigError(msg)
@@ -299,8 +212,8 @@ class ImageBuilder:
         ctx = self._context(
             f"backend-{spec.backend_digest}", spec.backend_dockerfile, spec.backend_labels()
         )
-        for wheel in self._runner_dir(spec).iterdir():
-            _link(wheel, ctx / "runner" / wheel.name)
+        for wheel in self.wheels.runner_dir(spec.python, spec.runner).iterdir():
+            link(wheel, ctx / "runner" / wheel.name)
         if spec.backend_libdir is not None:
             shutil.copytree(
                 spec.backend_libdir, ctx / "backend" / "lib", copy_function=_copy_or_link
@@ -308,18 +221,18 @@ class ImageBuilder:
         else:
             assert spec.backend_wheel is not None
             wheel = self.wheelhouse / spec.backend_wheel
-            _link(wheel, ctx / "backend" / "wheels" / spec.backend_wheel)
+            link(wheel, ctx / "backend" / "wheels" / spec.backend_wheel)
         (ctx / "torch").mkdir()
         if spec.torch:
-            for wheel in self._torch_dir(spec).iterdir():
+            for wheel in self.wheels.torch_dir(spec.python, spec.torch).iterdir():
                 if not wheel.name.startswith("nvidia_cudnn_"):  # our backend pin must win
-                    _link(wheel, ctx / "torch" / wheel.name)
+                    link(wheel, ctx / "torch" / wheel.name)
         return ctx
 
     def stage(self, spec: ImageSpec) -> Path:
         """Context of the cell image (a few MB): the frontend wheel and the tool."""
         ctx = self._context(f"cell-{spec.digest}", spec.dockerfile, spec.labels())
-        _link(self.wheelhouse / spec.frontend_wheel, ctx / "frontend" / spec.frontend_wheel)
+        link(self.wheelhouse / spec.frontend_wheel, ctx / "frontend" / spec.frontend_wheel)
         root = repo_root()
         for part in _TOOL_PARTS:
             if (root / part).is_dir():
@@ -458,7 +371,7 @@ def _order(info: ImageInfo) -> tuple[bool, str]:
 
 
 def _copy_or_link(src: str, dst: str) -> str:
-    _link(Path(src), Path(dst))
+    link(Path(src), Path(dst))
     return dst
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["compat_for", "register"]
 
 logger = logging.getLogger(__name__)
-_LIST_COLUMNS = ("tag", "cudnn", "frontend", "cuda", "backend-source", "compat", "size_mb")
+_LIST_COLUMNS = ("tag", "kind", "cudnn", "frontend", "cuda", "backend-source", "compat", "size_mb")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
