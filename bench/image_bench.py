@@ -46,7 +46,7 @@ def main() -> int:
         )
         for fe in (first, second)
     ]
-    tags = {spec.tag for spec in specs}
+    tags = {spec.tag for spec in specs} | {spec.backend_tag for spec in specs}
     builder.prune(info for info in builder.list_images() if info.tag in tags)  # really cold
     try:
         cold = builder.build(specs[0])
