@@ -84,7 +84,9 @@ def report(session: nox.Session) -> None:
         session.run("cudnn-matrix", "report", *session.posargs)
         return
     stored = any(Path("reports/runs").glob("*/results.jsonl"))
-    source = [] if stored else ["--results", "tests/resources/runs/example"]
+    committed = sorted(Path("reports/gpu").glob("*/validate/results.jsonl"))  # real GPU runs
+    fallback = str(committed[-1].parent) if committed else "tests/resources/runs/example"
+    source = [] if stored else ["--results", fallback]
     formats = {"md": ".md", "rst": ".rst", "json": ".json", "junit": ".junit.xml", "html": ".html"}
     for fmt, suffix in formats.items():
         extra = ["--bug-reports", "reports/bug-reports"] if fmt == "md" else []

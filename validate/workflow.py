@@ -308,9 +308,7 @@ def run_cells(
         spec = env_spec_for(cell, config)
         key = spec.hash
         if no_gpu and key in ran_in:
-            reason = (
-                f"{no_gpu}: same environment as cell {ran_in[key]}, where its pins were checked"
-            )
+            reason = f"{no_gpu}: pins checked in cell {ran_in[key]} (same environment)"
             _skip_all(store, cell, cases, reason, run_id)
             continue
         if key not in handles:
