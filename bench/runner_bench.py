@@ -57,8 +57,8 @@ def _ci_loop(paths: list[Path]) -> tuple[float, int]:
     return time.monotonic() - start, verdicts
 
 
-def _runner(paths: list[Path], jobs: int, out: Path) -> tuple[float, int]:
-    argv = [sys.executable, "-m", "validate", "run", *map(str, paths), "--jobs", str(jobs)]
+def _runner(paths: list[Path], jobs: int, out: Path, *extra: str) -> tuple[float, int]:
+    argv = [sys.executable, "-m", "validate", "run", *map(str, paths), "--jobs", str(jobs), *extra]
     argv += ["--results", str(out), "--json", "--timeout", "120"]
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
@@ -101,6 +101,7 @@ def main() -> int:
         paths = _notebooks(folder, args.notebooks, args.crash_at)
         ci_s, ci_verdicts = _ci_loop(paths)
         run_s, run_verdicts = _runner(paths, args.jobs, folder / "run")
+        resume_s, _ = _runner(paths, args.jobs, folder / "run", "--resume")
         bare, through = _script_overhead(folder, args.scripts)
     n = args.notebooks
     print(f"notebooks: {n}, crash at #{args.crash_at}, runner --jobs {args.jobs}")
@@ -108,6 +109,9 @@ def main() -> int:
     print(f"  cudnn-matrix run:              {run_s:6.2f}s, verdicts {run_verdicts}/{n}")
     print(f"  wall-time ratio runner/loop:   {run_s / ci_s:.2f}x")
     print(f"  per-verdict time ratio:        {(run_s / run_verdicts) / (ci_s / ci_verdicts):.2f}x")
+    print(
+        f"  re-run with --resume:          {resume_s:6.2f}s = {resume_s / run_s:.1%} of the first run"
+    )
     print(
         f"script overhead ({args.scripts} runs): bare {bare * 1000:.0f} ms, runner {through * 1000:.0f} ms"
     )
