@@ -10,23 +10,23 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from validate import __version__
 from validate.errors import ValidateError
 from validate.log import setup_logging
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
-__all__ = ["OneLineParser", "add_selector_args", "build_parser", "main", "split_list"]
+__all__ = ["OneLineParser", "add_selector_args", "build_parser", "main", "positive", "split_list"]
 
 #: Modules that register a sub-command, in help order.
 _COMMAND_MODULES: Final = (
     "validate.plan",
     "validate.validate_cli",
     "validate.envs_cli",
-    "validate.runner",
+    "validate.run_cli",
     "validate.report",
     "validate.images_cli",
 )
@@ -45,6 +45,22 @@ def split_list(values: Sequence[str] | None) -> list[str]:
     for value in values or ():
         out.extend(part.strip() for part in value.split(",") if part.strip())
     return out
+
+
+def positive(kind: type[float | int], minimum: float) -> Callable[[str], Any]:
+    """argparse type: a number of `kind` that is at least `minimum` (one-line error otherwise)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            msg = f"expected a number >= {minimum:g}, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    return parse
 
 
 def add_selector_args(parser: argparse.ArgumentParser) -> None:

@@ -7,36 +7,33 @@ default there is 1; on a CPU-only host it is the number of cores.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from validate.cases import Case, discover_cases, discover_samples
 from validate.cases.script import RESULT_FILE_ENV, read_result_file, verdict_line
 from validate.classify import CaseExec, classify, signal_name
-from validate.errors import ConfigError
 from validate.outcome import Outcome
-from validate.progress import progress
 from validate.requirements import check, missing_modules
-from validate.resources.capture import detect_gpu, verify_pins
+from validate.resources.capture import verify_pins
 from validate.results import CaseResult, ResultStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
 
-__all__ = ["FAILING", "RunOptions", "RunTarget", "register", "run_cases"]
+    from validate.cases import Case
+
+__all__ = ["FAILING", "RunOptions", "RunTarget", "run_case", "run_cases"]
 
 log = logging.getLogger(__name__)
 
@@ -368,122 +365,3 @@ def _write_history(path: Path | None, results: Sequence[CaseResult]) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(merged, indent=0, sort_keys=True), encoding="utf-8")
     tmp.replace(path)
-
-
-def _positive(kind: type[float | int], minimum: float) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum:
-            msg = f"expected a number >= {minimum:g}, got {text!r}"
-            raise argparse.ArgumentTypeError(msg)
-        return value
-
-    return parse
-
-
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add the `run` command."""
-    parser = subparsers.add_parser(
-        "run",
-        help="run notebooks/scripts in the current environment, one process each",
-        description="Run cases (.ipynb / .py, or folders of them) in this Python environment.",
-    )
-    parser.add_argument("cases", nargs="*", type=Path, metavar="CASE_OR_DIR")
-    parser.add_argument(
-        "--samples",
-        type=Path,
-        metavar="CHECKOUT",
-        help="a cudnn-frontend checkout: run samples/python/*.ipynb",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=_positive(float, 0.1),
-        default=600.0,
-        metavar="S",
-        help="per-case limit in seconds (notebooks: per cell, +30s start-up)",
-    )
-    parser.add_argument(
-        "--jobs",
-        type=_positive(int, 1),
-        default=None,
-        metavar="N",
-        help="cases at once (default: cores; 1 on a GPU host)",
-    )
-    parser.add_argument(
-        "--results",
-        type=Path,
-        metavar="DIR",
-        help="results folder (default: reports/runs/<UTC time>)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
-    parser.add_argument(
-        "--reruns",
-        type=_positive(int, 0),
-        default=0,
-        metavar="N",
-        help="repeat each failing case N more times; differing outcomes = flaky",
-    )
-    parser.add_argument(
-        "--resume", action="store_true", help="skip cases already recorded in --results DIR"
-    )
-    parser.add_argument(
-        "--expect-backend",
-        metavar="V",
-        help="error unless the case loads this cuDNN backend, e.g. 9.24.0",
-    )
-    parser.add_argument(
-        "--no-api-logs",
-        dest="api_logs",
-        action="store_false",
-        help="do not re-run failures with FE/BE API logging",
-    )
-    parser.set_defaults(func=_cmd_run)
-
-
-def _host_gpu() -> tuple[bool, str | None]:
-    gpus = detect_gpu()
-    if not gpus:
-        return False, None
-    return True, "sm" + gpus[0].get("compute_capability", "").replace(".", "")
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    cases = discover_cases(args.cases) if args.cases else []
-    if args.samples is not None:
-        cases += discover_samples(args.samples)
-    if not cases:
-        msg = "run: no cases given (pass CASE_OR_DIR... or --samples CHECKOUT)"
-        raise ConfigError(msg)
-    if args.resume and args.results is None:
-        msg = "run: --resume needs --results DIR (the folder of the run to complete)"
-        raise ConfigError(msg)
-    has_gpu, arch = _host_gpu()
-    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    results_dir = args.results or Path("reports") / "runs" / run_id
-    jobs = args.jobs or (1 if has_gpu else (os.cpu_count() or 1))
-    target = RunTarget(
-        python=Path(sys.executable),
-        expected_backend=args.expect_backend,
-        host_arch=arch,
-        has_gpu=has_gpu,
-    )
-    options = RunOptions(
-        timeout_s=args.timeout,
-        jobs=jobs,
-        reruns=args.reruns,
-        results_dir=results_dir,
-        resume=args.resume,
-        api_logs=args.api_logs,
-        run_id=run_id,
-    )
-    store = ResultStore(results_dir / "results.jsonl")
-    with progress(len(cases), failing=FAILING) as report:
-        results = run_cases(cases, target, options, store, on_result=report)
-    bad = sum(r.outcome in FAILING for r in results)
-    print(f"{len(results)} cases, {bad} failing; results in {store.path}", file=sys.stderr)
-    if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
-    return 1 if bad else 0
