@@ -52,7 +52,19 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--samples", type=Path, metavar="CHECKOUT", help="cudnn-frontend checkout: samples/python"
     )
     env = parser.add_argument_group("environments")
-    env.add_argument("--executor", choices=("local", "docker", "auto"), default="local")
+    env.add_argument(
+        "--executor",
+        choices=("local", "docker", "auto"),
+        default="local",
+        help="local venvs (default); docker: each cell in its image; auto: docker when the "
+        "daemon has an NVIDIA runtime, else local",
+    )
+    env.add_argument(
+        "--base-image",
+        metavar="IMAGE",
+        help="docker: base of the cell images (default nvidia/cuda:<cuda>.0-runtime-ubuntu24.04, "
+        "or cudnn-matrix/base:bookworm-py3 where only that one is on the daemon)",
+    )
     env.add_argument(
         "--env",
         dest="env_mode",
@@ -110,6 +122,10 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         if not path.exists():
             msg = f"--cases {path}: no such file or folder"
             raise ConfigError(msg)
+    if args.executor == "docker" and (args.env_mode != "isolated" or args.extras):
+        flag = f"--env {args.env_mode}" if args.env_mode != "isolated" else "--with"
+        msg = f"--executor docker: {flag} is not supported (a cell's image holds its pins)"
+        raise ConfigError(msg)
     if args.samples is not None and not (args.samples / "samples" / "python").is_dir():
         msg = f"--samples {args.samples}: no samples/python folder (expected a cudnn-frontend checkout)"
         raise ConfigError(msg)
@@ -118,6 +134,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         cases=tuple(args.cases),
         samples=args.samples,
         executor=args.executor,
+        base_image=args.base_image,
         env_mode=args.env_mode,
         base_python=args.base_python,
         backend_source=args.backend_source,

@@ -16,7 +16,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,8 @@ class ValidateConfig:
     selectors: Selectors = field(default_factory=Selectors)
     cases: tuple[Path, ...] = ()
     samples: Path | None = None
-    executor: str = "local"
+    executor: str = "local"  # "local" | "docker"; run() resolves "auto"
+    base_image: str | None = None  # docker: the cell images' base (workflow_docker.base_image_for)
     env_mode: str = "isolated"  # "isolated" | "current" | "system-site-packages"
     base_python: str = sys.executable
     backend_source: str | None = None
@@ -276,6 +277,11 @@ def run_cells(
     ensure: Callable[[EnvSpec], EnvHandle] | None = None,
 ) -> None:
     """Build or reuse one environment per cell and run the cases there, cell by cell."""
+    if config.executor == "docker":
+        from validate.workflow_docker import run_cells_docker
+
+        run_cells_docker(config, plan, cases, host, store, run_id)
+        return
     ensure = ensure or (
         lambda spec: ensure_env(
             spec,
@@ -330,6 +336,10 @@ def run(config: ValidateConfig) -> int:
     """The whole job; returns the sign-off exit code (0 signed off, 1 regressions/errors)."""
     from validate.signoff import decide, summary  # the report side is only needed at the end
 
+    if config.executor == "auto":
+        from validate.executors import docker_gpu_ready
+
+        config = replace(config, executor="docker" if docker_gpu_ready() else "local")
     plan = plan_stage(config)
     cases = cases_stage(config)
     host = detect_host()

@@ -1,0 +1,95 @@
+"""`validate --executor docker` end to end against a real daemon: image built, runner inside it.
+
+Real backend (9.12.0.46) and frontend (1.27.0) wheels from the shared wheelhouse, the local base
+image (`nox -s base_image`); no NVIDIA runtime here, so the container is CPU-only. The repro
+cases need backend >= 9.13, so with 9.12 they skip on that requirement, checked against the
+backend loaded inside the container. The fixture removes every image this test built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from validate.builder import ImageBuilder, docker_client
+from validate.errors import DockerError
+from validate.images import LOCAL_BASE_IMAGE
+from validate.matrix import Cell
+from validate.workflow import ValidateConfig
+from validate.workflow_docker import base_image_for
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.docker
+
+CELL = Cell(cudnn="9.12.0.46", frontend="1.27.0", cuda="13.0", driver="580", arch="sm90")
+SELECT = ["--cudnn", CELL.cudnn, "--frontend", CELL.frontend, "--cuda", CELL.cuda]
+SELECT += ["--driver", CELL.driver, "--arch", CELL.arch]
+
+
+def _unavailable(reason: str) -> None:
+    """Skip, or fail where CI demands the docker tier (CUDNN_MATRIX_REQUIRE_DOCKER=1)."""
+    if os.environ.get("CUDNN_MATRIX_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"CUDNN_MATRIX_REQUIRE_DOCKER=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def cell_tags(wheelhouse: Path, tmp_path: Path) -> Iterator[set[str]]:
+    """The cell's image tags; those absent before the test are removed after it."""
+    try:
+        client = docker_client(timeout=600)
+    except DockerError as exc:
+        _unavailable(f"no docker daemon: {exc}")
+    builder = ImageBuilder(wheelhouse=wheelhouse, cache_dir=tmp_path / "ctx", client=client)
+    if not builder.image_exists(LOCAL_BASE_IMAGE):
+        _unavailable(f"no {LOCAL_BASE_IMAGE}; run `sudo nox -s base_image` first")
+    spec = builder.spec_for(CELL, base_image=base_image_for(CELL, ValidateConfig(), builder))
+    tags = {spec.tag, spec.backend_tag}
+    existed = {tag for tag in tags if builder.image_exists(tag)}
+    try:
+        yield tags
+    finally:
+        builder.prune(i for i in builder.list_images() if i.tag in tags - existed)
+        builder.close()
+
+
+def test_validate_runs_the_cell_in_its_container(
+    wheelhouse: Path, cell_tags: set[str], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "validate", "validate", "--executor", "docker", *SELECT]
+    argv += ["--wheelhouse", str(wheelhouse), "--results", str(run_dir), "--jobs", "2"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    results = {json.loads(line)["case"]: json.loads(line) for line in lines}
+    run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+    assert {r["cell_id"] for r in results.values()} == {CELL.id}
+    assert {r["run_id"] for r in results.values()} == {run_id}
+    check = results["pin_check.py"]
+    assert check["outcome"] == "pass", check
+    assert check["env"]["backend_version"] == 91200  # captured inside the container
+    main_lib = next(p for p in check["env"]["cudnn_libs"] if "libcudnn.so" in p)
+    assert main_lib.startswith("/opt/venv/"), main_lib
+    assert check["log_path"].startswith(str(run_dir / "cells" / CELL.id))
+    variants = [r for name, r in results.items() if name.startswith("repro_fusion_uid[")]
+    assert len(variants) == 4
+    for result in variants:  # the repro needs >= 9.13: judged on the container's backend
+        assert result["outcome"] == "skip", result
+        assert str(result["reason"]).startswith("backend 91200 < 91300"), result
+    assert (run_dir / "cells" / CELL.id / "build.log").is_file()
+    assert cell_tags
+    client = docker_client(timeout=60)
+    try:
+        assert all(client.images.get(tag) for tag in cell_tags)  # the run built both images
+    finally:
+        client.close()
+    assert "SIGNED OFF" in proc.stdout
