@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from validate.cli import add_selector_args, split_list
+from validate.cli import add_selector_args, positive, split_list
 from validate.config import Selectors
 from validate.errors import ConfigError
 
+if TYPE_CHECKING:
+    import argparse
+
 __all__ = ["config_from_args", "register"]
-
-
-def _positive(kind: type[float | int], minimum: float) -> Any:
-    def parse(text: str) -> float | int:
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum:
-            msg = f"expected a number >= {minimum:g}, got {text!r}"
-            raise argparse.ArgumentTypeError(msg)
-        return value
-
-    return parse
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -100,9 +88,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "load it and build graphs without a GPU, e.g. from a small offline wheelhouse",
     )
     run = parser.add_argument_group("running")
-    run.add_argument("--jobs", type=_positive(int, 1), metavar="N")
-    run.add_argument("--timeout", type=_positive(float, 0.1), default=600.0, metavar="S")
-    run.add_argument("--reruns", type=_positive(int, 0), default=0, metavar="N")
+    run.add_argument("--jobs", type=positive(int, 1), metavar="N")
+    run.add_argument("--timeout", type=positive(float, 0.1), default=600.0, metavar="S")
+    run.add_argument("--reruns", type=positive(int, 0), default=0, metavar="N")
     run.add_argument("--results", type=Path, metavar="DIR", help="run folder")
     run.add_argument("--resume", action="store_true", help="complete the run in --results DIR")
     run.add_argument("--no-api-logs", dest="api_logs", action="store_false")

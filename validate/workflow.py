@@ -44,7 +44,7 @@ from validate.sources import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["SHIPPED_CASES", "ValidateConfig", "default_jobs", "env_spec_for", "run"]
+__all__ = ["SHIPPED_CASES", "ValidateConfig", "default_jobs", "env_spec_for", "record_all", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -178,33 +178,20 @@ def _stamp() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _skip_all(
-    store: ResultStore, cell: Cell, cases: Sequence[Case], reason: str, run_id: str
+def record_all(
+    store: ResultStore,
+    cell: Cell,
+    cases: Sequence[Case],
+    outcome: Outcome,
+    reason: str,
+    run_id: str,
 ) -> None:
+    """Store one result per case that the cell could not run (skip or error), unless recorded."""
     done = store.done_keys()
     for case in cases:
         result = CaseResult(
             case=case.name,
-            outcome=Outcome.SKIP,
-            reason=reason,
-            cell_id=cell.id,
-            cell=cell.pins(),
-            case_path=str(case.path),
-            started_at=_stamp(),
-            run_id=run_id,
-        )
-        if result.key not in done:
-            store.append(result)
-
-
-def _error_all(
-    store: ResultStore, cell: Cell, cases: Sequence[Case], reason: str, run_id: str
-) -> None:
-    done = store.done_keys()
-    for case in cases:
-        result = CaseResult(
-            case=case.name,
-            outcome=Outcome.ERROR,
+            outcome=outcome,
             reason=reason,
             cell_id=cell.id,
             cell=cell.pins(),
@@ -309,13 +296,13 @@ def run_cells(
         skip = cell_skip_reason(cell, host)
         if skip:
             log.info("skip %s %s: %s", cell.id, cell.label, skip)
-            _skip_all(store, cell, cases, skip, run_id)
+            record_all(store, cell, cases, Outcome.SKIP, skip, run_id)
             continue
         spec = env_spec_for(cell, config)
         key = spec.hash
         if no_gpu and key in ran_in:
             reason = f"{no_gpu}: pins checked in cell {ran_in[key]} (same environment)"
-            _skip_all(store, cell, cases, reason, run_id)
+            record_all(store, cell, cases, Outcome.SKIP, reason, run_id)
             continue
         if key not in handles:
             with step(f"environment for {cell.label}"):
@@ -325,7 +312,7 @@ def run_cells(
                     handles[key] = f"environment build failed: {exc}".splitlines()[0]
         handle = handles[key]
         if isinstance(handle, str):
-            _error_all(store, cell, cases, handle, run_id)
+            record_all(store, cell, cases, Outcome.ERROR, handle, run_id)
             continue
         ran_in.setdefault(key, cell.id)
         with step(f"cell {cell.id}: {cell.label} ({len(cases)} cases, {jobs} at once)"):

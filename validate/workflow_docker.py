@@ -17,9 +17,10 @@ from validate.executors import ExecRequest
 from validate.host import cell_skip_reason
 from validate.images import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
 from validate.log import step
+from validate.outcome import Outcome
 from validate.results import CaseResult, load_results
 from validate.sources import parse_backend_source, parse_frontend_source, short_version
-from validate.workflow import SHIPPED_CASES, _error_all, _skip_all
+from validate.workflow import SHIPPED_CASES, record_all
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -87,7 +88,7 @@ def _collect(
     if missing:
         last = tail.strip().splitlines()[-1:] or ["no output"]
         reason = f"runner in the container recorded no result: {last[0][:200]}"
-        _error_all(store, cell, missing, reason, run_id)
+        record_all(store, cell, missing, Outcome.ERROR, reason, run_id)
 
 
 def run_cells_docker(
@@ -137,7 +138,7 @@ def _run_all(
     for cell in plan.planned:
         skip = cell_skip_reason(cell, host)
         if skip:
-            _skip_all(store, cell, cases, skip, run_id)
+            record_all(store, cell, cases, Outcome.SKIP, skip, run_id)
             continue
         try:
             spec = builder.spec_for(
@@ -147,7 +148,9 @@ def _run_all(
                 base_image=base_image_for(cell, config, builder),
             )
         except EnvBuildError as exc:  # a wheel the wheelhouse could not provide
-            _error_all(store, cell, cases, f"image inputs: {exc}".splitlines()[0], run_id)
+            record_all(
+                store, cell, cases, Outcome.ERROR, f"image inputs: {exc}".splitlines()[0], run_id
+            )
             continue
         cell_dir = runs_dir / cell.id
         cell_dir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +164,7 @@ def _run_all(
         if not isinstance(image, str):
             lines = str(image).strip().splitlines()
             reason = "\n".join([lines[0], *lines[1:][-_REASON_LINES:]])
-            _error_all(store, cell, cases, f"image build failed: {reason}", run_id)
+            record_all(store, cell, cases, Outcome.ERROR, f"image build failed: {reason}", run_id)
             continue
         request = ExecRequest(
             cell=cell,
@@ -177,7 +180,9 @@ def _run_all(
             try:
                 ran = executor.run(request)
             except DockerError as exc:
-                _error_all(store, cell, cases, f"container: {exc}".splitlines()[0], run_id)
+                record_all(
+                    store, cell, cases, Outcome.ERROR, f"container: {exc}".splitlines()[0], run_id
+                )
                 continue
         if ran.timed_out:
             log.warning("cell %s: the container ran out of time and was killed", cell.id)
