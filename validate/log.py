@@ -22,8 +22,10 @@ def setup_logging(verbose: int = 0) -> None:
     logger = logging.getLogger("validate")
     level = logging.DEBUG if verbose > 0 else logging.INFO
     logger.setLevel(level)
-    if any(h.get_name() == _HANDLER_NAME for h in logger.handlers):
-        return
+    for existing in logger.handlers:
+        if existing.get_name() == _HANDLER_NAME and isinstance(existing, logging.StreamHandler):
+            existing.setStream(sys.stderr)  # stderr may have been replaced since (e.g. by pytest)
+            return
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(logging.Formatter("%(message)s"))
