@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from validate.outcome import Outcome
@@ -11,7 +12,6 @@ from validate.render.model import cell_label
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
-    from pathlib import Path
 
     from validate.render.model import StoredResult
     from validate.results import CaseResult
@@ -79,13 +79,23 @@ def _backend(result: CaseResult) -> str:
     return f"{pin} (cudnn.backend_version() = {seen})" if pin else seen
 
 
-def reproduce_command(result: CaseResult) -> str:
-    """The exact one-cell, one-case `cudnn-matrix validate` command for a result."""
+def reproduce_command(result: CaseResult, meta: Mapping[str, Any] | None = None) -> str:
+    """The exact one-cell, one-case `cudnn-matrix validate` command for a result.
+
+    `meta` is the run's run.json: an `--env current` run is reproduced the same way. A case that is
+    one variant of a script (its name is not the file name) is selected with `--case NAME`.
+    """
     argv = ["cudnn-matrix", "validate"]
     for axis in ("cudnn", "frontend", "cuda", "driver", "arch"):
         if axis in result.cell:
             argv += [f"--{axis}", str(result.cell[axis])]
-    argv += ["--cases", result.case_path or result.case.split("::")[0]]
+    env_mode = (meta or {}).get("env_mode")
+    if env_mode and env_mode != "isolated":
+        argv += ["--env", str(env_mode)]
+    path = result.case_path or result.case.split("::")[0]
+    if Path(path).name != result.case:  # a variant from a case manifest: pass its folder
+        path = str(Path(path).parent)
+    argv += ["--cases", path, "--case", result.case]
     return shlex.join(argv)
 
 
@@ -182,7 +192,7 @@ def bug_report(item: StoredResult, baseline: CaseResult | None = None) -> str:
         "1. Run exactly this cell and case (the tool pins backend and frontend and captures the API logs):",
         "",
     ]
-    out += [_fence(reproduce_command(r), "sh"), ""]
+    out += [_fence(reproduce_command(r, item.run.meta), "sh"), ""]
     out += ["2. Or by hand in an environment with those pins:", ""]
     out += [
         _fence(

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from validate.cases import discover_cases, discover_samples
+from validate.cases import discover_cases, discover_samples, select_cases
 from validate.cli import positive
 from validate.errors import ConfigError
 from validate.progress import progress
@@ -57,6 +57,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="DIR",
         help="results folder (default: reports/runs/<UTC time>)",
     )
+    parser.add_argument(
+        "--case",
+        dest="case_names",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only cases with this name or fnmatch pattern (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
     parser.add_argument(
         "--reruns",
@@ -96,6 +104,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not cases:
         msg = "run: no cases given (pass CASE_OR_DIR... or --samples CHECKOUT)"
         raise ConfigError(msg)
+    cases = select_cases(cases, args.case_names)
     if args.resume and args.results is None:
         msg = "run: --resume needs --results DIR (the folder of the run to complete)"
         raise ConfigError(msg)

@@ -39,6 +39,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     what.add_argument(
         "--samples", type=Path, metavar="CHECKOUT", help="cudnn-frontend checkout: samples/python"
     )
+    what.add_argument(
+        "--case",
+        dest="case_names",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only cases with this name or fnmatch pattern (repeatable)",
+    )
     env = parser.add_argument_group("environments")
     env.add_argument(
         "--executor",
@@ -121,6 +129,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         selectors=Selectors.from_args(args),
         cases=tuple(args.cases),
         samples=args.samples,
+        case_names=tuple(args.case_names),
         executor=args.executor,
         base_image=args.base_image,
         env_mode=args.env_mode,

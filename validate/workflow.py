@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from validate import __version__
-from validate.cases import Case, discover_cases, discover_samples
+from validate.cases import Case, discover_cases, discover_samples, select_cases
 from validate.config import Selectors
 from validate.envs import EnvHandle, EnvSpec, cache_root, ensure_env
 from validate.errors import ConfigError, EnvBuildError
@@ -60,6 +60,7 @@ class ValidateConfig:
     selectors: Selectors = field(default_factory=Selectors)
     cases: tuple[Path, ...] = ()
     samples: Path | None = None
+    case_names: tuple[str, ...] = ()  # --case: names or fnmatch patterns to keep
     executor: str = "local"  # "local" | "docker"; run() resolves "auto"
     base_image: str | None = None  # docker: the cell images' base (workflow_docker.base_image_for)
     env_mode: str = "isolated"  # "isolated" | "current" | "system-site-packages"
@@ -97,6 +98,7 @@ def cases_stage(config: ValidateConfig) -> list[Case]:
         cases += discover_samples(config.samples)
     if not config.cases and config.samples is None:
         cases = discover_cases([SHIPPED_CASES])
+    cases = select_cases(cases, config.case_names)
     names = [c.name for c in cases]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

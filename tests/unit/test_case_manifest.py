@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from validate.cases import discover_cases
+from validate.cases import discover_cases, select_cases
 from validate.errors import CaseError
 
 
@@ -50,3 +50,17 @@ def test_manifest_reports_every_bad_entry(tmp_path: Path) -> None:
     assert "case[1].args" in text
     assert "case[2]: unknown key 'colour'" in text
     assert "\n" not in text
+
+
+def test_select_cases_by_exact_name_or_pattern(tmp_path: Path) -> None:
+    folder = _folder(
+        tmp_path,
+        '[[case]]\nname = "repro[a]"\nscript = "repro.py"\n'
+        '[[case]]\nname = "repro[b]"\nscript = "repro.py"\n',
+    )
+    cases = discover_cases([folder])
+    assert [c.name for c in select_cases(cases, ["repro[b]"])] == ["repro[b]"]  # brackets literal
+    assert [c.name for c in select_cases(cases, ["repro*"])] == ["repro[a]", "repro[b]"]
+    assert len(select_cases(cases, [])) == 3
+    with pytest.raises(CaseError, match="--case nope: matches none of the 3 cases"):
+        select_cases(cases, ["nope"])

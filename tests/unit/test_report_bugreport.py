@@ -59,10 +59,21 @@ def test_exact_one_cell_one_case_command() -> None:
     expected = (
         "cudnn-matrix validate --cudnn 9.24.0.43 --frontend 1.27.0 --cuda 13.0 --driver 580.95.05 "
         "--arch sm90 --cases "
-        "samples/python/26_layernorm_forward_training_and_backward_with_relu_bitmask.ipynb"
+        "samples/python/26_layernorm_forward_training_and_backward_with_relu_bitmask.ipynb "
+        "--case 26_layernorm_forward_training_and_backward_with_relu_bitmask.ipynb"
     )
     assert reproduce_command(_crash().result) == expected
     assert f"```sh\n{expected}\n```" in bug_report(_crash())
+
+
+def test_command_selects_a_variant_and_keeps_env_mode() -> None:
+    variant = _crash().result.with_(
+        case="repro_fusion_uid[backward]", case_path="/opt/cases/repro_fusion_uid.py"
+    )
+    assert reproduce_command(variant, {"env_mode": "current"}) == (
+        "cudnn-matrix validate --cudnn 9.24.0.43 --frontend 1.27.0 --cuda 13.0 --driver 580.95.05 "
+        "--arch sm90 --env current --cases /opt/cases --case 'repro_fusion_uid[backward]'"
+    )
 
 
 def test_missing_evidence_is_said_not_invented(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -14,9 +15,17 @@ from validate.errors import CaseError
 from validate.requirements import DEFAULT_CASES_TOML, Requirements, RequirementTable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["MANIFEST", "Case", "CaseKind", "discover_cases", "discover_samples", "load_manifest"]
+__all__ = [
+    "MANIFEST",
+    "Case",
+    "CaseKind",
+    "discover_cases",
+    "discover_samples",
+    "load_manifest",
+    "select_cases",
+]
 
 CaseKind = Literal["notebook", "script"]
 _SUFFIXES: dict[str, CaseKind] = {".ipynb": "notebook", ".py": "script"}
@@ -183,3 +192,20 @@ def discover_samples(checkout: Path, *, requirements: Path | None = None) -> lis
         raise CaseError(msg)
     table = RequirementTable.from_toml(requirements or DEFAULT_CASES_TOML)
     return discover_cases(notebooks, table=table)
+
+
+def select_cases(
+    cases: Sequence[Case], patterns: Sequence[str], flag: str = "--case"
+) -> list[Case]:
+    """Keep the cases named by `patterns`: an exact name (variant names hold brackets) or an
+    fnmatch pattern; all cases when none are given."""
+    if not patterns:
+        return list(cases)
+    kept = [
+        c for c in cases if any(c.name == p or fnmatch.fnmatchcase(c.name, p) for p in patterns)
+    ]
+    if not kept:
+        names = ", ".join(c.name for c in cases[:5]) + (", ..." if len(cases) > 5 else "")
+        msg = f"{flag} {' '.join(patterns)}: matches none of the {len(cases)} cases ({names})"
+        raise CaseError(msg)
+    return kept
