@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -13,10 +12,12 @@ from packaging.version import InvalidVersion, Version
 
 from validate._compat import tomllib
 from validate.errors import MatrixError
+from validate.matrix import MATRIX_DIR
 from validate.outcome import BAD_OUTCOMES, Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
+    from pathlib import Path
 
     from validate.results import CaseResult
 
@@ -29,10 +30,8 @@ __all__ = [
     "load_known_issues",
 ]
 
-#: The embedded database: <checkout>/matrix/known_issues.toml (source checkout or editable install).
-DEFAULT_KNOWN_ISSUES: Final = (
-    Path(__file__).resolve().parent.parent / "matrix" / "known_issues.toml"
-)
+#: The embedded database: matrix/known_issues.toml (see validate.matrix.MATRIX_DIR).
+DEFAULT_KNOWN_ISSUES: Final = MATRIX_DIR / "known_issues.toml"
 
 _ARCH = re.compile(r"sm\d{2,3}")
 _KEYS: Final = frozenset(

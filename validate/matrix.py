@@ -41,9 +41,18 @@ AXES: Final = ("cudnn", "frontend", "cuda", "driver", "arch")
 #: sm70 (Volta) is kept so that "CUDA 13 dropped Volta" is a rule that can fire.
 ARCHES: Final = ("sm70", "sm75", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
 
+
 #: The embedded data lives next to the package in a source checkout or editable install:
 #: <repo>/matrix/default.toml and <repo>/matrix/rules.toml.
-MATRIX_DIR: Final = Path(__file__).resolve().parent.parent / "matrix"
+def _matrix_dir() -> Path:
+    """The data folder: `matrix/` of the checkout (editable installs, nox, images), else the copy
+    a wheel carries as `validate/_matrix` (pyproject's package-dir maps it from `matrix/`)."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "matrix"
+    return checkout if (checkout / "default.toml").is_file() else here / "_matrix"
+
+
+MATRIX_DIR: Final = _matrix_dir()
 DEFAULT_MATRIX: Final = MATRIX_DIR / "default.toml"
 
 _DRIVER_NUM = re.compile(r"\d{3,4}(?:\.\d{1,3}){0,2}")

@@ -7,16 +7,17 @@ import json
 import subprocess
 from dataclasses import dataclass, field, replace
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from packaging.version import InvalidVersion, Version
 
 from validate._compat import tomllib
 from validate.errors import MatrixError
+from validate.matrix import MATRIX_DIR
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+    from pathlib import Path
 
 __all__ = [
     "DEFAULT_CASES_TOML",
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 #: Requirements of the cudnn-frontend sample notebooks (DOMAIN.md §5).
-DEFAULT_CASES_TOML: Final = Path(__file__).resolve().parents[1] / "matrix" / "cases.toml"
+DEFAULT_CASES_TOML: Final = MATRIX_DIR / "cases.toml"
 
 _KEYS: Final = frozenset({"min_backend", "archs", "needs_gpu", "min_sm", "imports", "source"})
 
