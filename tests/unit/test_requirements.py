@@ -60,6 +60,8 @@ def test_bad_toml_reports_every_problem(tmp_path: Path) -> None:
 
 
 LIB = "/venv/nvidia/cudnn/lib/libcudnn.so.9"
+TORCH_LIB = "/base/site-packages/nvidia/cudnn/lib/libcudnn.so.9"
+PINNED = "/opt/cudnn/lib/libcudnn.so.9"
 
 
 @pytest.mark.parametrize(
@@ -75,6 +77,16 @@ LIB = "/venv/nvidia/cudnn/lib/libcudnn.so.9"
             {"backend_version": 92400, "cudnn_libs": [LIB]},
             {"backend_dir": "/opt/cudnn/lib"},
             f"pin not honoured: loaded libcudnn from {LIB}, expected /opt/cudnn/lib",
+        ),
+        (  # torch's own copy mapped too: the pin holds while the pinned dispatcher is there
+            {"backend_version": 92400, "cudnn_libs": [TORCH_LIB, PINNED]},
+            {"backend": "9.24.0", "backend_dir": "/opt/cudnn/lib"},
+            None,
+        ),
+        (  # only torch's copy: the frontend did not load the pinned folder's library
+            {"backend_version": 92400, "cudnn_libs": [TORCH_LIB]},
+            {"backend": "9.24.0", "backend_dir": "/opt/cudnn/lib"},
+            f"pin not honoured: loaded libcudnn from {TORCH_LIB}, expected /opt/cudnn/lib",
         ),
         (
             {"backend_error": "RuntimeError: Unable to find symbol cudnnGetVersion"},

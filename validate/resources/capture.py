@@ -226,9 +226,13 @@ def verify_pins(captured: Mapping[str, Any], expected: Mapping[str, str | None])
         if _version_tuple(got_s)[:3] != _version_tuple(want_backend)[:3]:
             return f"pin not honoured: loaded {got_s} from {where}, expected {want_backend}"
     if want_dir:
+        # Two copies can be mapped at once (torch loads its own wheel copy, DOMAIN.md §2): the pin
+        # holds when the dispatcher from the pinned folder is among them and backend_version()
+        # (what the frontend itself loaded) matched above.
         want = Path(want_dir).resolve()
-        if main_lib is None or Path(main_lib).resolve().parent != want:
-            return f"pin not honoured: loaded libcudnn from {where}, expected {want}"
+        mains = [p for p in libs if Path(p).name.startswith("libcudnn.so")]
+        if not any(Path(p).resolve().parent == want for p in mains):
+            return f"pin not honoured: loaded libcudnn from {', '.join(mains) or where}, expected {want}"
     if want_frontend:
         got_fe = captured.get("frontend_version")
         if got_fe is None or _version_tuple(str(got_fe))[:3] != _version_tuple(want_frontend)[:3]:
