@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from validate.cases import discover_cases, discover_samples, select_cases
 from validate.cli import positive
 from validate.errors import ConfigError
+from validate.host import default_jobs, detect_host
 from validate.progress import progress
-from validate.resources.capture import detect_gpu
 from validate.results import ResultStore
 from validate.runner import FAILING, RunOptions, RunTarget, run_cases
 
@@ -49,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         type=positive(int, 1),
         default=None,
         metavar="N",
-        help="cases at once (default: cores; 1 on a GPU host)",
+        help="cases at once (default: cores; on a GPU host up to 2 per core, 4 GiB of GPU "
+        "memory per case: several kernels share one GPU)",
     )
     parser.add_argument(
         "--results",
@@ -90,13 +90,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(func=_cmd_run)
 
 
-def _host_gpu() -> tuple[bool, str | None]:
-    gpus = detect_gpu()
-    if not gpus:
-        return False, None
-    return True, "sm" + gpus[0].get("compute_capability", "").replace(".", "")
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     cases = discover_cases(args.cases) if args.cases else []
     if args.samples is not None:
@@ -108,15 +101,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.resume and args.results is None:
         msg = "run: --resume needs --results DIR (the folder of the run to complete)"
         raise ConfigError(msg)
-    has_gpu, arch = _host_gpu()
+    host = detect_host()
+    arch = host.gpus[0].sm if host.gpus else None
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     results_dir = args.results or Path("reports") / "runs" / run_id
-    jobs = args.jobs or (1 if has_gpu else (os.cpu_count() or 1))
+    jobs = args.jobs or default_jobs(host)
     target = RunTarget(
         python=Path(sys.executable),
         expected_backend=args.expect_backend,
         host_arch=arch,
-        has_gpu=has_gpu,
+        has_gpu=host.has_driver and bool(host.gpus),
     )
     options = RunOptions(
         timeout_s=args.timeout,

@@ -25,7 +25,7 @@ from validate.cases import Case, discover_cases, discover_samples, select_cases
 from validate.config import Selectors
 from validate.envs import EnvHandle, EnvSpec, cache_root, ensure_env
 from validate.errors import ConfigError, EnvBuildError
-from validate.host import HostFacts, cell_skip_reason, detect_host, gpu_skip_reason
+from validate.host import HostFacts, cell_skip_reason, default_jobs, detect_host, gpu_skip_reason
 from validate.known_issues import KnownIssue, apply_known_issues, load_known_issues
 from validate.log import step
 from validate.matrix import Cell, load_matrix
@@ -44,7 +44,7 @@ from validate.sources import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["SHIPPED_CASES", "ValidateConfig", "default_jobs", "env_spec_for", "record_all", "run"]
+__all__ = ["SHIPPED_CASES", "ValidateConfig", "env_spec_for", "record_all", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -134,19 +134,6 @@ def env_spec_for(cell: Cell, config: ValidateConfig) -> EnvSpec:
         base=base,
         backend_deps=config.backend_deps and not current,
     )
-
-
-def default_jobs(host: HostFacts) -> int:
-    """Cases at once. CPU-only host: one per core. GPU host: up to two per core, bounded by GPU
-    memory (4 GiB per case process: a CUDA context plus a sample's tensors). Each case spends much
-    of its time starting a kernel and importing torch, so more processes than cores pays off:
-    on an H200 host with 16 cores, 24 notebooks at once took 17.4 s against 23.3 s at 16
-    (reports/gpu/2026-12-02-h200/speed.json)."""
-    cores = os.cpu_count() or 1
-    if not host.gpus:
-        return cores
-    per_gpu = max(1, min(gpu.memory_mib for gpu in host.gpus) // (4 * 1024))
-    return max(1, min(2 * cores, per_gpu * len(host.gpus)))
 
 
 def _target(cell: Cell, handle: EnvHandle, host: HostFacts) -> RunTarget:
