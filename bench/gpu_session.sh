@@ -2,6 +2,8 @@
 # One GPU session that produces the committed reports under reports/gpu/ (run on the lent H200).
 #
 #   bench/gpu_session.sh WHEELHOUSE SAMPLES_CHECKOUT OUT_DIR [JOBS]
+#   (JOBS empty: the tool's default concurrency; SEQUENTIAL=0 skips step 3, e.g. when
+#   bench/gpu_speed.sh runs the same loop in the same call)
 #
 # 1. `cudnn-matrix run` on our own GPU notebook/script cases (one passes, one faults the GPU).
 # 2. `cudnn-matrix validate --env current` (the machine's torch + cuDNN backend) with frontends
@@ -11,7 +13,8 @@
 #    another with frontend 1.27.0 (every notebook is run; where `set -e` would have stopped is noted).
 # 4. Reports (md, html, junit, json) rendered from the stored run.
 set -uo pipefail
-WH=$(realpath "$1"); SAMPLES=$(realpath "$2"); OUT=$(realpath "$3"); JOBS=${4:-16}
+WH=$(realpath "$1"); SAMPLES=$(realpath "$2"); OUT=$(realpath "$3"); JOBS=${4-16}
+JOBS_FLAG=(); [ -n "$JOBS" ] && JOBS_FLAG=(--jobs "$JOBS")
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 mkdir -p "$OUT"
@@ -34,7 +37,7 @@ SITE="PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH"
   python3 -c "import torch,sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'torch cudnn', torch.backends.cudnn.version())"
   python3 -m pip list 2>/dev/null | grep -i -e nvidia-cudnn -e "^torch " -e cuda-bindings
   echo "samples commit: $(cat "$SAMPLES/COMMIT" 2>/dev/null)"
-  echo "tool commit: $(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "tool commit: ${TOOL_COMMIT:-$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)}"
 } >"$OUT/provenance.txt" 2>&1
 cat "$OUT/provenance.txt"
 
@@ -48,7 +51,7 @@ RUN=/tmp/gpu-run
 start=$(date +%s.%N)
 python3 -m validate validate --env current --cudnn 9.19.0.56 --frontend 1.26.0,1.27.0 --cuda 13.0 \
   --driver 580 --arch sm90 --wheelhouse "$WH" --cache-dir /tmp/envs --samples "$SAMPLES" \
-  --cases validate/resources/cases --jobs "$JOBS" --timeout 300 --results "$RUN" \
+  --cases validate/resources/cases "${JOBS_FLAG[@]}" --timeout 300 --results "$RUN" \
   >"$OUT/validate.txt" 2>/tmp/validate.err
 echo "rc=$?" >>"$OUT/validate.txt"
 end=$(date +%s.%N)
@@ -56,7 +59,7 @@ echo "validate wall: $(python3 -c "print(round($end-$start,1))") s" | tee -a "$O
 tail -40 /tmp/validate.err >"$OUT/validate_stderr_tail.txt"
 
 echo "== 3. sequential jupyter execute loop, frontend 1.27.0 ($(stamp))"
-python3 - "$SAMPLES" "$OUT/sequential.json" <<'PY'
+[ "${SEQUENTIAL:-1}" = 0 ] || python3 - "$SAMPLES" "$OUT/sequential.json" <<'PY'
 import json, os, subprocess, sys, time
 from pathlib import Path
 samples = sorted((Path(sys.argv[1]) / "samples" / "python").glob("*.ipynb"))

@@ -33,7 +33,12 @@ from pathlib import Path
 a, b, c, d, e = map(float, sys.argv[1:6])
 def verdicts(run):
     return len({json.loads(l)["case"] for l in Path(run, "results.jsonl").read_text().splitlines()})
-out = {"sequential_jupyter_execute_s": d, "validate_first_s": a, "validate_longest_first_s": b,
+import os, subprocess
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+out = {"date": __import__("datetime").datetime.now(__import__("datetime").timezone.utc).isoformat(timespec="seconds"),
+       "gpu": gpu, "cpus": os.cpu_count(), "tool_commit": os.environ.get("TOOL_COMMIT", "unknown"),
+       "sequential_jupyter_execute_s": d, "validate_first_s": a, "validate_longest_first_s": b,
        "validate_resume_s": c, "verdicts_first": verdicts("/tmp/speedA"),
        "verdicts_longest_first": verdicts("/tmp/speedB"),
        "ratio_first_to_sequential": round(a / d, 3), "ratio_longest_first_to_sequential": round(b / d, 3),
