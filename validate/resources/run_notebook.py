@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -109,7 +111,18 @@ def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
         else:
             result["error_cell"] = cell_index
 
-    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=_ThisPythonSpecs())
+    # Unix sockets in a folder of this process's own, not TCP ports: kernels started side by side
+    # pick TCP ports by probing, and under 24+ parallel starts two can race for one port; the loser
+    # "didn't respond" (seen on the H200 host). IPC paths cannot collide, and nothing is written
+    # beside the notebook (which may be read-only).
+    sockets = Path(tempfile.mkdtemp(prefix="cm-kernel-"))
+    km = AsyncKernelManager(
+        kernel_name="python3",
+        kernel_spec_manager=_ThisPythonSpecs(),
+        transport="ipc",
+        ip=str(sockets / "k"),
+        connection_file=str(sockets / "kernel.json"),
+    )
     client = _StreamingClient(
         nb,
         km=km,
@@ -151,6 +164,7 @@ def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
         result["traceback"] = traceback.format_exc()[-_TAIL:]
     finally:
         _shutdown(client, km)
+        shutil.rmtree(sockets, ignore_errors=True)
     return result
 
 
