@@ -113,13 +113,22 @@ def _classify_notebook(run: CaseExec, report: Mapping[str, Any]) -> tuple[Outcom
             return Outcome.ERROR, f"notebook runner: {ename}: {evalue}"[:400]
 
 
+def _own_verdict(verdict: tuple[Outcome, str]) -> tuple[Outcome, str]:
+    """A script's own fail verdict that names a context-poisoning CUDA error is still a crash
+    (e.g. the repro catches `illegal memory access` to say which graph it was in)."""
+    outcome, reason = verdict
+    if outcome is Outcome.FAIL and _POISON.search(reason):
+        return Outcome.CRASH, f"CUDA context poisoned: {reason}"
+    return verdict
+
+
 def _classify_script(run: CaseExec, report: Mapping[str, Any] | None) -> tuple[Outcome, str]:
     if isinstance(run.result_file, str):
         return Outcome.ERROR, run.result_file
     if run.result_file is not None:
-        return run.result_file
+        return _own_verdict(run.result_file)
     if run.verdict is not None:
-        return run.verdict
+        return _own_verdict(run.verdict)
     exc = (report or {}).get("exception")
     if exc:
         return classify_exception(

@@ -157,6 +157,12 @@ CASES = [
     ("verdict line", _sc(0, verdict=(Outcome.SKIP, "no arch")), Outcome.SKIP, "no arch"),
     ("result file", _sc(0, result_file=(Outcome.FAIL, "mismatch")), Outcome.FAIL, "mismatch"),
     (
+        "own fail verdict naming an illegal address",
+        _sc(1, verdict=(Outcome.FAIL, "graph 2 execute: an illegal memory access was encountered")),
+        Outcome.CRASH,
+        "CUDA context poisoned: graph 2 execute: an illegal memory access",
+    ),
+    (
         "bad result file",
         _sc(0, result_file="bad result file x"),
         Outcome.ERROR,
