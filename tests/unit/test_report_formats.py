@@ -45,10 +45,7 @@ def test_junit_failure_carries_log_tail_and_cell_classname() -> None:
     failed = [c for c in root.iter("testcase") if c.find("failure") is not None]
     assert len(failed) == 1
     case = failed[0]
-    assert (
-        case.get("classname")
-        == "cudnn 9.24.0.43 / fe 1.27.0 / cuda 13.0 / drv 580.95.05 / arch sm90"
-    )
+    assert case.get("classname") == "cudnn-9_24_0_43.fe-1_27_0.cuda-13_0.drv-580_95_05.sm90"
     failure = case.find("failure")
     assert failure is not None
     assert failure.get("type") == "crash"

@@ -11,6 +11,7 @@ from validate.render.model import cell_label
 if TYPE_CHECKING:
     from validate.render import Report
     from validate.render.model import StoredResult
+    from validate.results import CaseResult
 
 __all__ = ["render_junit"]
 
@@ -35,10 +36,18 @@ def _clean(text: str) -> str:
     return "".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 0x20)
 
 
+def classname(r: CaseResult) -> str:
+    """Dots only between axes, so Jenkins' package tree is backend > frontend > CUDA > driver and
+    the class is the arch: `cudnn-9_24_0_43.fe-1_27_0.cuda-13_0.drv-580.sm90`."""
+    parts = [("cudnn-", "cudnn"), ("fe-", "frontend"), ("cuda-", "cuda"), ("drv-", "driver")]
+    named = [f"{tag}{str(r.cell.get(axis, '?')).replace('.', '_')}" for tag, axis in parts]
+    return ".".join([*named, str(r.cell.get("arch", "any")).replace(".", "_")])
+
+
 def _testcase(parent: ET.Element, item: StoredResult) -> str:
     r = item.result
     case = ET.SubElement(
-        parent, "testcase", name=r.case, classname=cell_label(r), time=f"{r.duration_s:.3f}"
+        parent, "testcase", name=r.case, classname=classname(r), time=f"{r.duration_s:.3f}"
     )
     reason = _clean(r.reason or str(r.outcome))
     kind = "passed"
