@@ -163,6 +163,26 @@ def detect_gpu() -> list[dict[str, str]]:
     return gpus if gpus is not None else _smi_gpus()
 
 
+def _host_compiler() -> str:
+    """`gcc (Debian 12.2.0-14) 12.2.0`-style first line of the C++ compiler on PATH, if any."""
+    import shutil
+    import subprocess
+
+    for name in ("c++", "g++", "clang++"):
+        exe = shutil.which(name)
+        if exe is None:
+            continue
+        try:
+            out = subprocess.run(
+                [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out.strip():
+            return out.strip().splitlines()[0]
+    return f"none on PATH (Python built with {platform.python_compiler()})"
+
+
 def _os_name() -> str:
     """Kernel and distribution; avoids platform.platform(), which scans the interpreter binary."""
     try:
@@ -186,6 +206,8 @@ def capture(*, in_case: bool = True) -> dict[str, Any]:
         facts["gpus"] = detect_gpu()
     else:  # a case that loaded no CUDA library: skip the ctypes/NVML probes (per-case overhead)
         facts["cuda_runtime"] = facts["gpus"] = "not captured: the case loaded no CUDA library"
+    if in_case:  # the bug template asks for the host compiler (what would build extensions)
+        facts["compiler"] = _host_compiler()
     facts["python"] = platform.python_version()
     facts["python_executable"] = sys.executable
     facts["os"] = _os_name()
