@@ -235,7 +235,11 @@ def parse_frontend_source(
         return FrontendSource(kind="wheel", version=version, path=path.resolve())
     where, _, ref = text.partition("@")
     checkout = Path(where).expanduser()
-    if not where or not (checkout / ".git").exists():
+    # a work tree (.git inside) or a bare clone/mirror (HEAD + objects/): both can be cloned from
+    is_repo = (checkout / ".git").exists() or (
+        (checkout / "HEAD").is_file() and (checkout / "objects").is_dir()
+    )
+    if not where or not is_repo:
         msg = f"{flag}: {text!r} is neither a version, a .whl file, a git checkout[@ref] nor 'current'"
         raise ConfigError(msg)
     ref = ref or "HEAD"

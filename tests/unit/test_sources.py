@@ -204,6 +204,9 @@ def test_frontend_git_checkout_resolves_the_commit(tmp_path: Path) -> None:
     assert tagged.pin() == f"git:{first}"
     with pytest.raises(ConfigError, match="ref 'nope' not found"):
         parse_frontend_source(f"{repo}@nope")
+    mirror = tmp_path / "mirror.git"  # a bare clone (what `git clone --mirror` or a CI cache holds)
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(repo), str(mirror)], check=True)
+    assert parse_frontend_source(f"{mirror}@v1").commit == first
 
 
 def test_frontend_garbage(tmp_path: Path) -> None:
