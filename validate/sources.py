@@ -42,6 +42,7 @@ FrontendKind = Literal["pypi", "wheel", "git", "current"]
 
 #: Dispatcher library every cuDNN 9 layout holds; its cudnnGetVersion() needs no GPU (DOMAIN §2).
 _DISPATCHER = "libcudnn.so.9"
+_BUILD_CAUSE = re.compile(r"CMake Error|fatal:|error:|Could not|not found", re.IGNORECASE)
 _FRONTEND_PACKAGE = "nvidia-cudnn-frontend"
 _HEADER_RE = re.compile(r"^#define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)", re.MULTILINE)
 _GET_VERSION = (
@@ -304,7 +305,10 @@ def build_frontend_wheel(
             log.info("+ %s", shlex.join(argv))
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
-                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+                lines = (proc.stdout + proc.stderr).strip().splitlines()
+                # the cause sits mid-log (a CMake error, a failed fetch), the traceback at the end
+                causes = [ln.strip() for ln in lines if _BUILD_CAUSE.search(ln)][:6]
+                tail = "\n".join([*causes, *lines[-6:]])
                 msg = f"building the frontend at {source.commit[:12]} failed: {shlex.join(argv)}\n{tail}"
                 raise EnvBuildError(msg)
         built = sorted(out.glob("*.whl"))

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 #: The cases `validate` runs when none are named: the pin check and the #361 fusion repro.
 SHIPPED_CASES = Path(__file__).resolve().parent / "resources" / "cases"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+_REASON_TAIL = 12  # lines of an install/build log kept in an `error` result's reason
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,11 +295,15 @@ def run_cells(
             record_all(store, cell, cases, Outcome.SKIP, reason, run_id)
             continue
         if key not in handles:
-            with step(f"environment for {cell.label}"):
-                try:
+            try:
+                with step(f"environment for {cell.label}"):
                     handles[key] = ensure(spec)
-                except EnvBuildError as exc:
-                    handles[key] = f"environment build failed: {exc}".splitlines()[0]
+            except EnvBuildError as exc:  # the cell's cases become `error`; the run goes on
+                lines = str(exc).strip().splitlines() or ["?"]
+                handles[key] = "\n".join(
+                    [f"environment build failed: {lines[0]}", *lines[1:][-_REASON_TAIL:]]
+                )
+                log.error("%s", handles[key])
         handle = handles[key]
         if isinstance(handle, str):
             record_all(store, cell, cases, Outcome.ERROR, handle, run_id)
