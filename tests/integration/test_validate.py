@@ -104,3 +104,23 @@ def test_dishonoured_pin_is_an_error(wheelhouse: Path, tmp_path: Path) -> None:
     assert "pin not honoured" in str(result["reason"])
     assert "9.13" in str(result["reason"])
     assert "9.12" in str(result["reason"])
+
+
+def test_a_cell_whose_environment_cannot_be_built_is_an_error_and_the_run_goes_on(
+    wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    proc = _validate(
+        *["--cudnn", f"{BACKEND},9.99.0.1", "--frontend", "1.27.0", *CELL],
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache), "--no-backend-deps"],
+        *["--case", "pin_check.py", "--results", str(run_dir)],
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    by_backend = {line["cell"]["cudnn"]: line for line in lines}
+    assert by_backend[BACKEND]["outcome"] == "pass"  # the good cell still ran
+    broken = by_backend["9.99.0.1"]
+    assert broken["outcome"] == "error"
+    assert broken["reason"].startswith("environment build failed:")
+    assert "nvidia-cudnn-cu13==9.99.0.1" in broken["reason"]
+    assert "Traceback" not in proc.stderr
