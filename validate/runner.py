@@ -25,6 +25,7 @@ from validate.classify import CaseExec, classify, signal_name
 from validate.outcome import Outcome
 from validate.requirements import check, missing_modules
 from validate.resources.capture import verify_pins
+from validate.resources.guard import PARENT_ENV
 from validate.results import CaseResult, ResultStore
 
 if TYPE_CHECKING:
@@ -104,6 +105,36 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+class _LiveGroups:
+    """Process groups of the cases running now (and their kernels' groups). Cases run in sessions
+    of their own, so a terminal's Ctrl-C never reaches them: an interrupt ends them here."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: dict[int, Path] = {}  # case pgid -> the file its kernel's pid is written to
+        self.stopped = threading.Event()  # set by kill_all: no new case process may start
+
+    def add(self, pgid: int, kernel_file: Path) -> None:
+        with self._lock:
+            self._groups[pgid] = kernel_file
+
+    def discard(self, pgid: int) -> None:
+        with self._lock:
+            self._groups.pop(pgid, None)
+
+    def kill_all(self) -> None:
+        self.stopped.set()
+        with self._lock:
+            groups = list(self._groups.items())
+        for pgid, kernel_file in groups:
+            _kill_group(pgid, signal.SIGKILL)
+            with suppress(OSError, ValueError):
+                _kill_group(int(kernel_file.read_text(encoding="utf-8").strip()), signal.SIGKILL)
+
+
+_LIVE: Final = _LiveGroups()
+
+
 def _wait_quietly(proc: subprocess.Popen[bytes], seconds: float) -> bool:
     """Whether the process ended within `seconds` (used only on the timeout path)."""
     try:
@@ -118,6 +149,8 @@ def _spawn(
 ) -> tuple[int, bool]:
     """Run argv in a new session, output to log_path; on timeout TERM then KILL the group."""
     log.debug("+ %s", " ".join(argv))
+    if _LIVE.stopped.is_set():  # interrupted: a re-run must not start behind the user's back
+        return -signal.SIGKILL, False
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             argv,
@@ -141,10 +174,12 @@ def _spawn(
         timer = threading.Timer(limit_s, _expire)
         timer.daemon = True
         timer.start()
+        _LIVE.add(proc.pid, kernel_file)
         try:
             proc.wait()
         finally:
             timer.cancel()
+            _LIVE.discard(proc.pid)
         timed_out = expired.is_set()
     if kernel_file.exists():  # the kernel runs in its own session: make sure it is gone too
         try:
@@ -158,6 +193,7 @@ def _spawn(
 
 def _case_env(target: RunTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
     env = {**os.environ, **target.env, "PYTHONFAULTHANDLER": "1", RESULT_FILE_ENV: str(result_file)}
+    env[PARENT_ENV] = str(os.getpid())  # resources/guard.py: the case dies with this process
     env.pop("CUDNN_FRONTEND_LOG_FILE", None)
     if target.expected_backend:
         env["CUDNN_MATRIX_EXPECT_BACKEND"] = target.expected_backend
@@ -326,7 +362,9 @@ def run_cases(
     todo = _longest_first(todo, _read_history(options.history))
     results: list[CaseResult] = []
     lock = threading.Lock()
-    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+    _LIVE.stopped.clear()
+    pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
+    try:
         futures = [pool.submit(run_case, case, target, options) for case in todo]
         for future in as_completed(futures):
             result = future.result()
@@ -335,6 +373,13 @@ def run_cases(
                 results.append(result)
                 if on_result is not None:
                     on_result(result, len(results), len(todo))
+    except KeyboardInterrupt:
+        # Finished results are already stored; what is running is ended, not recorded (a
+        # half-run case killed by us is not a crash of the product), and --resume redoes it.
+        pool.shutdown(wait=False, cancel_futures=True)
+        _LIVE.kill_all()
+        raise
+    pool.shutdown(wait=True)
     _write_history(options.history, results)
     order = {c.name: i for i, c in enumerate(cases)}
     return sorted(kept + results, key=lambda r: order.get(r.case, len(order)))

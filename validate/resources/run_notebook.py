@@ -30,6 +30,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import capture  # type: ignore[import-not-found]
+import guard  # type: ignore[import-not-found]
 
 _TAIL = 4000
 _ANSI = "\x1b["
@@ -39,7 +40,18 @@ class _ThisPythonSpecs(KernelSpecManager):
     """Every kernel name resolves to this interpreter's ipykernel."""
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:  # noqa: ARG002 - any name
-        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        # What `python -m ipykernel_launcher` does, after guard.py under a private module name
+        # (it imports only stdlib): the kernel runs in a session of its own and must still die
+        # with this process, even when the tool is killed before the kernel's pid is recorded.
+        guard_path = str(Path(__file__).resolve().with_name("guard.py"))
+        code = (
+            "import importlib.util as _u; "
+            f"_s = _u.spec_from_file_location('_cudnn_matrix_guard', {guard_path!r}); "
+            "_m = _u.module_from_spec(_s); _s.loader.exec_module(_m); "
+            "_m.die_with_parent(parent_env=None); del _u, _s, _m; "
+            "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
+        )
+        argv = [sys.executable, "-c", code, "-f", "{connection_file}"]
         return KernelSpec(argv=argv, display_name=f"python3 ({sys.executable})", language="python")
 
 
@@ -205,12 +217,21 @@ def _shutdown(client: Any, km: Any) -> None:
         km.provisioner = None
 
 
+def _kernel_group(pid_file: Path) -> list[int]:
+    try:
+        return [int(pid_file.read_text(encoding="utf-8").strip())]
+    except (OSError, ValueError):
+        return []
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="run_notebook")
     parser.add_argument("notebook", type=Path)
     parser.add_argument("result", type=Path)
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args(argv)
+    pid_file = args.result.resolve().with_suffix(".kernel")  # the kernel's own session (see _run)
+    guard.die_with_parent(lambda: _kernel_group(pid_file))
     start = time.monotonic()
     result = _run(args.notebook.resolve(), args.result.resolve(), args.timeout)
     env_path = args.result.resolve().with_suffix(".env.json")

@@ -43,7 +43,21 @@ def _capture(want_cudnn: bool) -> dict[str, Any]:
     return facts
 
 
+def _guard() -> None:
+    """Load guard.py beside this file by path (sys.path[0] becomes the script's folder)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().with_name("guard.py")
+    spec = importlib.util.spec_from_file_location("_cudnn_matrix_guard", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.die_with_parent()
+
+
 def main() -> int:
+    _guard()
     script = Path(sys.argv[1]).resolve()
     report_path = Path(sys.argv[2])
     sys.argv = [str(script), *sys.argv[3:]]
