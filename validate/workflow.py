@@ -8,6 +8,7 @@ loses nothing and `--resume` completes it.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -108,18 +109,30 @@ def cases_stage(config: ValidateConfig) -> list[Case]:
     return cases
 
 
+@functools.cache
+def _backend_source(text: str, declared: str) -> BackendSource:
+    """Parsed once per run and declared version (a library folder's version is read by loading it)."""
+    return parse_backend_source(text, declared=declared)
+
+
+@functools.cache
+def _frontend_source(text: str) -> FrontendSource:
+    """Parsed once per run (a checkout's ref is resolved with git)."""
+    return parse_frontend_source(text)
+
+
 def env_spec_for(cell: Cell, config: ValidateConfig) -> EnvSpec:
     """The environment a cell needs. Driver and arch do not change what is installed."""
     current = config.env_mode == "current"
     backend: BackendSource
     if config.backend_source:
-        backend = parse_backend_source(config.backend_source, declared=cell.cudnn)
+        backend = _backend_source(config.backend_source, cell.cudnn)
     elif current:
         backend = BackendSource(kind="current", version=cell.cudnn)
     else:
         backend = BackendSource(kind="pypi", version=cell.cudnn)
     frontend: FrontendSource = (
-        parse_frontend_source(config.frontend_source)
+        _frontend_source(config.frontend_source)
         if config.frontend_source
         else FrontendSource(kind="pypi", version=cell.frontend)
     )
