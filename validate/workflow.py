@@ -338,7 +338,9 @@ def run(config: ValidateConfig) -> int:
     cases = cases_stage(config)
     host = detect_host()
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    results_dir = config.results_dir or REPO_ROOT / "reports" / "runs" / run_id
+    # like `run` and `report`: under the working directory (the checkout, for nox), never inside
+    # an installed package
+    results_dir = config.results_dir or Path("reports") / "runs" / run_id
     if config.resume and config.results_dir is None:
         msg = "validate: --resume needs --results DIR (the folder of the run to complete)"
         raise ConfigError(msg)
