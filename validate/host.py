@@ -60,6 +60,16 @@ class HostFacts:
     def archs(self) -> frozenset[str]:
         return frozenset(gpu.sm for gpu in self.gpus)
 
+    @property
+    def has_gpu(self) -> bool:
+        """A driver and at least one GPU: the GPU part of a case can run here."""
+        return self.has_driver and bool(self.gpus)
+
+    @property
+    def arch(self) -> str | None:
+        """The first GPU's arch ("sm90"), or None without a GPU."""
+        return self.gpus[0].sm if self.gpus else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "gpus": [{"name": g.name, "sm": g.sm, "memory_mib": g.memory_mib} for g in self.gpus],

@@ -102,15 +102,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         msg = "run: --resume needs --results DIR (the folder of the run to complete)"
         raise ConfigError(msg)
     host = detect_host()
-    arch = host.gpus[0].sm if host.gpus else None
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     results_dir = args.results or Path("reports") / "runs" / run_id
     jobs = args.jobs or default_jobs(host)
     target = RunTarget(
         python=Path(sys.executable),
         expected_backend=args.expect_backend,
-        host_arch=arch,
-        has_gpu=host.has_driver and bool(host.gpus),
+        host_arch=host.arch,
+        has_gpu=host.has_gpu,
     )
     options = RunOptions(
         timeout_s=args.timeout,

@@ -151,7 +151,6 @@ def env_spec_for(cell: Cell, config: ValidateConfig) -> EnvSpec:
 
 
 def _target(cell: Cell, handle: EnvHandle, host: HostFacts) -> RunTarget:
-    arch = host.gpus[0].sm if host.gpus else None
     return RunTarget(
         python=handle.python,
         env=dict(handle.env),
@@ -160,8 +159,8 @@ def _target(cell: Cell, handle: EnvHandle, host: HostFacts) -> RunTarget:
         expected_backend=handle.expected_backend or short_version(cell.cudnn),
         expected_backend_dir=handle.backend_dir,
         expected_frontend=handle.expected_frontend,
-        host_arch=arch,
-        has_gpu=host.has_driver and bool(host.gpus),
+        host_arch=host.arch,
+        has_gpu=host.has_gpu,
         backend_version=cell.cudnn,
     )
 

@@ -13,17 +13,13 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Final
 
 from validate.errors import ConfigError
 from validate.executors import ExecRequest, ExecResult
-from validate.outcome import Outcome
 
 __all__ = ["LocalExecutor"]
 
 logger = logging.getLogger(__name__)
-
-_FAILING: Final = frozenset({Outcome.FAIL, Outcome.CRASH, Outcome.TIMEOUT, Outcome.ERROR})
 
 
 def _runner_flags(args: tuple[str, ...]) -> argparse.Namespace:
@@ -54,7 +50,7 @@ class LocalExecutor:
         from validate.cases import discover_cases, discover_samples
         from validate.host import detect_host
         from validate.results import ResultStore
-        from validate.runner import RunOptions, RunTarget, run_cases
+        from validate.runner import FAILING, RunOptions, RunTarget, run_cases
 
         flags = _runner_flags(request.runner_args)
         cases = discover_cases(list(request.cases)) if request.cases else []
@@ -67,8 +63,8 @@ class LocalExecutor:
             cell_id=request.cell.id,
             cell=request.cell.pins(),
             expected_backend=request.expect_backend,
-            host_arch=host.gpus[0].sm if host.gpus else None,
-            has_gpu=host.has_driver and bool(host.gpus),
+            host_arch=host.arch,
+            has_gpu=host.has_gpu,
             backend_version=request.cell.cudnn,
         )
         request.results_dir.mkdir(parents=True, exist_ok=True)
@@ -84,7 +80,7 @@ class LocalExecutor:
         start = time.monotonic()
         store = ResultStore(request.results_dir / "results.jsonl")
         results = run_cases(cases, target, options, store)
-        bad = sum(r.outcome in _FAILING for r in results)
+        bad = sum(r.outcome in FAILING for r in results)
         tail = f"{len(results)} cases, {bad} failing; results in {store.path}"
         return ExecResult(
             returncode=1 if bad else 0,
