@@ -23,6 +23,7 @@ from packaging.utils import parse_wheel_filename
 
 from validate import __version__
 from validate.errors import EnvBuildError
+from validate.results import write_json
 from validate.sources import (
     BackendSource,
     FrontendSource,
@@ -164,12 +165,6 @@ def read_manifest(root: Path) -> dict[str, Any]:
     return data
 
 
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-
-
 def env_dirs(cache_dir: Path | None = None) -> list[Path]:
     """Finished environments in the cache, oldest use first."""
     envs = cache_root(cache_dir) / "envs"
@@ -220,7 +215,7 @@ def ensure_env(
             backend_dir = manifest.get("backend_dir")
             if backend_dir is None or Path(backend_dir).is_dir():
                 manifest["last_used"] = _now()
-                _write_json(root / _MANIFEST, manifest)
+                write_json(root / _MANIFEST, manifest)
                 log.info("reusing environment %s", root)
                 return _handle_from(root, manifest, reused=True)
         if root.exists():  # half-built or broken: never reused
@@ -369,7 +364,7 @@ def _build(
         "build_s": round(time.monotonic() - started, 2),
         "size_bytes": _tree_size(root),
     }
-    _write_json(root / _MANIFEST, manifest)
+    write_json(root / _MANIFEST, manifest)
     (root / _COMPLETE).write_text(now + "\n")
     return manifest
 

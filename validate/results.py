@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
     from pathlib import Path
 
-__all__ = ["SCHEMA_VERSION", "CaseResult", "ResultStore", "load_results"]
+__all__ = ["SCHEMA_VERSION", "CaseResult", "ResultStore", "load_results", "write_json"]
 
 #: Bump when a field changes meaning; readers accept any version <= this one.
 SCHEMA_VERSION = 1
@@ -108,3 +108,10 @@ def load_results(paths: Iterable[Path]) -> list[CaseResult]:
             except (json.JSONDecodeError, KeyError, ValueError):
                 continue  # a line torn by a kill mid-write; the case will be re-run by --resume
     return out
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Replace `path` atomically (temp file + rename): a reader never sees half a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)

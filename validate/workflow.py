@@ -31,7 +31,7 @@ from validate.known_issues import KnownIssue, apply_known_issues, load_known_iss
 from validate.log import step
 from validate.matrix import Cell, load_matrix
 from validate.outcome import Outcome
-from validate.results import CaseResult, ResultStore, load_results
+from validate.results import CaseResult, ResultStore, load_results, write_json
 from validate.rules import Plan, load_rules, plan_cells
 from validate.runner import RunOptions, RunTarget, run_cases
 from validate.sources import (
@@ -43,7 +43,7 @@ from validate.sources import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = ["SHIPPED_CASES", "ValidateConfig", "env_spec_for", "record_all", "run"]
 
@@ -249,12 +249,6 @@ def provenance(config: ValidateConfig, host: HostFacts, plan: Plan, run_id: str)
     }
 
 
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 def run_cells(
     config: ValidateConfig,
     plan: Plan,
@@ -348,7 +342,7 @@ def run(config: ValidateConfig) -> int:
     meta = provenance(config, host, plan, run_id)
     if config.resume and meta_path.is_file():
         meta = {**json.loads(meta_path.read_text(encoding="utf-8")), "resumed_at": _stamp()}
-    _write_json(meta_path, meta)
+    write_json(meta_path, meta)
     log.info(
         "run %s: %d planned cells, %d pruned, %d cases -> %s",
         run_id,
@@ -361,7 +355,7 @@ def run(config: ValidateConfig) -> int:
     store = KnownIssueStore(results_dir / "results.jsonl", load_known_issues(config.known_issues))
     run_cells(config, plan, cases, host, store, meta["run_id"])
     results = list({r.key: r for r in load_results([results_dir])}.values())  # later wins
-    _write_json(meta_path, {**meta, "finished_at": _stamp(), "wall_s": time.monotonic() - start})
+    write_json(meta_path, {**meta, "finished_at": _stamp(), "wall_s": time.monotonic() - start})
     print(cell_summary(results, plan))
     verdict = decide(results)
     print(summary(verdict))
