@@ -73,7 +73,7 @@ def images(session: nox.Session) -> None:
 def base_image(session: nox.Session) -> None:
     """Build the local Python base image from Debian packages (no registry needed; needs root)."""
     _install(session)
-    session.run("python", "-m", "validate.base_image", *session.posargs)
+    session.run("python", "-m", "validate.cli.base_image", *session.posargs)
 
 
 @nox.session(reuse_venv=True)

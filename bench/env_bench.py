@@ -20,8 +20,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from validate.envs import EnvSpec, ensure_env, probe_backend
-from validate.sources import parse_backend_source, parse_frontend_source
+from validate.env.sources import parse_backend_source, parse_frontend_source
+from validate.env.venvs import EnvSpec, ensure_env, probe_backend
 
 if TYPE_CHECKING:
     from collections.abc import Callable

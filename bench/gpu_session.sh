@@ -51,7 +51,7 @@ RUN=/tmp/gpu-run
 start=$(date +%s.%N)
 python3 -m validate validate --env current --cudnn 9.19.0.56 --frontend 1.26.0,1.27.0 --cuda 13.0 \
   --driver 580 --arch sm90 --wheelhouse "$WH" --cache-dir /tmp/envs --samples "$SAMPLES" \
-  --cases validate/resources/cases "${JOBS_FLAG[@]}" --timeout 300 --results "$RUN" \
+  --cases validate/execute/resources/cases "${JOBS_FLAG[@]}" --timeout 300 --results "$RUN" \
   >"$OUT/validate.txt" 2>/tmp/validate.err
 echo "rc=$?" >>"$OUT/validate.txt"
 end=$(date +%s.%N)

@@ -13,9 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from validate.builder import BuildResult, ImageBuilder
-from validate.images import LOCAL_BASE_IMAGE, ImageSpec
-from validate.matrix import Cell
+from validate.env.builder import BuildResult, ImageBuilder
+from validate.env.images import LOCAL_BASE_IMAGE, ImageSpec
+from validate.model.matrix import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
 

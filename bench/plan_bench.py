@@ -18,8 +18,8 @@ from packaging.version import Version
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from validate.config import Selectors
-from validate.matrix import AXES, Cell, Driver, expand, load_matrix
-from validate.rules import Rule, load_rules, plan_cells
+from validate.model.matrix import AXES, Cell, Driver, expand, load_matrix
+from validate.plan.rules import Rule, load_rules, plan_cells
 
 AXIS_VALUES: dict[str, list[str]] = {
     "cudnn": [f"9.{minor}.{patch}.{10 + patch}" for minor in range(25) for patch in range(2)],

@@ -70,9 +70,9 @@ def _script_overhead(folder: Path, m: int) -> tuple[float, float]:
     script = folder / "tiny.py"
     script.write_text("import json, os\nprint(sum(range(100000)))\n", encoding="utf-8")
     sys.path.insert(0, str(REPO))
-    from validate.cases import discover_cases
-    from validate.results import ResultStore
-    from validate.runner import RunOptions, RunTarget, run_case
+    from validate.execute.cases import discover_cases
+    from validate.execute.runner import RunOptions, RunTarget, run_case
+    from validate.model.results import ResultStore
 
     [case] = discover_cases([script])
     target = RunTarget(python=Path(sys.executable))

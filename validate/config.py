@@ -1,22 +1,30 @@
-"""Selectors: the shared `--matrix/--rules/--cudnn/...` flags, checked once and applied to a Matrix."""
+"""The options of a command, built once and passed down. Selectors: the shared `--matrix/--rules/--cudnn/...` flags, checked once and applied to a Matrix."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from validate.cli import split_list
 from validate.errors import ConfigError
-from validate.matrix import AXES, Driver, Matrix, parse_value
+from validate.model.matrix import AXES, Driver, Matrix, parse_value
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
-__all__ = ["Selectors"]
+__all__ = ["Selectors", "ValidateConfig", "split_list"]
+
+
+def split_list(values: Sequence[str] | None) -> list[str]:
+    """Flatten repeatable, comma-separated flag values: ['a,b', 'c'] -> ['a', 'b', 'c']."""
+    out: list[str] = []
+    for value in values or ():
+        out.extend(part.strip() for part in value.split(",") if part.strip())
+    return out
 
 
 def _same(axis: str, a: str, b: str) -> bool:
@@ -80,3 +88,32 @@ class Selectors:
     def describe(self) -> str:
         """The selection as flags, e.g. `--cudnn 9.24.0.43 --arch sm100`."""
         return " ".join(f"--{axis} {','.join(vals)}" for axis, vals in self.values.items())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidateConfig:
+    """Everything `validate` needs, checked once from the command line."""
+
+    selectors: Selectors = field(default_factory=Selectors)
+    cases: tuple[Path, ...] = ()
+    samples: Path | None = None
+    case_names: tuple[str, ...] = ()  # --case: names or fnmatch patterns to keep
+    executor: str = "local"  # "local" | "docker"; run() resolves "auto"
+    base_image: str | None = None  # docker: the cell images' base (workflow_docker.base_image_for)
+    env_mode: str = "isolated"  # "isolated" | "current" | "system-site-packages"
+    base_python: str = sys.executable
+    backend_source: str | None = None
+    frontend_source: str | None = None
+    extras: tuple[str, ...] = ()
+    wheelhouse: Path | None = None
+    cache_dir: Path | None = None
+    installer: str = "auto"
+    backend_deps: bool = True  # install the backend wheel's own deps (nvidia-cublas)
+    jobs: int | None = None
+    timeout_s: float = 600.0
+    reruns: int = 0
+    results_dir: Path | None = None
+    resume: bool = False
+    api_logs: bool = True
+    known_issues: Path | None = None
+    argv: tuple[str, ...] = ()

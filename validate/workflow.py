@@ -15,32 +15,44 @@ import os
 import platform
 import shlex
 import subprocess
-import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from validate import __version__
-from validate.cases import Case, discover_cases, discover_samples, select_cases
-from validate.config import Selectors
-from validate.envs import EnvHandle, EnvSpec, cache_root, ensure_env
-from validate.errors import ConfigError, EnvBuildError
-from validate.host import HostFacts, cell_skip_reason, default_jobs, detect_host, gpu_skip_reason
-from validate.known_issues import KnownIssue, apply_known_issues, load_known_issues
-from validate.log import step
-from validate.matrix import Cell, load_matrix
-from validate.outcome import Outcome
-from validate.results import CaseResult, ResultStore, load_results, write_json
-from validate.rules import Plan, load_rules, plan_cells
-from validate.runner import RunOptions, RunTarget, run_cases
-from validate.sources import (
+from validate.config import ValidateConfig
+from validate.env.sources import (
     BackendSource,
     FrontendSource,
     parse_backend_source,
     parse_frontend_source,
     short_version,
 )
+from validate.env.venvs import EnvHandle, EnvSpec, cache_root, ensure_env
+from validate.errors import ConfigError, EnvBuildError
+from validate.execute.cases import (
+    SHIPPED_CASES,
+    Case,
+    discover_cases,
+    discover_samples,
+    select_cases,
+)
+from validate.execute.records import now_stamp, record_all
+from validate.execute.runner import RunOptions, RunTarget, run_cases
+from validate.judge.known_issues import KnownIssue, apply_known_issues, load_known_issues
+from validate.log import step
+from validate.model.matrix import Cell, load_matrix
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult, ResultStore, load_results, write_json
+from validate.plan.host import (
+    HostFacts,
+    cell_skip_reason,
+    default_jobs,
+    detect_host,
+    gpu_skip_reason,
+)
+from validate.plan.rules import Plan, load_rules, plan_cells
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -49,39 +61,8 @@ __all__ = ["SHIPPED_CASES", "ValidateConfig", "env_spec_for", "record_all", "run
 
 log = logging.getLogger(__name__)
 
-#: The cases `validate` runs when none are named: the pin check and the #361 fusion repro.
-SHIPPED_CASES = Path(__file__).resolve().parent / "resources" / "cases"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _REASON_TAIL = 12  # lines of an install/build log kept in an `error` result's reason
-
-
-@dataclass(frozen=True, kw_only=True)
-class ValidateConfig:
-    """Everything `validate` needs, checked once from the command line."""
-
-    selectors: Selectors = field(default_factory=Selectors)
-    cases: tuple[Path, ...] = ()
-    samples: Path | None = None
-    case_names: tuple[str, ...] = ()  # --case: names or fnmatch patterns to keep
-    executor: str = "local"  # "local" | "docker"; run() resolves "auto"
-    base_image: str | None = None  # docker: the cell images' base (workflow_docker.base_image_for)
-    env_mode: str = "isolated"  # "isolated" | "current" | "system-site-packages"
-    base_python: str = sys.executable
-    backend_source: str | None = None
-    frontend_source: str | None = None
-    extras: tuple[str, ...] = ()
-    wheelhouse: Path | None = None
-    cache_dir: Path | None = None
-    installer: str = "auto"
-    backend_deps: bool = True  # install the backend wheel's own deps (nvidia-cublas)
-    jobs: int | None = None
-    timeout_s: float = 600.0
-    reruns: int = 0
-    results_dir: Path | None = None
-    resume: bool = False
-    api_logs: bool = True
-    known_issues: Path | None = None
-    argv: tuple[str, ...] = ()
 
 
 # --- stages -----------------------------------------------------------------------------------
@@ -176,35 +157,6 @@ class KnownIssueStore(ResultStore):
         super().append(apply_known_issues([result], self._issues)[0])
 
 
-def _stamp() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def record_all(
-    store: ResultStore,
-    cell: Cell,
-    cases: Sequence[Case],
-    outcome: Outcome,
-    reason: str,
-    run_id: str,
-) -> None:
-    """Store one result per case that the cell could not run (skip or error), unless recorded."""
-    done = store.done_keys()
-    for case in cases:
-        result = CaseResult(
-            case=case.name,
-            outcome=outcome,
-            reason=reason,
-            cell_id=cell.id,
-            cell=cell.pins(),
-            case_path=str(case.path),
-            started_at=_stamp(),
-            run_id=run_id,
-        )
-        if result.key not in done:
-            store.append(result)
-
-
 def _git_commit(path: Path) -> str | None:
     try:
         proc = subprocess.run(
@@ -231,7 +183,7 @@ def provenance(config: ValidateConfig, host: HostFacts, plan: Plan, run_id: str)
         "run_id": run_id,
         "tool": {"name": "cudnn-matrix", "version": __version__, "commit": _git_commit(REPO_ROOT)},
         "command": "cudnn-matrix " + shlex.join(config.argv),
-        "started_at": _stamp(),
+        "started_at": now_stamp(),
         "host": {
             **host.to_dict(),
             "hostname": platform.node(),
@@ -261,7 +213,7 @@ def run_cells(
 ) -> None:
     """Build or reuse one environment per cell and run the cases there, cell by cell."""
     if config.executor == "docker":
-        from validate.workflow_docker import run_cells_docker
+        from validate.execute.docker_cells import run_cells_docker
 
         run_cells_docker(config, plan, cases, host, store, run_id)
         return
@@ -321,10 +273,10 @@ def run_cells(
 
 def run(config: ValidateConfig) -> int:
     """The whole job; returns the sign-off exit code (0 signed off, 1 regressions/errors)."""
-    from validate.signoff import decide, summary  # the report side is only needed at the end
+    from validate.judge.signoff import decide, summary  # the report side is only needed at the end
 
     if config.executor == "auto":
-        from validate.executors import docker_gpu_ready
+        from validate.execute import docker_gpu_ready
 
         config = replace(config, executor="docker" if docker_gpu_ready() else "local")
     plan = plan_stage(config)
@@ -341,7 +293,7 @@ def run(config: ValidateConfig) -> int:
     meta_path = results_dir / "run.json"
     meta = provenance(config, host, plan, run_id)
     if config.resume and meta_path.is_file():
-        meta = {**json.loads(meta_path.read_text(encoding="utf-8")), "resumed_at": _stamp()}
+        meta = {**json.loads(meta_path.read_text(encoding="utf-8")), "resumed_at": now_stamp()}
     write_json(meta_path, meta)
     log.info(
         "run %s: %d planned cells, %d pruned, %d cases -> %s",
@@ -355,7 +307,7 @@ def run(config: ValidateConfig) -> int:
     store = KnownIssueStore(results_dir / "results.jsonl", load_known_issues(config.known_issues))
     run_cells(config, plan, cases, host, store, meta["run_id"])
     results = list({r.key: r for r in load_results([results_dir])}.values())  # later wins
-    write_json(meta_path, {**meta, "finished_at": _stamp(), "wall_s": time.monotonic() - start})
+    write_json(meta_path, {**meta, "finished_at": now_stamp(), "wall_s": time.monotonic() - start})
     print(cell_summary(results, plan))
     verdict = decide(results)
     print(summary(verdict))

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from validate.builder import BuildResult, ImageBuilder, docker_client
+from validate.env.builder import BuildResult, ImageBuilder, docker_client
+from validate.env.images import LOCAL_BASE_IMAGE, ImageSpec
 from validate.errors import DockerError, ImageBuildError
-from validate.executors import ExecRequest
-from validate.executors.docker import DockerExecutor
-from validate.images import LOCAL_BASE_IMAGE, ImageSpec
-from validate.matrix import Cell
-from validate.results import CaseResult, load_results
+from validate.execute import ExecRequest
+from validate.execute.docker import DockerExecutor
+from validate.model.matrix import Cell
+from validate.model.results import CaseResult, load_results
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WHEELHOUSE = Path(os.environ.get("CUDNN_MATRIX_TEST_WHEELHOUSE", ROOT / ".cache" / "wheelhouse"))
 BACKEND = "9.12.0.46"  # nvidia-cudnn-cu13: the smallest real 9.x backend wheel (~314 MB)
 FRONTENDS = ("1.26.0", "1.27.0")
-CASES = ROOT / "validate" / "resources" / "cases"
+CASES = ROOT / "validate" / "execute" / "resources" / "cases"
 
 
 def _cell(frontend: str) -> Cell:
@@ -63,7 +63,7 @@ def builder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImageBuilder]:
     if not built.image_exists(LOCAL_BASE_IMAGE):
         if os.geteuid() != 0:
             _unavailable(f"no {LOCAL_BASE_IMAGE}; run `sudo nox -s base_image` first")
-        from validate.base_image import build_base_image
+        from validate.env.base_image import build_base_image
 
         build_base_image()
     yield built

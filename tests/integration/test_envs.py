@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from validate.cli import main
-from validate.envs import EnvHandle, EnvSpec, ensure_env, probe_backend, read_manifest
-from validate.errors import EnvBuildError
-from validate.sources import (
+from validate.env.sources import (
     build_frontend_wheel,
     parse_backend_source,
     parse_frontend_source,
     same_backend,
 )
+from validate.env.venvs import EnvHandle, EnvSpec, ensure_env, probe_backend, read_manifest
+from validate.errors import EnvBuildError
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from validate.render import render
-from validate.report import build_report, load_known_issue_db, load_runs
+from validate.report import render
+from validate.report.store import build_report, load_known_issue_db, load_runs
 
 pytestmark = pytest.mark.browser
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from validate.cases import discover_cases
-from validate.outcome import Outcome
-from validate.results import CaseResult, ResultStore, load_results
-from validate.runner import RunOptions, RunTarget, run_cases
+from validate.execute.cases import discover_cases
+from validate.execute.runner import RunOptions, RunTarget, run_cases
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult, ResultStore, load_results
 
 RES = Path(__file__).resolve().parents[1] / "resources"
 REPO = Path(__file__).resolve().parents[2]

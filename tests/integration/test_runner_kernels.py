@@ -10,10 +10,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from validate.cases import discover_cases
-from validate.outcome import Outcome
-from validate.results import ResultStore
-from validate.runner import RunOptions, RunTarget, run_cases
+from validate.execute.cases import discover_cases
+from validate.execute.runner import RunOptions, RunTarget, run_cases
+from validate.model.outcome import Outcome
+from validate.model.results import ResultStore
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "resources" / "kernel" / "transport.ipynb"
 

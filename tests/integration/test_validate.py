@@ -94,7 +94,7 @@ def test_dishonoured_pin_is_an_error(wheelhouse: Path, tmp_path: Path) -> None:
         "--frontend-source",
         "current",
         "--cases",
-        str(Path(__file__).resolve().parents[2] / "validate/resources/cases/pin_check.py"),
+        str(Path(__file__).resolve().parents[2] / "validate/execute/resources/cases/pin_check.py"),
         "--results",
         str(run_dir),
     )

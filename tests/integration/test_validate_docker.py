@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from validate.builder import ImageBuilder, docker_client
+from validate.config import ValidateConfig
+from validate.env.builder import ImageBuilder, docker_client
+from validate.env.images import LOCAL_BASE_IMAGE
 from validate.errors import DockerError
-from validate.images import LOCAL_BASE_IMAGE
-from validate.matrix import Cell
-from validate.workflow import ValidateConfig
-from validate.workflow_docker import base_image_for
+from validate.execute.docker_cells import base_image_for
+from validate.model.matrix import Cell
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -34,6 +34,6 @@ def test_wheel_holds_matrix_data_and_shipped_cases(tmp_path: Path) -> None:
     for data in ("default.toml", "rules.toml", "known_issues.toml", "cases.toml"):
         assert f"validate/_matrix/{data}" in names
     for case in ("cases.toml", "repro_fusion_uid.py", "pin_check.py"):
-        assert f"validate/resources/cases/{case}" in names
-    assert "validate/resources/run_notebook.py" in names
+        assert f"validate/execute/resources/cases/{case}" in names
+    assert "validate/execute/resources/run_notebook.py" in names
     assert not any(name.startswith(("tests/", "matrix/")) for name in names)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from validate.resources.capture import capture
+from validate.execute.resources.capture import capture
 
 if TYPE_CHECKING:
     import pytest

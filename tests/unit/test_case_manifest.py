@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from validate.cases import discover_cases, select_cases
 from validate.errors import CaseError
+from validate.execute.cases import discover_cases, select_cases
 
 
 def _folder(tmp_path: Path, manifest: str) -> Path:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from validate.classify import CaseExec, classify, classify_exception, signal_name
-from validate.outcome import Outcome
+from validate.execute.classify import CaseExec, classify, classify_exception, signal_name
+from validate.model.outcome import Outcome
 
 
 def _nb(**report: Any) -> CaseExec:

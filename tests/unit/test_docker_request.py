@@ -13,9 +13,9 @@ import docker
 import pytest
 
 from validate.errors import ConfigError
-from validate.executors import EXECUTORS, ExecRequest, pick_executor
-from validate.executors.docker import DockerExecutor
-from validate.matrix import Cell
+from validate.execute import EXECUTORS, ExecRequest, pick_executor
+from validate.execute.docker import DockerExecutor
+from validate.model.matrix import Cell
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -11,7 +11,8 @@ import shutil
 
 import pytest
 
-from validate.host import (
+from validate.model.matrix import Cell
+from validate.plan.host import (
     GpuInfo,
     HostFacts,
     cell_skip_reason,
@@ -20,7 +21,6 @@ from validate.host import (
     parse_nvidia_smi,
     sm_of,
 )
-from validate.matrix import Cell
 
 # Captured from an H200 host (nvidia-smi 580.159.04).
 _SMI_QUERY = "NVIDIA H200, 9.0, 580.159.04, 143771\nNVIDIA H200, 9.0, 580.159.04, 143771\n"
@@ -100,7 +100,7 @@ def test_gpu_skip_reason_with_a_gpu() -> None:
 def test_default_jobs_cpu_and_gpu_hosts() -> None:
     import os
 
-    from validate.host import GpuInfo, HostFacts, default_jobs
+    from validate.plan.host import GpuInfo, HostFacts, default_jobs
 
     cores = os.cpu_count() or 1
     assert default_jobs(HostFacts()) == cores

@@ -7,10 +7,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from validate.cli.images import compat_for
+from validate.env.images import (
+    BACKEND_REPO,
+    IMAGE_REPO,
+    LOCAL_BASE_IMAGE,
+    ImageSpec,
+    dockerfile_path,
+)
 from validate.errors import ConfigError
-from validate.images import BACKEND_REPO, IMAGE_REPO, LOCAL_BASE_IMAGE, ImageSpec, dockerfile_path
-from validate.images_cli import compat_for
-from validate.matrix import Cell
+from validate.model.matrix import Cell
 
 if TYPE_CHECKING:
     from pathlib import Path

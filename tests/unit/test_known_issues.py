@@ -9,15 +9,15 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from validate.errors import MatrixError
-from validate.known_issues import (
+from validate.judge.known_issues import (
     KnownIssue,
     Symptom,
     apply_known_issues,
     case_matches,
     load_known_issues,
 )
-from validate.outcome import Outcome
-from validate.results import CaseResult
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult
 
 if TYPE_CHECKING:
     from pathlib import Path

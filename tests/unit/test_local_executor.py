@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from validate.errors import ConfigError
-from validate.executors import ExecRequest, Executor, pick_executor
-from validate.executors.local import LocalExecutor
-from validate.matrix import Cell
-from validate.results import load_results
+from validate.execute import ExecRequest, Executor, pick_executor
+from validate.execute.local import LocalExecutor
+from validate.model.matrix import Cell
+from validate.model.results import load_results
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 CELL = Cell(cudnn="9.12.0.46", frontend="1.27.0", cuda="13.0", driver="580", arch="sm90")

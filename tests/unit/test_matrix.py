@@ -11,7 +11,7 @@ from packaging.specifiers import SpecifierSet
 
 from validate.config import Selectors
 from validate.errors import ConfigError, MatrixError
-from validate.matrix import DEFAULT_MATRIX, Cell, Driver, expand, load_matrix, parse_value
+from validate.model.matrix import DEFAULT_MATRIX, Cell, Driver, expand, load_matrix, parse_value
 
 MATRICES = Path(__file__).resolve().parent.parent / "resources" / "matrices"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from validate.bugreport import bug_report, reproduce_command, write_bug_reports
-from validate.outcome import Outcome
-from validate.render.model import RunInfo, StoredResult
-from validate.report import load_runs
-from validate.results import CaseResult
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult
+from validate.report.bugreport import bug_report, reproduce_command, write_bug_reports
+from validate.report.model import RunInfo, StoredResult
+from validate.report.store import load_runs
 
 EXAMPLE = Path(__file__).parents[1] / "resources" / "runs" / "example"
 TEMPLATE_HEADINGS = [

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from validate.outcome import Outcome
-from validate.render import FORMATS, Report, render
-from validate.render.json_ import REPORT_SCHEMA
-from validate.render.model import RunInfo, StoredResult, merge_runs
-from validate.report import build_report, load_known_issue_db, load_runs
-from validate.results import CaseResult
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult
+from validate.report import FORMATS, Report, render
+from validate.report.json_ import REPORT_SCHEMA
+from validate.report.model import RunInfo, StoredResult, merge_runs
+from validate.report.store import build_report, load_known_issue_db, load_runs
 
 EXAMPLE = Path(__file__).parents[1] / "resources" / "runs" / "example"
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from validate.cli import main
-from validate.outcome import Outcome
-from validate.render.model import RunInfo, merge_runs
-from validate.report import load_runs
-from validate.results import CaseResult, ResultStore
-from validate.signoff import decide, summary
+from validate.judge.signoff import decide, summary
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult, ResultStore
+from validate.report.model import RunInfo, merge_runs
+from validate.report.store import load_runs
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from validate.errors import ConfigError
-from validate.render.table import Pivot, build_table
-from validate.render.text import table_text
-from validate.report import load_known_issue_db, load_runs
+from validate.report.store import load_known_issue_db, load_runs
+from validate.report.table import Pivot, build_table
+from validate.report.text import table_text
 
 EXAMPLE = Path(__file__).parents[1] / "resources" / "runs" / "example"
 
@@ -78,9 +78,9 @@ def test_bad_pivot_is_a_config_error(text: str) -> None:
 
 
 def test_fallback_loader_agrees_with_known_issues_module() -> None:
-    """report reads the DB through validate.known_issues; its own TOML fallback gives the same table."""
-    from validate.known_issues import load_known_issues
-    from validate.report import _fallback_known_issues
+    """report reads the DB through validate.judge.known_issues; its own TOML fallback gives the same table."""
+    from validate.judge.known_issues import load_known_issues
+    from validate.report.store import _fallback_known_issues
 
     snapshot = EXAMPLE / "known_issues.toml"
     real, fallback = load_known_issues(snapshot), _fallback_known_issues(snapshot)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "validate" / "resources" / "cases" / "repro_fusion_uid.py"
+SCRIPT = ROOT / "validate" / "execute" / "resources" / "cases" / "repro_fusion_uid.py"
 CACHE = ROOT / ".cache"
 WHEELHOUSE = CACHE / "wheelhouse"
 BACKEND = "9.13.1.26"  # smallest backend wheel that meets the repro's 9.13 floor

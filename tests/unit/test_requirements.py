@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from validate.errors import MatrixError
-from validate.requirements import DEFAULT_CASES_TOML, RequirementTable, check
-from validate.resources.capture import redact_env, verify_pins
+from validate.execute.resources.capture import redact_env, verify_pins
+from validate.plan.requirements import DEFAULT_CASES_TOML, RequirementTable, check
 
 if TYPE_CHECKING:
     from pathlib import Path

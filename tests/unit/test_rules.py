@@ -11,8 +11,8 @@ from packaging.version import Version
 
 from validate.config import Selectors
 from validate.errors import MatrixError
-from validate.matrix import Cell, load_matrix
-from validate.rules import DEFAULT_RULES, Rule, apply_rules, cell_facts, load_rules, plan_cells
+from validate.model.matrix import Cell, load_matrix
+from validate.plan.rules import DEFAULT_RULES, Rule, apply_rules, cell_facts, load_rules, plan_cells
 
 MATRICES = Path(__file__).resolve().parent.parent / "resources" / "matrices"
 RULES = load_rules(None)

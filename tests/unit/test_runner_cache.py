@@ -6,9 +6,9 @@ import json
 import sys
 from pathlib import Path
 
-from validate.cases import discover_cases
-from validate.results import ResultStore
-from validate.runner import RunOptions, RunTarget, _longest_first, run_cases
+from validate.execute.cases import discover_cases
+from validate.execute.runner import RunOptions, RunTarget, _longest_first, run_cases
+from validate.model.results import ResultStore
 
 
 def _scripts(folder: Path) -> list[Path]:

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from validate.errors import ConfigError, EnvBuildError
-from validate.sources import (
+from validate.env.sources import (
     BackendSource,
     backend_package,
     decode_backend_version,
@@ -19,6 +18,7 @@ from validate.sources import (
     same_backend,
     short_version,
 )
+from validate.errors import ConfigError, EnvBuildError
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -10,17 +10,17 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from validate.cases import discover_cases
+from validate.config import ValidateConfig
+from validate.env.images import LOCAL_BASE_IMAGE
 from validate.errors import ImageBuildError
-from validate.executors import ExecRequest, ExecResult
-from validate.host import HostFacts
-from validate.images import LOCAL_BASE_IMAGE
-from validate.matrix import Cell
-from validate.outcome import Outcome
-from validate.results import CaseResult, ResultStore, load_results
-from validate.rules import Plan
-from validate.workflow import SHIPPED_CASES, ValidateConfig
-from validate.workflow_docker import base_image_for, run_cells_docker
+from validate.execute import ExecRequest, ExecResult
+from validate.execute.cases import SHIPPED_CASES, discover_cases
+from validate.execute.docker_cells import base_image_for, run_cells_docker
+from validate.model.matrix import Cell
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult, ResultStore, load_results
+from validate.plan.host import HostFacts
+from validate.plan.rules import Plan
 
 if TYPE_CHECKING:
     from pathlib import Path

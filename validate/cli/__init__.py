@@ -1,0 +1,107 @@
+"""`cudnn-matrix` / `python -m validate`: argparse front end; maps ValidateError to exit codes.
+
+Each sub-command lives in its own module, which exposes
+``register(subparsers) -> None`` (adds its parser and sets ``func``) and a handler
+``func(args) -> int``. Adding a command is one line in ``_COMMAND_MODULES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import TYPE_CHECKING, Any, Final, NoReturn
+
+from validate import __version__
+from validate.config import split_list
+from validate.errors import ValidateError
+from validate.log import setup_logging
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+__all__ = ["OneLineParser", "add_selector_args", "build_parser", "main", "positive", "split_list"]
+
+#: Modules that register a sub-command, in help order.
+_COMMAND_MODULES: Final = (
+    "validate.cli.plan",
+    "validate.cli.validate",
+    "validate.cli.envs",
+    "validate.cli.run",
+    "validate.cli.report",
+    "validate.cli.images",
+)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line on stderr and exit code 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive(kind: type[float | int], minimum: float) -> Callable[[str], Any]:
+    """argparse type: a number of `kind` that is at least `minimum` (one-line error otherwise)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            msg = f"expected a number >= {minimum:g}, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    return parse
+
+
+def add_selector_args(parser: argparse.ArgumentParser) -> None:
+    """The matrix selectors shared by plan, validate, report and later commands."""
+    group = parser.add_argument_group("matrix selection")
+    group.add_argument(
+        "--matrix", metavar="FILE", help="matrix TOML (default: the embedded default)"
+    )
+    group.add_argument("--rules", metavar="FILE", help="rules TOML (default: the embedded rules)")
+    for axis, example in (
+        ("cudnn", "9.24.0.43"),
+        ("frontend", "1.27.0"),
+        ("cuda", "13.0"),
+        ("driver", "580"),
+        ("arch", "sm90"),
+    ):
+        group.add_argument(
+            f"--{axis}",
+            action="append",
+            metavar="V[,V]",
+            help=f"narrow or override the {axis} axis (repeatable, comma list; e.g. {example})",
+        )
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="cudnn-matrix",
+        description="Release validation for the cuDNN frontend across a declared matrix.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    sub.required = True
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        rc: int = args.func(args)
+    except ValidateError as exc:
+        print(f"cudnn-matrix: error: {exc}", file=sys.stderr)
+        return exc.return_code
+    except KeyboardInterrupt:
+        print("cudnn-matrix: interrupted", file=sys.stderr)
+        return 130
+    return rc

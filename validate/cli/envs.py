@@ -1,0 +1,100 @@
+"""`cudnn-matrix envs list|prune`: inspect and trim the cache of pinned environments."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tabulate import tabulate
+
+from validate.env.venvs import cache_root, env_dirs, read_manifest
+
+if TYPE_CHECKING:
+    from validate.cli import OneLineParser
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[OneLineParser]) -> None:
+    parser = subparsers.add_parser(
+        "envs", help="list or prune cached environments", description=__doc__
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="cache folder (default: $CUDNN_MATRIX_CACHE or ~/.cache/cudnn-matrix)",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parser))
+    actions.required = True
+    actions.add_parser("list", help="one line per cached environment")
+    prune = actions.add_parser("prune", help="delete environments not used for a while")
+    prune.add_argument(
+        "--older-than",
+        type=_days,
+        default=30.0,
+        metavar="DAYS",
+        help="delete those last used more than DAYS ago (default 30)",
+    )
+    prune.add_argument("--all", action="store_true", help="delete every cached environment")
+    parser.set_defaults(func=_run)
+
+
+def _days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        msg = f"expected a number of days >= 0, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _size(num: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if num < 1024 or unit == "GiB":
+            return f"{num:.0f} {unit}" if unit == "B" else f"{num:.1f} {unit}"
+        num /= 1024
+    return f"{num:.1f} GiB"
+
+
+def _last_used(root: Path) -> datetime:
+    text = str(read_manifest(root).get("last_used", ""))
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return datetime.fromtimestamp(root.stat().st_mtime, tz=timezone.utc)
+
+
+def _run(args: argparse.Namespace) -> int:
+    cache: Path = cache_root(args.cache_dir)
+    roots = env_dirs(cache)
+    if args.action == "list":
+        rows = []
+        for root in roots:
+            m = read_manifest(root)
+            rows.append(
+                [
+                    root.name,
+                    m.get("backend", "?"),
+                    m.get("frontend", "?"),
+                    m.get("installer", "?"),
+                    _size(float(m.get("size_bytes", 0))),
+                    str(m.get("last_used", "?")),
+                ]
+            )
+        headers = ["hash", "backend", "frontend", "installer", "size", "last used"]
+        print(tabulate(rows, headers=headers) if rows else f"no environments in {cache / 'envs'}")
+        return 0
+    cutoff = datetime.now(timezone.utc) - timedelta(days=args.older_than)
+    doomed = [r for r in roots if args.all or _last_used(r) < cutoff]
+    freed = 0
+    for root in doomed:
+        freed += int(read_manifest(root).get("size_bytes", 0))
+        shutil.rmtree(root)
+    print(f"removed {len(doomed)} of {len(roots)} environments, {_size(freed)} freed")
+    return 0

@@ -1,0 +1,152 @@
+"""`cudnn-matrix report`: re-render stored runs (merged) as md/rst/json/junit/html and sign off.
+
+Reads stored results only, so a report can be re-rendered at any time without re-running. Exit code
+is the sign-off verdict (validate.judge.signoff): 0 when every outcome matches its expectation, 1 when
+there are regressions or infra errors; 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from validate.cli import add_selector_args
+from validate.config import split_list
+from validate.errors import ConfigError
+from validate.judge.signoff import summary
+from validate.model.matrix import AXES
+from validate.model.results import axis_value
+from validate.report import FORMATS, SUFFIXES, Format, render
+from validate.report.model import RunSet
+from validate.report.store import (
+    DEFAULT_RUNS_DIR,
+    bug_report_items,
+    build_report,
+    load_known_issue_db,
+    load_runs,
+    newest_run,
+)
+from validate.report.table import Pivot
+
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = ["register"]
+
+log = logging.getLogger(__name__)
+
+
+def _select(runs: RunSet, args: argparse.Namespace) -> RunSet:
+    """Narrow merged results with the shared --cudnn/--frontend/... selectors."""
+    wanted = {axis: set(split_list(getattr(args, axis, None))) for axis in AXES}
+    keep = tuple(
+        item
+        for item in runs.items
+        if all(
+            not values or axis_value(item.result, axis) in values for axis, values in wanted.items()
+        )
+    )
+    if not keep:
+        msg = "the --cudnn/--frontend/--cuda/--driver/--arch selection leaves no stored results"
+        raise ConfigError(msg)
+    return RunSet(runs=runs.runs, items=keep)
+
+
+def _format(args: argparse.Namespace) -> Format:
+    if args.format:
+        return cast("Format", args.format)
+    if args.out:
+        for fmt, suffix in sorted(SUFFIXES.items(), key=lambda kv: -len(kv[1])):
+            if str(args.out).endswith(suffix) or (
+                fmt == "junit" and str(args.out).endswith(".xml")
+            ):
+                return cast("Format", fmt)
+    return "md"
+
+
+def _handle(args: argparse.Namespace) -> int:
+    paths = [Path(p) for p in args.results or ()]
+    if not paths:
+        newest = newest_run(Path(args.runs_dir))
+        if newest is None:
+            msg = (
+                f"--runs-dir {args.runs_dir}: no stored run found; run `cudnn-matrix validate` first "
+                "or pass --results RUN_DIR (e.g. tests/resources/runs/example)"
+            )
+            raise ConfigError(msg)
+        paths = [newest]
+    runs = _select(load_runs(paths), args)
+    baseline = load_runs([Path(p) for p in args.baseline], "--baseline") if args.baseline else None
+    out = Path(args.out) if args.out else None
+    report = build_report(
+        runs,
+        pivot=Pivot.parse(args.pivot),
+        known_issues=load_known_issue_db(
+            Path(args.known_issues) if args.known_issues else None, runs.runs
+        ),
+        baseline=baseline,
+        link_base=out.parent if out else Path.cwd(),
+    )
+    text = render(report, _format(args))
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        log.info("wrote %s", out)
+    if args.bug_reports:
+        from validate.report.bugreport import write_bug_reports
+
+        written = write_bug_reports(bug_report_items(report, baseline), Path(args.bug_reports))
+        log.info("wrote %d bug report(s) to %s", len(written), args.bug_reports)
+    print(summary(report.verdict), file=sys.stderr)
+    return report.verdict.exit_code
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the `report` sub-command."""
+    parser = subparsers.add_parser(
+        "report",
+        help="render stored results: compatibility table, JUnit, JSON, HTML; sign-off exit code",
+        description=__doc__,
+    )
+    parser.add_argument(
+        "--results",
+        action="append",
+        metavar="RUN_DIR",
+        help="run folder(s) to merge, oldest first (default: newest under --runs-dir)",
+    )
+    parser.add_argument(
+        "--runs-dir",
+        default=str(DEFAULT_RUNS_DIR),
+        metavar="DIR",
+        help="where stored runs live (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--format", choices=FORMATS, help="output format (default: from --out suffix, else md)"
+    )
+    parser.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        metavar="RUN_DIR",
+        help="compare with this run (new failures, new passes, KIs fixed, supported -> unsupported)",
+    )
+    parser.add_argument(
+        "--pivot",
+        default="cudnn:frontend,arch",
+        metavar="ROWS:COLS",
+        help="table axes, e.g. cudnn:frontend,arch or case:cudnn (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--bug-reports", metavar="DIR", help="write a Markdown bug report per unexpected failure"
+    )
+    parser.add_argument(
+        "--known-issues",
+        metavar="FILE",
+        help="known-issues TOML (default: the run's snapshot, else matrix/known_issues.toml)",
+    )
+    add_selector_args(parser)
+    parser.set_defaults(func=_handle)

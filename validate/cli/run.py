@@ -1,0 +1,130 @@
+"""The `run` command: cases in the current Python environment, one process each."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from validate.cli import positive
+from validate.errors import ConfigError
+from validate.execute.cases import discover_cases, discover_samples, select_cases
+from validate.execute.progress import progress
+from validate.execute.runner import FAILING, RunOptions, RunTarget, run_cases
+from validate.model.results import ResultStore
+from validate.plan.host import default_jobs, detect_host
+
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the `run` command."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run notebooks/scripts in the current environment, one process each",
+        description="Run cases (.ipynb / .py, or folders of them) in this Python environment.",
+    )
+    parser.add_argument("cases", nargs="*", type=Path, metavar="CASE_OR_DIR")
+    parser.add_argument(
+        "--samples",
+        type=Path,
+        metavar="CHECKOUT",
+        help="a cudnn-frontend checkout: run samples/python/*.ipynb",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive(float, 0.1),
+        default=600.0,
+        metavar="S",
+        help="per-case limit in seconds (notebooks: per cell, +30s start-up)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=positive(int, 1),
+        default=None,
+        metavar="N",
+        help="cases at once (default: cores; on a GPU host up to 2 per core, 4 GiB of GPU "
+        "memory per case: several kernels share one GPU)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        metavar="DIR",
+        help="results folder (default: reports/runs/<UTC time>)",
+    )
+    parser.add_argument(
+        "--case",
+        dest="case_names",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only cases with this name or fnmatch pattern (repeatable)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
+    parser.add_argument(
+        "--reruns",
+        type=positive(int, 0),
+        default=0,
+        metavar="N",
+        help="repeat each failing case N more times; differing outcomes = flaky",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="skip cases already recorded in --results DIR"
+    )
+    parser.add_argument(
+        "--expect-backend",
+        metavar="V",
+        help="error unless the case loads this cuDNN backend, e.g. 9.24.0",
+    )
+    parser.add_argument(
+        "--no-api-logs",
+        dest="api_logs",
+        action="store_false",
+        help="do not re-run failures with FE/BE API logging",
+    )
+    parser.set_defaults(func=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    cases = discover_cases(args.cases) if args.cases else []
+    if args.samples is not None:
+        cases += discover_samples(args.samples)
+    if not cases:
+        msg = "run: no cases given (pass CASE_OR_DIR... or --samples CHECKOUT)"
+        raise ConfigError(msg)
+    cases = select_cases(cases, args.case_names)
+    if args.resume and args.results is None:
+        msg = "run: --resume needs --results DIR (the folder of the run to complete)"
+        raise ConfigError(msg)
+    host = detect_host()
+    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    results_dir = args.results or Path("reports") / "runs" / run_id
+    jobs = args.jobs or default_jobs(host)
+    target = RunTarget(
+        python=Path(sys.executable),
+        expected_backend=args.expect_backend,
+        host_arch=host.arch,
+        has_gpu=host.has_gpu,
+    )
+    options = RunOptions(
+        timeout_s=args.timeout,
+        jobs=jobs,
+        reruns=args.reruns,
+        results_dir=results_dir,
+        resume=args.resume,
+        api_logs=args.api_logs,
+        run_id=run_id,
+    )
+    store = ResultStore(results_dir / "results.jsonl")
+    with progress(len(cases), failing=FAILING) as report:
+        results = run_cases(cases, target, options, store, on_result=report)
+    bad = sum(r.outcome in FAILING for r in results)
+    print(f"{len(results)} cases, {bad} failing; results in {store.path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
+    return 1 if bad else 0

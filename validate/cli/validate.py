@@ -1,0 +1,158 @@
+"""The `validate` command: flags -> ValidateConfig -> workflow.run()."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from validate.cli import add_selector_args, positive, split_list
+from validate.config import Selectors
+from validate.errors import ConfigError
+
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = ["config_from_args", "register"]
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the `validate` command."""
+    parser = subparsers.add_parser(
+        "validate",
+        help="the main job: plan, build pinned environments, run the cases, give a verdict",
+        description=(
+            "Plan the matrix, build or reuse one pinned environment per cell, run the cases in "
+            "it (each in its own process), check known issues and print the sign-off verdict."
+        ),
+    )
+    add_selector_args(parser)
+    what = parser.add_argument_group("cases")
+    what.add_argument(
+        "--cases",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="notebook, script or folder of them (repeatable; default: the shipped repro cases)",
+    )
+    what.add_argument(
+        "--samples", type=Path, metavar="CHECKOUT", help="cudnn-frontend checkout: samples/python"
+    )
+    what.add_argument(
+        "--case",
+        dest="case_names",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only cases with this name or fnmatch pattern (repeatable)",
+    )
+    env = parser.add_argument_group("environments")
+    env.add_argument(
+        "--executor",
+        choices=("local", "docker", "auto"),
+        default="local",
+        help="local venvs (default); docker: each cell in its image; auto: docker when the "
+        "daemon has an NVIDIA runtime, else local",
+    )
+    env.add_argument(
+        "--base-image",
+        metavar="IMAGE",
+        help="docker: base of the cell images (default nvidia/cuda:<cuda>.0-runtime-ubuntu24.04, "
+        "or cudnn-matrix/base:bookworm-py3 where only that one is on the daemon)",
+    )
+    env.add_argument(
+        "--env",
+        dest="env_mode",
+        choices=("isolated", "current", "system-site-packages"),
+        default="isolated",
+        help="isolated venv per cell (default); 'current': backend and base packages (torch) "
+        "from this interpreter, frontend per cell; 'system-site-packages': venv layered on "
+        "--base-python's packages",
+    )
+    env.add_argument("--base-python", default=sys.executable, metavar="PYTHON")
+    env.add_argument(
+        "--backend-source", metavar="SRC", help="wheel file or library folder instead of PyPI"
+    )
+    env.add_argument(
+        "--frontend-source", metavar="SRC", help="wheel file, checkout[@ref] or 'current'"
+    )
+    env.add_argument(
+        "--with",
+        dest="extras",
+        action="append",
+        default=[],
+        metavar="REQ",
+        help="extra pinned requirement for every cell, e.g. torch==2.11.0 (repeatable)",
+    )
+    env.add_argument("--wheelhouse", type=Path, metavar="DIR", help="install offline from here")
+    env.add_argument("--cache-dir", type=Path, metavar="DIR", help="environment cache")
+    env.add_argument("--installer", choices=("auto", "uv", "pip"), default="auto")
+    env.add_argument(
+        "--no-backend-deps",
+        dest="backend_deps",
+        action="store_false",
+        help="install the backend wheel without its dependencies (nvidia-cublas): enough to "
+        "load it and build graphs without a GPU, e.g. from a small offline wheelhouse",
+    )
+    run = parser.add_argument_group("running")
+    run.add_argument("--jobs", type=positive(int, 1), metavar="N")
+    run.add_argument("--timeout", type=positive(float, 0.1), default=600.0, metavar="S")
+    run.add_argument("--reruns", type=positive(int, 0), default=0, metavar="N")
+    run.add_argument("--results", type=Path, metavar="DIR", help="run folder")
+    run.add_argument("--resume", action="store_true", help="complete the run in --results DIR")
+    run.add_argument("--no-api-logs", dest="api_logs", action="store_false")
+    run.add_argument("--known-issues", type=Path, metavar="FILE")
+    parser.set_defaults(func=_handle)
+
+
+def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> Any:
+    """Check the flags once and build the frozen config."""
+    from validate.config import ValidateConfig
+
+    for flag, path in (("--samples", args.samples), ("--wheelhouse", args.wheelhouse)):
+        if path is not None and not path.is_dir():
+            msg = f"{flag} {path}: not a folder"
+            raise ConfigError(msg)
+    for path in args.cases:
+        if not path.exists():
+            msg = f"--cases {path}: no such file or folder"
+            raise ConfigError(msg)
+    if args.executor == "docker" and (args.env_mode != "isolated" or args.extras):
+        flag = f"--env {args.env_mode}" if args.env_mode != "isolated" else "--with"
+        msg = f"--executor docker: {flag} is not supported (a cell's image holds its pins)"
+        raise ConfigError(msg)
+    if args.samples is not None and not (args.samples / "samples" / "python").is_dir():
+        msg = f"--samples {args.samples}: no samples/python folder (expected a cudnn-frontend checkout)"
+        raise ConfigError(msg)
+    return ValidateConfig(
+        selectors=Selectors.from_args(args),
+        cases=tuple(args.cases),
+        samples=args.samples,
+        case_names=tuple(args.case_names),
+        executor=args.executor,
+        base_image=args.base_image,
+        env_mode=args.env_mode,
+        base_python=args.base_python,
+        backend_source=args.backend_source,
+        frontend_source=args.frontend_source,
+        extras=tuple(split_list(args.extras)),
+        wheelhouse=args.wheelhouse,
+        cache_dir=args.cache_dir,
+        installer=args.installer,
+        backend_deps=args.backend_deps,
+        jobs=args.jobs,
+        timeout_s=args.timeout,
+        reruns=args.reruns,
+        results_dir=args.results,
+        resume=args.resume,
+        api_logs=args.api_logs,
+        known_issues=args.known_issues,
+        argv=tuple(argv if argv is not None else sys.argv[1:]),
+    )
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from validate.workflow import run
+
+    return run(config_from_args(args))

@@ -1,0 +1,233 @@
+"""ImageSpec: what goes into a cell's container image, and its content-addressed tag and labels."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Literal
+
+from validate import __version__
+from validate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from validate.model.matrix import Cell
+
+__all__ = [
+    "BACKEND_REPO",
+    "DEFAULT_BASE_IMAGE",
+    "IMAGE_REPO",
+    "LABEL_PREFIX",
+    "LOCAL_BASE_IMAGE",
+    "ImageSpec",
+    "dockerfile_path",
+    "repo_root",
+]
+
+#: Repository part of every cell image tag; `images list|prune` only ever touch this repository.
+IMAGE_REPO: Final = "cudnn-matrix/cell"
+#: The lower half of cell images (base, Python, runner deps, backend, torch, compat), shared by cells.
+BACKEND_REPO: Final = "cudnn-matrix/backend"
+#: Prefix of the labels that name a cell image's pins.
+LABEL_PREFIX: Final = "io.cudnn-matrix"
+#: Where a registry is reachable: NVIDIA's CUDA runtime image for the cell's CUDA (formatted).
+DEFAULT_BASE_IMAGE: Final = "nvidia/cuda:{cuda}.0-runtime-ubuntu24.04"
+#: Built by `nox -s base_image` from Debian packages, for hosts with no registry.
+LOCAL_BASE_IMAGE: Final = "cudnn-matrix/base:bookworm-py3"
+
+BackendKind = Literal["wheel", "libdir"]
+
+
+def repo_root() -> Path:
+    """The checkout this package runs from (images/ and matrix/ live beside validate/)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def dockerfile_path(name: str = "Dockerfile") -> Path:
+    """images/<name> of the checkout; a clear error when the package runs without one."""
+    path = repo_root() / "images" / name
+    if not path.is_file():
+        msg = f"images/{name} not found at {path}; run cudnn-matrix from a checkout of the repo"
+        raise ConfigError(msg)
+    return path
+
+
+def _libdir_fingerprint(libdir: Path) -> str:
+    """Names and sizes of a library folder's files: cheap, and changes when the libraries do."""
+    items = sorted(
+        (p.relative_to(libdir).as_posix(), p.stat().st_size)
+        for p in libdir.rglob("*")
+        if p.is_file()
+    )
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageSpec:
+    """The pins of one cell image; `tag` hashes them together with the Dockerfile's text.
+
+    Driver and GPU arch are not pins of an image (the host provides them), so cells that differ
+    only there share one image; forward compatibility (`compat`) is the one driver-side pin.
+    """
+
+    cudnn: str
+    frontend: str
+    cuda: str
+    base_image: str
+    python: str  # "3.11": the base image's Python, which the runner wheels are fetched for
+    backend_source: BackendKind
+    backend_wheel: str | None = (
+        None  # wheel file name (in the wheelhouse) when backend_source=wheel
+    )
+    backend_libdir: Path | None = None  # library folder when backend_source=libdir
+    frontend_wheel: str  # wheel file name in the wheelhouse
+    torch: str | None = None  # torch version for the optional torch layer
+    compat: str | None = None  # "13-0" -> cuda-compat-13-0; only where the rules allow it
+    runner: tuple[str, ...] = field(
+        default=(
+            "nbclient",
+            "nbformat",
+            "ipykernel",
+            "packaging",
+            "tabulate",
+            "rich",
+            "nvidia-ml-py",
+        )
+    )
+    dockerfile: Path = field(default_factory=dockerfile_path)
+    backend_dockerfile: Path = field(default_factory=lambda: dockerfile_path("Dockerfile.backend"))
+
+    def __post_init__(self) -> None:
+        match self.backend_source:
+            case "wheel" if not self.backend_wheel:
+                msg = f"image for cudnn {self.cudnn}: backend_source=wheel needs backend_wheel"
+                raise ConfigError(msg)
+            case "libdir" if self.backend_libdir is None or not self.backend_libdir.is_dir():
+                msg = (
+                    f"image for cudnn {self.cudnn}: library folder {self.backend_libdir} not found"
+                )
+                raise ConfigError(msg)
+
+    @classmethod
+    def for_cell(
+        cls,
+        cell: Cell,
+        *,
+        frontend_wheel: str,
+        backend_wheel: str | None = None,
+        backend_libdir: Path | None = None,
+        base_image: str | None = None,
+        python: str = "3.11",
+        torch: str | None = None,
+        compat: str | None = None,
+    ) -> ImageSpec:
+        """Spec for a planned cell; the backend is a wheel file name or a library folder."""
+        base = base_image or DEFAULT_BASE_IMAGE.format(cuda=cell.cuda)
+        return cls(
+            cudnn=cell.cudnn,
+            frontend=cell.frontend,
+            cuda=cell.cuda,
+            base_image=base,
+            python=python,
+            backend_source="libdir" if backend_libdir is not None else "wheel",
+            backend_wheel=backend_wheel,
+            backend_libdir=backend_libdir,
+            frontend_wheel=frontend_wheel,
+            torch=torch,
+            compat=compat,
+        )
+
+    def pins(self) -> dict[str, str]:
+        """Everything that decides the image's content, as strings (the tag's hash input)."""
+        raw = asdict(self)
+        raw.pop("dockerfile")
+        raw.pop("backend_dockerfile")
+        if self.backend_libdir is not None:
+            raw["backend_libdir"] = _libdir_fingerprint(self.backend_libdir)
+        return {key: json.dumps(value, default=str) for key, value in sorted(raw.items())}
+
+    def backend_pins(self) -> dict[str, str]:
+        """The pins of the lower half: everything but the frontend."""
+        pins = self.pins()
+        for key in ("frontend", "frontend_wheel"):
+            pins.pop(key)
+        return pins
+
+    @property
+    def backend_digest(self) -> str:
+        """sha256 over the backend pins and images/Dockerfile.backend (16 hex digits)."""
+        text = json.dumps(self.backend_pins(), sort_keys=True) + self.backend_dockerfile.read_text()
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def digest(self) -> str:
+        """sha256 over all pins and both Dockerfiles' text (16 hex digits)."""
+        text = json.dumps(self.pins(), sort_keys=True) + self.backend_dockerfile.read_text()
+        return hashlib.sha256((text + self.dockerfile.read_text()).encode()).hexdigest()[:16]
+
+    @property
+    def tag(self) -> str:
+        return f"{IMAGE_REPO}:{self.digest}"
+
+    @property
+    def backend_tag(self) -> str:
+        return f"{BACKEND_REPO}:{self.backend_digest}"
+
+    @property
+    def compat_libdir(self) -> str:
+        """Prefix for LD_LIBRARY_PATH when forward compatibility is on, else empty."""
+        return "/usr/local/cuda/compat:" if self.compat else ""
+
+    def backend_build_args(self) -> dict[str, str]:
+        """Values for images/Dockerfile.backend's ARGs."""
+        return {
+            "BASE_IMAGE": self.base_image,
+            "BACKEND_SOURCE": self.backend_source,
+            "CUDA_COMPAT": self.compat or "",
+            "COMPAT_LIBDIR": self.compat_libdir,
+        }
+
+    def build_args(self) -> dict[str, str]:
+        """Values for images/Dockerfile's ARGs."""
+        return {"BACKEND_IMAGE": self.backend_tag, "FRONTEND_WHEEL": self.frontend_wheel}
+
+    def backend_labels(self) -> dict[str, str]:
+        """Labels of the backend image: the cell labels without the frontend ones."""
+        labels = {k: v for k, v in self.labels().items() if "frontend" not in k}
+        labels |= {
+            f"{LABEL_PREFIX}.kind": "backend",
+            f"{LABEL_PREFIX}.digest": self.backend_digest,
+            "org.opencontainers.image.title": f"cudnn-matrix backend cudnn {self.cudnn}",
+            "org.opencontainers.image.description": f"cuDNN backend {self.cudnn}, CUDA {self.cuda}",
+            "org.opencontainers.image.version": self.backend_digest,
+        }
+        return labels
+
+    def labels(self) -> dict[str, str]:
+        """OCI labels plus io.cudnn-matrix.* labels naming every pin."""
+        p = LABEL_PREFIX
+        return {
+            "org.opencontainers.image.title": f"cudnn-matrix cell cudnn {self.cudnn} fe {self.frontend}",
+            "org.opencontainers.image.description": (
+                f"cuDNN backend {self.cudnn} + frontend {self.frontend}, CUDA {self.cuda}"
+            ),
+            "org.opencontainers.image.version": self.digest,
+            "org.opencontainers.image.vendor": "cudnn-matrix",
+            "org.opencontainers.image.base.name": self.base_image,
+            f"{p}.tool-version": __version__,
+            f"{p}.kind": "cell",
+            f"{p}.backend-image": self.backend_tag,
+            f"{p}.cudnn": self.cudnn,
+            f"{p}.frontend": self.frontend,
+            f"{p}.cuda": self.cuda,
+            f"{p}.driver": f"compat {self.compat}" if self.compat else "host",
+            f"{p}.arch": "any",
+            f"{p}.python": self.python,
+            f"{p}.backend-source": self.backend_source,
+            f"{p}.backend-wheel": self.backend_wheel or "",
+            f"{p}.frontend-wheel": self.frontend_wheel,
+            f"{p}.torch": self.torch or "",
+            f"{p}.compat": self.compat or "",
+            f"{p}.digest": self.digest,
+        }

@@ -1,0 +1,398 @@
+"""Pinned per-cell virtual environments: built once from their pins' hash, reused after."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from packaging.utils import parse_wheel_filename
+
+from validate import __version__
+from validate.env.sources import (
+    BackendSource,
+    FrontendSource,
+    build_frontend_wheel,
+    decode_backend_version,
+    read_libdir_version,
+    short_version,
+)
+from validate.errors import EnvBuildError
+from validate.model.results import write_json
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+
+__all__ = [
+    "TOOLING",
+    "EnvHandle",
+    "EnvSpec",
+    "Installer",
+    "cache_root",
+    "current_env",
+    "ensure_env",
+    "env_dirs",
+    "probe_backend",
+    "read_manifest",
+]
+
+log = logging.getLogger(__name__)
+
+Installer = Literal["auto", "uv", "pip"]
+#: Installed in every environment: the runner's notebook driver and NVML bindings.
+TOOLING = ("nbclient", "nbformat", "ipykernel", "nvidia-ml-py")
+_MANIFEST = "manifest.json"
+_COMPLETE = ".complete"
+_PROBE = """
+import json, cudnn
+version = cudnn.backend_version()
+with open("/proc/self/maps") as maps:
+    paths = [line.split()[-1] for line in maps if "/libcudnn.so" in line]
+print(json.dumps({"version": version, "paths": list(dict.fromkeys(paths))}))
+"""
+_FACTS = """
+import importlib.metadata as md, json, sysconfig
+try:
+    reqs = md.requires("torch") or []
+except md.PackageNotFoundError:
+    torch = None
+else:
+    pins = [r for r in reqs if r.startswith("nvidia-cudnn-cu") and "==" in r]
+    torch = pins[0].split("==")[1].split(";")[0].strip() if pins else "unpinned"
+import os, sys
+# The backend a layered environment sees "as it is": the first nvidia/cudnn/lib on sys.path.
+libs = [os.path.join(p, "nvidia", "cudnn", "lib") for p in sys.path if p]
+cudnn_lib = next((d for d in libs if os.path.isfile(os.path.join(d, "libcudnn.so.9"))), None)
+print(json.dumps({"purelib": sysconfig.get_paths()["purelib"], "torch_cudnn": torch,
+                  "cudnn_lib": cudnn_lib}))
+"""
+
+
+def cache_root(override: Path | None = None) -> Path:
+    """Cache folder: the argument, else $CUDNN_MATRIX_CACHE, else ~/.cache/cudnn-matrix."""
+    if override is not None:
+        return override
+    env = os.environ.get("CUDNN_MATRIX_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "cudnn-matrix"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvSpec:
+    """Every pin of one environment; equal specs share one cached environment."""
+
+    backend: BackendSource
+    frontend: FrontendSource
+    cuda_major: int = 13
+    python: str = sys.executable  # interpreter (or uv version request) the venv is made from
+    extras: tuple[str, ...] = ()  # further pins, e.g. ("torch==2.11.0",)
+    base: str = "isolated"  # "isolated" | "system-site-packages" | path of a base env's python
+    backend_deps: bool = True  # install the backend wheel's own deps (nvidia-cublas)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool": __version__,
+            "backend": self.backend.pin(),
+            "frontend": self.frontend.pin(),
+            "cuda_major": self.cuda_major,
+            "python": self.python,
+            "extras": sorted(self.extras),
+            "base": self.base,
+            "backend_deps": self.backend_deps,
+            "tooling": list(TOOLING),
+        }
+
+    @property
+    def hash(self) -> str:
+        """sha256 of all pins and the tool version: the cache key."""
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvHandle:
+    """A ready environment: run `python` with `process_env()` to get the pinned libraries."""
+
+    python: Path
+    env: Mapping[str, str] = field(default_factory=dict)  # overlay onto the caller's environment
+    backend_dir: Path | None = None  # the folder the pinned libcudnn.so.9 must come from
+    expected_backend: str | None = None  # "9.24.0": what cudnn.backend_version() must say
+    expected_frontend: str | None = None  # "1.27.0": what cudnn.__version__ must say
+    torch_cudnn: str | None = None  # the cuDNN torch itself pins, when torch is visible
+    reused: bool = False
+    root: Path | None = None  # the cached env folder; None for the current environment
+
+    def process_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Full environment for a case process: `base` plus the overlay (paths prepended)."""
+        out = dict(os.environ if base is None else base)
+        for key, value in self.env.items():
+            if key in ("LD_LIBRARY_PATH", "PATH") and out.get(key):
+                out[key] = f"{value}{os.pathsep}{out[key]}"
+            else:
+                out[key] = value
+        return out
+
+
+def current_env(expected_backend: str | None = None, python: Path | None = None) -> EnvHandle:
+    """`--env current`: the interpreter as it is (e.g. an NGC container), nothing installed."""
+    return EnvHandle(
+        python=python or Path(sys.executable),
+        expected_backend=short_version(expected_backend) if expected_backend else None,
+    )
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads((root / _MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+def env_dirs(cache_dir: Path | None = None) -> list[Path]:
+    """Finished environments in the cache, oldest use first."""
+    envs = cache_root(cache_dir) / "envs"
+    found = [p for p in envs.glob("*") if (p / _COMPLETE).is_file()] if envs.is_dir() else []
+    return sorted(found, key=lambda p: str(read_manifest(p).get("last_used", "")))
+
+
+def _handle_from(root: Path, manifest: Mapping[str, Any], *, reused: bool) -> EnvHandle:
+    backend_dir = manifest.get("backend_dir")
+    return EnvHandle(
+        python=root / "bin" / "python",
+        env={"LD_LIBRARY_PATH": backend_dir} if backend_dir else {},
+        backend_dir=Path(backend_dir) if backend_dir else None,
+        expected_backend=manifest.get("expected_backend"),
+        expected_frontend=manifest.get("expected_frontend"),
+        torch_cudnn=manifest.get("torch_cudnn"),
+        reused=reused,
+        root=root,
+    )
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_env(
+    spec: EnvSpec,
+    cache_dir: Path | None = None,
+    wheelhouse: Path | None = None,
+    installer: Installer = "auto",
+) -> EnvHandle:
+    """Return the environment for `spec`, building it once into `<cache>/envs/<hash>/`."""
+    if spec.backend.kind == "current" and spec.frontend.kind == "current" and not spec.extras:
+        return current_env(spec.backend.version, python=Path(spec.python))
+    cache = cache_root(cache_dir).resolve()
+    wheelhouse = wheelhouse.resolve() if wheelhouse else None
+    root = cache / "envs" / spec.hash
+    with _locked(cache / "envs" / f".{spec.hash}.lock"):
+        if (root / _COMPLETE).is_file() and (root / "bin" / "python").exists():
+            manifest = read_manifest(root)
+            backend_dir = manifest.get("backend_dir")
+            if backend_dir is None or Path(backend_dir).is_dir():
+                manifest["last_used"] = _now()
+                write_json(root / _MANIFEST, manifest)
+                log.info("reusing environment %s", root)
+                return _handle_from(root, manifest, reused=True)
+        if root.exists():  # half-built or broken: never reused
+            shutil.rmtree(root)
+        manifest = _build(spec, root, cache, wheelhouse, _pick_installer(installer))
+        return _handle_from(root, manifest, reused=False)
+
+
+def _pick_installer(installer: Installer) -> Literal["uv", "pip"]:
+    match installer:
+        case "auto":
+            return "uv" if shutil.which("uv") else "pip"
+        case "uv" | "pip":
+            if installer == "uv" and not shutil.which("uv"):
+                msg = "installer 'uv' requested but uv is not on PATH; install uv or use pip"
+                raise EnvBuildError(msg)
+            return installer
+
+
+def _run(argv: Sequence[str], what: str) -> str:
+    log.info("+ %s", shlex.join(argv))
+    proc = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-12:])
+        msg = f"{what} failed (exit {proc.returncode}): {shlex.join(argv)}\n{tail}"
+        raise EnvBuildError(msg)
+    return proc.stdout
+
+
+def _create_venv(spec: EnvSpec, where: Path, tool: Literal["uv", "pip"]) -> None:
+    match spec.base:
+        case "isolated" | "system-site-packages":
+            python, site = spec.python, spec.base == "system-site-packages"
+        case _:  # an explicit base environment's python: layer on its packages
+            python, site = spec.base, True
+    flags = ["--system-site-packages"] if site else []
+    if tool == "uv":
+        _run(["uv", "venv", "--quiet", "--python", python, *flags, str(where)], "uv venv")
+    else:
+        interpreter = python if os.sep in python else (shutil.which(f"python{python}") or python)
+        _run([interpreter, "-m", "venv", "--without-pip", *flags, str(where)], "python -m venv")
+
+
+def _layer_on_base(base_python: str, python: Path) -> None:
+    """Make a base *venv*'s packages visible: --system-site-packages only reaches its interpreter."""
+    code = "import json, site; print(json.dumps(site.getsitepackages()))"
+    base_sites = json.loads(_run([base_python, "-c", code], "reading the base environment"))
+    own = json.loads(_run([str(python), "-c", code], "reading the new environment"))
+    extra = [p for p in base_sites if p not in own]
+    if extra:  # a .pth line is appended after the env's own site-packages, so its pins win
+        (Path(own[0]) / "_cudnn_matrix_base.pth").write_text("\n".join(extra) + "\n")
+
+
+def _install(
+    tool: Literal["uv", "pip"],
+    python: Path,
+    reqs: Sequence[str],
+    wheelhouse: Path | None,
+    *,
+    no_deps: bool = False,
+) -> None:
+    if not reqs:
+        return
+    index = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
+    deps = ["--no-deps"] if no_deps else []
+    if tool == "uv":
+        argv = ["uv", "pip", "install", "--quiet", "--python", str(python), *index, *deps, *reqs]
+    else:
+        pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check"]
+        argv = [*pip, "install", "--quiet", *index, *deps, *reqs]
+    _run(argv, f"installing {' '.join(reqs)}")
+
+
+def _fix_shebangs(bin_dir: Path, old: Path, new: Path) -> None:
+    """Point console scripts at the final folder after the temp build folder is renamed."""
+    old_b, new_b = str(old).encode(), str(new).encode()
+    for script in bin_dir.iterdir():
+        if script.is_file() and not script.is_symlink():
+            data = script.read_bytes()
+            if data.startswith(b"#!") and old_b in data[:512]:
+                script.write_bytes(data.replace(old_b, new_b))
+
+
+def _backend_dir(spec: EnvSpec, purelib: Path, seen: str | None) -> Path | None:
+    """Where the pinned libcudnn.so.9 must come from. For `current` that is the base
+    environment's own wheel copy when there is one (e.g. the one torch pins): the frontend's
+    loader only looks in the env's purelib, so a layered env is pointed at it explicitly."""
+    match spec.backend.kind:
+        case "libdir":
+            return spec.backend.libdir()
+        case "current":
+            return Path(seen) if seen else None
+        case "pypi" | "wheel":
+            return purelib / "nvidia" / "cudnn" / "lib"
+
+
+def _build(
+    spec: EnvSpec, root: Path, cache: Path, wheelhouse: Path | None, tool: Literal["uv", "pip"]
+) -> dict[str, Any]:
+    started = time.monotonic()
+    root.parent.mkdir(parents=True, exist_ok=True)
+    log.info("building environment %s (%s)", root.name, tool)
+    with tempfile.TemporaryDirectory(dir=root.parent, prefix=f".{spec.hash}.") as tmp:
+        work = Path(tmp) / "env"
+        _create_venv(spec, work, tool)
+        python = work / "bin" / "python"
+        if spec.base not in ("isolated", "system-site-packages"):
+            _layer_on_base(spec.base, python)
+        wheel = build_frontend_wheel(spec.frontend, cache) if spec.frontend.kind == "git" else None
+        frontend_req = spec.frontend.requirement(wheel)
+        reqs = [*TOOLING, *spec.extras, *([frontend_req] if frontend_req else [])]
+        _install(tool, python, reqs, wheelhouse)
+        # Last and alone, so the pinned backend wins over any copy an extra (torch) pulled in.
+        backend_req = spec.backend.requirement(spec.cuda_major)
+        if backend_req:
+            _install(tool, python, [backend_req], wheelhouse, no_deps=not spec.backend_deps)
+        facts = json.loads(_run([str(python), "-c", _FACTS], "reading the new environment"))
+        backend_dir = _backend_dir(spec, Path(facts["purelib"]), facts.get("cudnn_lib"))
+        if backend_dir is not None and not (backend_dir / "libcudnn.so.9").is_file():
+            msg = f"{spec.backend.describe()} left no libcudnn.so.9 in {backend_dir}"
+            raise EnvBuildError(msg)
+        expected = spec.backend.version
+        if spec.backend.kind == "libdir" and backend_dir and not expected:
+            expected = read_libdir_version(backend_dir)
+        fe_version = spec.frontend.version
+        if wheel is not None:
+            fe_version = str(parse_wheel_filename(wheel.name)[1])
+        work.rename(root)
+    _fix_shebangs(root / "bin", work, root)
+    if backend_dir is not None and backend_dir.is_relative_to(work):
+        backend_dir = root / backend_dir.relative_to(work)
+    now = _now()
+    manifest: dict[str, Any] = {
+        "hash": spec.hash,
+        "pins": spec.to_dict(),
+        "backend": spec.backend.describe(),
+        "frontend": spec.frontend.describe(),
+        "created": now,
+        "last_used": now,
+        "installer": tool,
+        "wheelhouse": str(wheelhouse) if wheelhouse else None,
+        "backend_dir": str(backend_dir) if backend_dir else None,
+        "expected_backend": short_version(expected) if expected else None,
+        "expected_frontend": fe_version,
+        "torch_cudnn": facts["torch_cudnn"],
+        "build_s": round(time.monotonic() - started, 2),
+        "size_bytes": _tree_size(root),
+    }
+    write_json(root / _MANIFEST, manifest)
+    (root / _COMPLETE).write_text(now + "\n")
+    return manifest
+
+
+def _tree_size(root: Path) -> int:
+    seen: set[int] = set()
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, name))  # noqa: PTH118 - os.walk hot loop
+                if st.st_ino not in seen:
+                    seen.add(st.st_ino)
+                    total += st.st_size
+    return total
+
+
+def probe_backend(handle: EnvHandle, timeout: float = 120) -> tuple[int, str]:
+    """(cudnn.backend_version(), mapped libcudnn.so.9 path) as seen by a process in the env."""
+    argv = [str(handle.python), "-c", _PROBE]
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=handle.process_env(), timeout=timeout, check=False
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        msg = f"probing the backend in {handle.python} failed: {tail[0]}"
+        raise EnvBuildError(msg)
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    paths = [p for p in data["paths"] if Path(p).name.startswith("libcudnn.so")] or data["paths"]
+    log.debug("backend %s from %s", decode_backend_version(data["version"]), paths)
+    return int(data["version"]), (paths[0] if paths else "")

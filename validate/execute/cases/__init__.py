@@ -1,0 +1,216 @@
+"""Cases: a notebook (.ipynb) or a script (.py), discovered from files, folders or a checkout."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Literal
+
+from validate._compat import tomllib
+from validate.errors import CaseError
+from validate.execute.cases import notebook, script
+from validate.execute.resources import RESOURCES
+from validate.plan.requirements import DEFAULT_CASES_TOML, Requirements, RequirementTable
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = [
+    "MANIFEST",
+    "SHIPPED_CASES",
+    "Case",
+    "CaseKind",
+    "discover_cases",
+    "discover_samples",
+    "load_manifest",
+    "select_cases",
+]
+
+#: The cases `validate` runs when none are named: the pin check and the #361 fusion repro.
+SHIPPED_CASES: Final = RESOURCES / "cases"
+
+CaseKind = Literal["notebook", "script"]
+_SUFFIXES: dict[str, CaseKind] = {".ipynb": "notebook", ".py": "script"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One runnable case; `name` is its identity inside a run (results key on it)."""
+
+    name: str
+    path: Path
+    kind: CaseKind
+    requirements: Requirements = field(default_factory=Requirements)
+    args: tuple[str, ...] = ()  # script argv (a case manifest can run one script as variants)
+
+    @property
+    def slug(self) -> str:
+        """Folder-safe, collision-free name for the case's evidence folder."""
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", self.name).strip("_")[:80]
+        ident = "\0".join((str(self.path), *self.args))
+        return f"{stem}-{hashlib.sha256(ident.encode()).hexdigest()[:6]}"
+
+    def content_key(self, cell: Mapping[str, str]) -> str:
+        """Hash of the case file and the cell pins (same content + pins -> same key)."""
+        digest = hashlib.sha256(self.path.read_bytes())
+        digest.update("\0".join(self.args).encode())
+        for axis, value in sorted(cell.items()):
+            digest.update(f"\0{axis}={value}".encode())
+        return digest.hexdigest()[:16]
+
+    def command(self, python: Path, report: Path, timeout_s: float) -> list[str]:
+        """argv that runs this case under `python` and writes its report JSON."""
+        match self.kind:
+            case "notebook":
+                return notebook.command(python, self.path, report, timeout_s)
+            case "script":
+                return script.command(python, self.path, report, self.args)
+
+
+def _kind(path: Path) -> CaseKind | None:
+    return _SUFFIXES.get(path.suffix)
+
+
+def _is_case_file(path: Path) -> bool:
+    return (
+        _kind(path) is not None
+        and not path.name.startswith(("_", "."))
+        and ".ipynb_checkpoints" not in path.parts
+    )
+
+
+def discover_cases(paths: Iterable[Path], *, table: RequirementTable | None = None) -> list[Case]:
+    """Cases from files and folders (folders: *.ipynb and *.py, recursively, sorted).
+
+    Names are file names; when two cases share one, their paths relative to the common
+    folder are used instead so that result keys stay unique.
+    """
+    found: list[Path] = []
+    listed: list[Case] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            manifest = load_manifest(path) if (path / MANIFEST).is_file() else []
+            listed.extend(manifest)
+            taken = {c.path for c in manifest}
+            found.extend(
+                p
+                for p in sorted(path.rglob("*"))
+                if p.is_file() and _is_case_file(p) and p.resolve() not in taken
+            )
+        elif path.is_file():
+            if _kind(path) is None:
+                msg = f"{path}: not a case (expected a .ipynb notebook or a .py script)"
+                raise CaseError(msg)
+            found.append(path)
+        else:
+            msg = f"{path}: no such case file or folder"
+            raise CaseError(msg)
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    names = [p.name for p in unique]
+    dupes = {n for n in names if names.count(n) > 1}
+    root = Path(_common_root(unique)) if dupes else None
+    cases = []
+    for path in unique:
+        name = str(path.relative_to(root)) if root and path.name in dupes else path.name
+        kind = _kind(path)
+        assert kind is not None
+        req = table.for_case(path.name) if table else Requirements()
+        cases.append(Case(name=name, path=path, kind=kind, requirements=req))
+    return listed + cases
+
+
+#: A folder may hold a manifest listing script cases with arguments (one script, many variants).
+MANIFEST: Final = "cases.toml"
+_MANIFEST_KEYS: Final = frozenset(
+    {"name", "script", "args", "needs_gpu", "cpu_part", "min_backend"}
+)
+
+
+def load_manifest(folder: Path) -> list[Case]:
+    """Cases from `folder/cases.toml` `[[case]]` entries; every bad entry is reported at once.
+
+    Keys: name, script (relative path), args (list), min_backend, needs_gpu, cpu_part. A case
+    with ``cpu_part = true`` runs on a host without a GPU too: it does its CPU part and reports
+    ``VERDICT skip`` for the rest itself, so `needs_gpu` does not skip it before it starts.
+    """
+    path = folder / MANIFEST
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        msg = f"{path}: cannot read case manifest: {exc}"
+        raise CaseError(msg) from exc
+    errors: list[str] = []
+    cases: list[Case] = []
+    for i, entry in enumerate(data.get("case", [])):
+        where = f"{path}: case[{i}]"
+        unknown = sorted(set(entry) - _MANIFEST_KEYS)
+        if unknown:
+            errors.append(f"{where}: unknown key {unknown[0]!r}")
+        script_path = (folder / str(entry.get("script", ""))).resolve()
+        if not entry.get("name") or not script_path.is_file() or _kind(script_path) != "script":
+            errors.append(f"{where}: needs a name and a script .py that exists")
+            continue
+        args = entry.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            errors.append(f"{where}.args: expected a list of strings")
+            continue
+        req = Requirements().updated(
+            {
+                "needs_gpu": bool(entry.get("needs_gpu")) and not entry.get("cpu_part"),
+                **({"min_backend": entry["min_backend"]} if "min_backend" in entry else {}),
+            }
+        )
+        cases.append(
+            Case(
+                name=str(entry["name"]),
+                path=script_path,
+                kind="script",
+                requirements=req,
+                args=tuple(args),
+            )
+        )
+    if errors:
+        raise CaseError("; ".join(errors))
+    return cases
+
+
+def _common_root(paths: list[Path]) -> str:
+    parts = [p.parent.parts for p in paths]
+    common: list[str] = []
+    for items in zip(*parts, strict=False):
+        if len(set(items)) != 1:
+            break
+        common.append(items[0])
+    return str(Path(*common)) if common else "/"
+
+
+def discover_samples(checkout: Path, *, requirements: Path | None = None) -> list[Case]:
+    """The frontend's sample notebooks (`samples/python/*.ipynb`) with their requirements."""
+    folder = checkout / "samples" / "python"
+    notebooks = sorted(p for p in folder.glob("*.ipynb") if p.is_file()) if folder.is_dir() else []
+    if not notebooks:
+        msg = f"{checkout}: no samples/python/*.ipynb here; pass a cudnn-frontend checkout"
+        raise CaseError(msg)
+    table = RequirementTable.from_toml(requirements or DEFAULT_CASES_TOML)
+    return discover_cases(notebooks, table=table)
+
+
+def select_cases(
+    cases: Sequence[Case], patterns: Sequence[str], flag: str = "--case"
+) -> list[Case]:
+    """Keep the cases named by `patterns`: an exact name (variant names hold brackets) or an
+    fnmatch pattern; all cases when none are given."""
+    if not patterns:
+        return list(cases)
+    kept = [
+        c for c in cases if any(c.name == p or fnmatch.fnmatchcase(c.name, p) for p in patterns)
+    ]
+    if not kept:
+        names = ", ".join(c.name for c in cases[:5]) + (", ..." if len(cases) > 5 else "")
+        msg = f"{flag} {' '.join(patterns)}: matches none of the {len(cases)} cases ({names})"
+        raise CaseError(msg)
+    return kept

@@ -1,0 +1,167 @@
+"""Pure classification of one finished case process into (Outcome, reason); no I/O here."""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from validate.model.outcome import Outcome
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["CaseExec", "classify", "classify_exception", "signal_name"]
+
+#: CUDA errors that poison the context: the process is as good as dead (DOMAIN.md §6).
+_POISON: Final = re.compile(
+    r"illegal memory access|unspecified launch failure|misaligned address"
+    r"|cudaErrorIllegalAddress|cudaErrorLaunchFailure|cudaErrorMisalignedAddress"
+    r"|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED|CUDA_ERROR_MISALIGNED_ADDRESS"
+    r"|CUDA error:? ?\(?(?:700|719|716)\b",
+    re.IGNORECASE,
+)
+#: The harness or the environment broke, not the product (DOMAIN.md §2).
+_ENV_TEXT: Final = re.compile(
+    r"CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED|CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH"
+    r"|Unable to find symbol cudnnGetVersion"
+)
+_ENV_NAMES: Final = frozenset({"ModuleNotFoundError", "ImportError"})
+_NOT_SUPPORTED: Final = re.compile(
+    r"cudnnGraphNotSupportedError|graph not supported", re.IGNORECASE
+)
+_MISSING_SYMBOL: Final = re.compile(r"Unable to find symbol (cudnn\w+)")
+_ANSI: Final = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseExec:
+    """What the runner observed for one case process (the input of `classify`)."""
+
+    kind: Literal["notebook", "script"]
+    returncode: int | None  # of the process the tool started; negative = killed by that signal
+    timed_out: bool = False
+    timeout_s: float = 0.0
+    tail: str = ""  # bounded tail of stdout+stderr
+    report: Mapping[str, Any] | None = None  # JSON written by run_notebook.py / run_script.py
+    result_file: tuple[Outcome, str] | str | None = None  # script's own result file (see script.py)
+    verdict: tuple[Outcome, str] | None = None  # script's `VERDICT ...` line
+
+
+def signal_name(returncode: int | None) -> str | None:
+    """'SIGSEGV' for -11 and so on; None for a normal exit."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def _floor_line(text: str) -> str:
+    for line in text.splitlines():
+        if "backend_version" in line and ("assert" in line or ">=" in line):
+            return line.strip().lstrip("->").strip().lstrip("0123456789 ").strip()
+    return "backend_version() floor"
+
+
+def classify_exception(ename: str, evalue: str, context: str = "") -> tuple[Outcome, str]:
+    """An exception raised by a case; `context` is the traceback and the failing source."""
+    text = _ANSI.sub("", f"{ename}: {evalue}\n{context}")
+    first = evalue.strip().splitlines()[0] if evalue.strip() else ""
+    head = f"{ename}: {first}".strip(": ")[:300]
+    if _POISON.search(text):
+        return Outcome.CRASH, f"CUDA context poisoned: {head}"
+    if ename in _ENV_NAMES or _ENV_TEXT.search(text):
+        return Outcome.ERROR, f"environment: {head}"
+    if _NOT_SUPPORTED.search(text):
+        return Outcome.SKIP, f"graph not supported by this backend ({head})"
+    symbol = _MISSING_SYMBOL.search(text)
+    if symbol:
+        return Outcome.SKIP, f"backend lacks {symbol.group(1)} (too old for this case)"
+    if ename == "AssertionError" and "backend_version" in text:
+        return Outcome.SKIP, f"backend floor not met: {_floor_line(text)}"
+    return Outcome.FAIL, head
+
+
+def _timeout(run: CaseExec) -> tuple[Outcome, str]:
+    return Outcome.TIMEOUT, f"timed out after {run.timeout_s:g}s; process group killed"
+
+
+def _classify_notebook(run: CaseExec, report: Mapping[str, Any]) -> tuple[Outcome, str]:
+    cell = report.get("cell_index")
+    where = f" (cell {cell})" if cell is not None else ""
+    match report.get("status"):
+        case "pass":
+            return Outcome.PASS, ""
+        case "fail":
+            context = f"{report.get('traceback', '')}\n{report.get('cell_source', '')}"
+            outcome, reason = classify_exception(
+                str(report.get("ename", "")), str(report.get("evalue", "")), context
+            )
+            return outcome, f"{reason}{where}"
+        case "timeout":
+            return Outcome.TIMEOUT, f"cell timed out after {run.timeout_s:g}s{where}"
+        case "dead":
+            sig = report.get("kernel_signal")
+            code = report.get("kernel_exit_code")
+            how = f"killed by {sig}" if sig else f"exited with status {code}"
+            return Outcome.CRASH, f"kernel died{where}: {how}"
+        case _:
+            ename, evalue = report.get("ename", "?"), report.get("evalue", "")
+            return Outcome.ERROR, f"notebook runner: {ename}: {evalue}"[:400]
+
+
+def _own_verdict(verdict: tuple[Outcome, str]) -> tuple[Outcome, str]:
+    """A script's own fail verdict that names a context-poisoning CUDA error is still a crash
+    (e.g. the repro catches `illegal memory access` to say which graph it was in)."""
+    outcome, reason = verdict
+    if outcome is Outcome.FAIL and _POISON.search(reason):
+        return Outcome.CRASH, f"CUDA context poisoned: {reason}"
+    return verdict
+
+
+def _classify_script(run: CaseExec, report: Mapping[str, Any] | None) -> tuple[Outcome, str]:
+    if isinstance(run.result_file, str):
+        return Outcome.ERROR, run.result_file
+    if run.result_file is not None:
+        return _own_verdict(run.result_file)
+    if run.verdict is not None:
+        return _own_verdict(run.verdict)
+    exc = (report or {}).get("exception")
+    if exc:
+        return classify_exception(
+            str(exc.get("ename", "")), str(exc.get("evalue", "")), str(exc.get("traceback", ""))
+        )
+    code = run.returncode
+    if code == 0:
+        return Outcome.PASS, ""
+    if code == 1:
+        outcome, reason = classify_exception("", "", run.tail)
+        if outcome is Outcome.FAIL:
+            return Outcome.FAIL, "exit status 1"
+        return outcome, reason
+    return Outcome.ERROR, f"script exited with status {code} (contract: 0 pass, 1 fail)"
+
+
+def classify(run: CaseExec, *, pin_error: str | None = None) -> tuple[Outcome, str]:
+    """The verdict for one case process. A pin that was not honoured overrides everything."""
+    if pin_error:
+        return Outcome.ERROR, pin_error
+    if run.timed_out:
+        return _timeout(run)
+    sig = signal_name(run.returncode)
+    if run.kind == "notebook":
+        if run.report is not None:
+            return _classify_notebook(run, run.report)
+        if sig:
+            return Outcome.CRASH, f"notebook runner killed by {sig}"
+        last = next((ln for ln in reversed(run.tail.splitlines()) if ln.strip()), "")
+        outcome, reason = classify_exception("", "", last) if last else (Outcome.ERROR, "")
+        if outcome is Outcome.FAIL:
+            outcome, reason = Outcome.ERROR, last[:300]
+        return outcome, f"notebook runner exited with status {run.returncode}, no result: {reason}"
+    if sig:
+        return Outcome.CRASH, f"killed by {sig}"
+    return _classify_script(run, run.report)

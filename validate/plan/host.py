@@ -1,0 +1,238 @@
+"""Host facts (GPUs, their arch, the driver) and which cells this host cannot run."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+if TYPE_CHECKING:
+    from validate.model.matrix import Cell
+
+__all__ = [
+    "CUDA_MIN_DRIVER",
+    "GpuInfo",
+    "HostFacts",
+    "cell_skip_reason",
+    "default_jobs",
+    "detect_host",
+    "gpu_skip_reason",
+    "parse_nvidia_smi",
+    "sm_of",
+]
+
+log = logging.getLogger(__name__)
+
+#: Oldest driver per CUDA major (CUDA compatibility guide; cuDNN 9.17 support matrix, DOMAIN §3).
+CUDA_MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+_ANY = frozenset({"", "*", "any", "host"})
+_CUDA_RE = re.compile(r"CUDA Version:\s*([0-9.]+)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuInfo:
+    name: str
+    sm: str  # "sm90"
+    memory_mib: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostFacts:
+    """What this machine offers: GPUs, driver version, the CUDA version the driver supports."""
+
+    gpus: tuple[GpuInfo, ...] = ()
+    driver_version: str | None = None  # "580.159.04"
+    cuda_driver_version: str | None = None  # "13.0": the newest CUDA the driver runs
+    source: str = "none"  # "nvml" | "nvidia-smi" | "none" | "manual"
+
+    @property
+    def has_driver(self) -> bool:
+        return self.driver_version is not None
+
+    @property
+    def archs(self) -> frozenset[str]:
+        return frozenset(gpu.sm for gpu in self.gpus)
+
+    @property
+    def has_gpu(self) -> bool:
+        """A driver and at least one GPU: the GPU part of a case can run here."""
+        return self.has_driver and bool(self.gpus)
+
+    @property
+    def arch(self) -> str | None:
+        """The first GPU's arch ("sm90"), or None without a GPU."""
+        return self.gpus[0].sm if self.gpus else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpus": [{"name": g.name, "sm": g.sm, "memory_mib": g.memory_mib} for g in self.gpus],
+            "driver_version": self.driver_version,
+            "cuda_driver_version": self.cuda_driver_version,
+            "has_driver": self.has_driver,
+            "source": self.source,
+        }
+
+
+def sm_of(compute_capability: str | tuple[int, int]) -> str:
+    """'9.0' or (9, 0) -> 'sm90'; '10.0' -> 'sm100'; '12.1' -> 'sm121'."""
+    if isinstance(compute_capability, tuple):
+        major, minor = compute_capability
+    else:
+        major_s, _, minor_s = compute_capability.strip().partition(".")
+        major, minor = int(major_s), int(minor_s or 0)
+    return f"sm{major}{minor}"
+
+
+def _decode(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _from_nvml() -> HostFacts | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        log.debug("NVML unavailable: %s", exc)
+        return None
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
+            gpus.append(
+                GpuInfo(
+                    name=_decode(pynvml.nvmlDeviceGetName(handle)),
+                    sm=sm_of(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
+                    memory_mib=int(memory),
+                )
+            )
+        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion_v2())
+        return HostFacts(
+            gpus=tuple(gpus),
+            driver_version=_decode(pynvml.nvmlSystemGetDriverVersion()),
+            cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
+            source="nvml",
+        )
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def parse_nvidia_smi(query_csv: str, banner: str = "") -> HostFacts:
+    """Facts from `nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total` output."""
+    gpus, driver = [], None
+    for line in query_csv.strip().splitlines():
+        fields = [part.strip() for part in line.split(",")]
+        if len(fields) != 4:
+            continue
+        name, cap, driver, memory = fields
+        gpus.append(GpuInfo(name=name, sm=sm_of(cap), memory_mib=int(memory.split()[0])))
+    cuda = _CUDA_RE.search(banner)
+    return HostFacts(
+        gpus=tuple(gpus),
+        driver_version=driver,
+        cuda_driver_version=cuda.group(1) if cuda else None,
+        source="nvidia-smi",
+    )
+
+
+def _from_nvidia_smi() -> HostFacts | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    query = "--query-gpu=name,compute_cap,driver_version,memory.total"
+    try:
+        proc = subprocess.run(
+            [smi, query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        banner = subprocess.run([smi], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.debug("nvidia-smi failed: %s", exc)
+        return None
+    if proc.returncode != 0:
+        log.debug("nvidia-smi exit %d: %s", proc.returncode, proc.stderr.strip())
+        return None
+    return parse_nvidia_smi(proc.stdout, banner.stdout)
+
+
+def detect_host() -> HostFacts:
+    """GPUs and driver via NVML (pynvml), else nvidia-smi, else a host with no driver."""
+    return _from_nvml() or _from_nvidia_smi() or HostFacts()
+
+
+def gpu_skip_reason(host: HostFacts) -> str | None:
+    """Why a case's GPU part cannot run here at all ("no NVIDIA driver"), else None."""
+    if not host.has_driver:
+        return "no NVIDIA driver"
+    if not host.gpus:
+        return "no NVIDIA GPU on this host"
+    return None
+
+
+def _driver_ok(wanted: str, have: Version) -> bool:
+    """'580' = that branch; '>=575' = a specifier; 'any' = whatever is installed."""
+    if wanted.lower() in _ANY:
+        return True
+    if wanted[0].isdigit() and "." not in wanted:
+        return have.major == int(wanted)
+    try:
+        spec = SpecifierSet(wanted if not wanted[0].isdigit() else f"=={wanted}")
+    except InvalidSpecifier:
+        return False
+    return spec.contains(have, prereleases=True)
+
+
+def cell_skip_reason(cell: Cell, host: HostFacts) -> str | None:
+    """Why this host cannot run `cell`, or None.
+
+    A host with no driver returns None: the cell still installs and checks its pins, and the
+    GPU part of each case is skipped with `gpu_skip_reason` instead.
+    """
+    if not host.has_driver:
+        return None
+    arch = cell.arch.lower()
+    if arch not in _ANY and arch not in host.archs:
+        return f"no {arch} GPU on this host"
+    assert host.driver_version is not None
+    try:
+        have = Version(host.driver_version)
+    except InvalidVersion:
+        return None
+    if not _driver_ok(cell.driver.strip(), have):
+        return f"cell needs driver {cell.driver}, host has {host.driver_version}"
+    try:
+        cuda = Version(cell.cuda)
+    except InvalidVersion:
+        return None
+    floor = CUDA_MIN_DRIVER.get(cuda.major)
+    if floor and have < Version(floor):
+        return f"CUDA {cell.cuda} needs driver >= {floor}, host has {host.driver_version}"
+    if host.cuda_driver_version and Version(host.cuda_driver_version).major < cuda.major:
+        return f"CUDA {cell.cuda} is newer than the driver's CUDA {host.cuda_driver_version}"
+    return None
+
+
+def default_jobs(host: HostFacts) -> int:
+    """Cases at once. CPU-only host: one per core. GPU host: up to two per core, bounded by GPU
+    memory (4 GiB per case process: a CUDA context plus a sample's tensors). Each case spends much
+    of its time starting a kernel and importing torch, so more processes than cores pays off:
+    on an H200 host with 16 cores, 24 notebooks at once took 17.4 s against 23.3 s at 16
+    (reports/gpu/2026-12-02-h200/speed.json)."""
+    cores = os.cpu_count() or 1
+    if not host.gpus:
+        return cores
+    per_gpu = max(1, min(gpu.memory_mib for gpu in host.gpus) // (4 * 1024))
+    return max(1, min(2 * cores, per_gpu * len(host.gpus)))

@@ -1,0 +1,168 @@
+"""What a case needs (backend floor, archs, GPU, SM, modules), as data; unmet -> a SKIP reason."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import subprocess
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import TYPE_CHECKING, Any, Final
+
+from packaging.version import InvalidVersion, Version
+
+from validate._compat import tomllib
+from validate.errors import MatrixError
+from validate.model.matrix import MATRIX_DIR
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from pathlib import Path
+
+__all__ = [
+    "DEFAULT_CASES_TOML",
+    "RequirementTable",
+    "Requirements",
+    "check",
+    "missing_modules",
+]
+
+#: Requirements of the cudnn-frontend sample notebooks (DOMAIN.md §5).
+DEFAULT_CASES_TOML: Final = MATRIX_DIR / "cases.toml"
+
+_KEYS: Final = frozenset({"min_backend", "archs", "needs_gpu", "min_sm", "imports", "source"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Requirements:
+    """Requirements of one case; the defaults require nothing."""
+
+    min_backend: str | None = None  # e.g. "9.13" (cudnn.backend_version() floor)
+    archs: tuple[str, ...] = ()  # allowed host archs, e.g. ("sm90", "sm100"); () = any
+    needs_gpu: bool = False
+    min_sm: str | None = None  # compute capability floor, e.g. "8.0"
+    imports: tuple[str, ...] = ()  # top-level modules that must be importable in the case env
+    source: str = ""  # where the requirement comes from
+
+    def updated(self, data: Mapping[str, Any]) -> Requirements:
+        """Copy with the keys of one TOML table applied."""
+        changes: dict[str, Any] = {}
+        for key, value in data.items():
+            match key:
+                case "archs" | "imports":
+                    changes[key] = tuple(str(v) for v in value)
+                case "needs_gpu":
+                    changes[key] = bool(value)
+                case "min_backend" | "min_sm" | "source":
+                    changes[key] = str(value)
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequirementTable:
+    """Defaults plus (file-name glob -> overrides) rows, applied in file order."""
+
+    defaults: Requirements = field(default_factory=Requirements)
+    rows: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+
+    def for_case(self, name: str) -> Requirements:
+        req = self.defaults
+        for pattern, data in self.rows:
+            if fnmatch.fnmatch(name, pattern):
+                req = req.updated(data)
+        return req
+
+    @classmethod
+    def from_toml(cls, path: Path) -> RequirementTable:
+        """Load and validate a cases.toml; every bad key or value is reported at once."""
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            msg = f"{path}: cannot read case requirements: {exc}"
+            raise MatrixError(msg) from exc
+        errors: list[str] = []
+        defaults = data.get("defaults", {})
+        _validate(path, "defaults", defaults, errors)
+        rows = data.get("cases", {})
+        for pattern, row in rows.items():
+            _validate(path, f'cases."{pattern}"', row, errors)
+        for key in set(data) - {"defaults", "cases"}:
+            errors.append(f'{path}: unknown table [{key}] (expected [defaults] or [cases."GLOB"])')
+        if errors:
+            raise MatrixError("; ".join(errors))
+        return cls(defaults=Requirements().updated(defaults), rows=tuple(rows.items()))
+
+
+def _validate(path: Path, where: str, table: Any, errors: list[str]) -> None:
+    if not isinstance(table, dict):
+        errors.append(f"{path}: [{where}] must be a table, got {table!r}")
+        return
+    for key, value in table.items():
+        if key not in _KEYS:
+            errors.append(
+                f"{path}: [{where}] unknown key {key!r} (known: {', '.join(sorted(_KEYS))})"
+            )
+        elif key in {"min_backend", "min_sm"} and _version(str(value)) is None:
+            errors.append(f"{path}: [{where}] {key} = {value!r} is not a version")
+        elif key in {"archs", "imports"} and not isinstance(value, list):
+            errors.append(f"{path}: [{where}] {key} must be a list, got {value!r}")
+
+
+def _version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def _sm_of(arch: str) -> Version | None:
+    digits = arch.lower().removeprefix("sm_").removeprefix("sm")
+    if not digits.isdigit() or len(digits) < 2:
+        return None
+    return Version(f"{digits[:-1]}.{digits[-1]}")
+
+
+@cache
+def _probe(python: str, modules: tuple[str, ...]) -> frozenset[str]:
+    code = (
+        "import importlib.util as u, json, sys\n"
+        "print(json.dumps([m for m in sys.argv[1:] if u.find_spec(m) is None]))"
+    )
+    try:
+        out = subprocess.run(
+            [python, "-c", code, *modules], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        return frozenset(json.loads(out.strip().splitlines()[-1]))
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return frozenset(modules)
+
+
+def missing_modules(python: Path, modules: Iterable[str]) -> frozenset[str]:
+    """Modules not importable by `python` (one cached probe per interpreter and module set)."""
+    wanted = tuple(sorted(set(modules)))
+    return _probe(str(python), wanted) if wanted else frozenset()
+
+
+def check(
+    req: Requirements,
+    *,
+    has_gpu: bool,
+    host_arch: str | None,
+    backend_version: str | None,
+    missing: frozenset[str] = frozenset(),
+) -> str | None:
+    """The SKIP reason for the first unmet requirement, or None when all are met or unknowable."""
+    if req.needs_gpu and not has_gpu:
+        return "no NVIDIA driver: case needs a GPU"
+    if req.archs and host_arch is not None and host_arch not in req.archs:
+        return f"arch {host_arch} not in {', '.join(req.archs)}"
+    sm = _sm_of(host_arch) if host_arch else None
+    if req.min_sm and sm is not None and sm < Version(req.min_sm):
+        return f"needs SM >= {req.min_sm}, host is {host_arch}"
+    have = _version(backend_version) if backend_version else None
+    if req.min_backend and have is not None and have < Version(req.min_backend):
+        return f"needs cuDNN backend >= {req.min_backend}, cell has {backend_version}"
+    need = sorted(set(req.imports) & missing)
+    if need:
+        return f"needs module {', '.join(need)} (not importable in the case environment)"
+    return None

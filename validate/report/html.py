@@ -1,0 +1,206 @@
+"""A single-file HTML page (no network): coloured matrix, legend, per-cell drill-down, sign-off."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote
+
+from validate.judge.signoff import summary
+from validate.report.model import cell_label, result_key
+from validate.report.text import LEGEND, provenance_lines
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from validate.report import Report
+    from validate.report.model import StoredResult
+
+__all__ = ["render_html"]
+
+_COLOURS: Final = {
+    "regression": ("#d73a49", "regression: fail / crash / timeout"),
+    "error": ("#e36209", "infra error (environment or harness)"),
+    "known": ("#f9c513", "known issue reproduced (xfail)"),
+    "xpass": ("#79b8ff", "xpass: known issue did not reproduce (fixed?)"),
+    "pass": ("#34d058", "all ran cases passed"),
+    "skip": ("#d1d5da", "only skipped"),
+    "empty": ("#ffffff", "not run"),
+}
+_CSS = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px;color:#24292e;background:#fafbfc}
+h1{font-size:20px;margin:0 0 8px} h2{font-size:16px;margin:16px 0 6px}
+table.matrix{border-collapse:collapse;background:#fff}
+.matrix th,.matrix td{border:1px solid #959da5;padding:6px 8px;text-align:left;white-space:nowrap}
+.matrix th{background:#f1f3f5} td.cell{cursor:pointer} td.cell:focus,td.sel{outline:3px solid #0366d6}
+.legend span.sw{display:inline-block;width:14px;height:14px;border:1px solid #959da5;margin:0 4px 0 12px;vertical-align:middle}
+#detail{margin-top:12px;padding:8px 12px;border:1px solid #959da5;background:#fff;min-height:40px}
+#detail section{border-top:1px solid #e1e4e8;padding:6px 0} .badge{padding:1px 6px;border-radius:3px;color:#000}
+pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:320px} dt{font-weight:600} dd{margin:0 0 4px 16px}
+"""
+_JS = """
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("report-data").textContent);
+  var detail = document.getElementById("detail");
+  function el(tag, text, cls) {
+    var e = document.createElement(tag);
+    if (text !== undefined && text !== null) { e.textContent = String(text); }
+    if (cls) { e.className = cls; }
+    return e;
+  }
+  function row(dl, name, value) {
+    if (value === undefined || value === null || value === "" ) { return; }
+    dl.appendChild(el("dt", name)); dl.appendChild(el("dd", value));
+  }
+  function show(td) {
+    document.querySelectorAll("td.sel").forEach(function (x) { x.classList.remove("sel"); });
+    td.classList.add("sel");
+    detail.textContent = "";
+    detail.appendChild(el("h2", td.getAttribute("data-label")));
+    (data.cells[td.getAttribute("data-cell")] || []).forEach(function (i) {
+      var r = data.results[i], sec = el("section"), h = el("h3", r.case + " ");
+      var badge = el("span", r.outcome, "badge");
+      badge.style.background = data.colours[r.status];
+      h.appendChild(badge); sec.appendChild(h);
+      var dl = el("dl");
+      row(dl, "reason", r.reason); row(dl, "cell", r.label); row(dl, "known issue", r.known_issue);
+      row(dl, "note", r.ki_note); row(dl, "duration", r.duration + " s");
+      row(dl, "attempts", r.attempts); row(dl, "signal", r.signal); row(dl, "exit code", r.exit_code);
+      sec.appendChild(dl);
+      if (r.logs.length) {
+        var p = el("p", "logs: ");
+        r.logs.forEach(function (l) { var a = el("a", l.name); a.href = l.href; p.appendChild(a); p.appendChild(document.createTextNode(" ")); });
+        sec.appendChild(p);
+      }
+      if (r.tail) { var t = el("details"); t.appendChild(el("summary", "output tail")); t.appendChild(el("pre", r.tail)); sec.appendChild(t); }
+      var env = el("details"); env.appendChild(el("summary", "environment"));
+      env.appendChild(el("pre", JSON.stringify(r.env, null, 2))); sec.appendChild(env);
+      detail.appendChild(sec);
+    });
+  }
+  document.querySelectorAll("td.cell[data-cell]").forEach(function (td) {
+    td.addEventListener("click", function () { show(td); });
+    td.addEventListener("keydown", function (ev) { if (ev.key === "Enter") { show(td); } });
+  });
+  var order = ["td.st-regression", "td.st-error", "td.st-known", "td.cell[data-cell]"];
+  for (var i = 0; i < order.length; i++) {
+    var first = document.querySelector(order[i]);
+    if (first) { show(first); break; }
+  }
+})();
+"""
+
+
+def _href(path: Path | None, base: Path | None) -> str | None:
+    if path is None:
+        return None
+    if base is None:
+        return path.resolve().as_uri()
+    return quote(os.path.relpath(path.resolve(), base.resolve()).replace(os.sep, "/"))
+
+
+def _status(outcome: str) -> str:
+    return {
+        "fail": "regression",
+        "crash": "regression",
+        "timeout": "regression",
+        "xfail": "known",
+    }.get(outcome, outcome)
+
+
+_RANK: Final = ("crash", "fail", "timeout", "error", "xfail", "xpass", "skip", "pass")
+
+
+def _rank(item: StoredResult) -> int:
+    """Worst first in a drill-down."""
+    outcome = str(item.result.outcome)
+    return _RANK.index(outcome) if outcome in _RANK else len(_RANK)
+
+
+def _result(item: StoredResult, base: Path | None) -> dict[str, Any]:
+    r = item.result
+    logs = []
+    for name, recorded in (("output", r.log_path), *sorted(r.api_logs.items())):
+        href = _href(item.resolve(recorded), base)
+        if href is not None:
+            logs.append({"name": name, "href": href})
+    return {
+        "case": r.case,
+        "outcome": str(r.outcome),
+        "status": _status(str(r.outcome)),
+        "reason": r.reason,
+        "label": cell_label(r),
+        "known_issue": r.known_issue,
+        "ki_note": r.ki_note,
+        "duration": f"{r.duration_s:.1f}",
+        "attempts": ", ".join(r.attempts),
+        "signal": r.signal,
+        "exit_code": r.exit_code,
+        "tail": r.tail,
+        "env": dict(r.env),
+        "logs": logs,
+    }
+
+
+def render_html(report: Report) -> str:
+    """Render the page; all data is inline JSON, all styling and script inline."""
+    table = report.table
+    items = report.runs.items
+    index = {result_key(item.result): i for i, item in enumerate(items)}
+    cells: dict[str, list[int]] = {}
+    rows = []
+    headers = "".join(f"<th>{html.escape(h)}</th>" for h in table.headers())
+    for r, row in enumerate(table.row_keys):
+        tds = "".join(f"<th>{html.escape(v)}</th>" for v in row)
+        for c, col in enumerate(table.col_keys):
+            cell = table.cell(row, col)
+            if cell.status == "empty":
+                tds += f'<td class="st-empty">{html.escape(cell.text)}</td>'
+                continue
+            key = f"{r}:{c}"
+            cells[key] = sorted((index[k] for k in cell.keys), key=lambda i: _rank(items[i]))
+            label = f"{' / '.join(row)} · {' / '.join(col)}"
+            tds += (
+                f'<td class="cell st-{cell.status}" tabindex="0" data-cell="{key}" '
+                f'data-label="{html.escape(label)}" style="background:{_COLOURS[cell.status][0]}">'
+                f"{html.escape(cell.text)}</td>"
+            )
+        rows.append(f"<tr>{tds}</tr>")
+    data = {
+        "cells": cells,
+        "results": [_result(item, report.link_base) for item in report.runs.items],
+        "colours": {k: v[0] for k, v in _COLOURS.items()},
+    }
+    # "<" as \u003c: no "</script" or "<!--" can end or confuse the data block
+    blob = json.dumps(data, default=str).replace("<", "\\u003c")
+    legend = "".join(
+        f'<span class="sw" style="background:{colour}"></span>{html.escape(text)}'
+        for colour, text in _COLOURS.values()
+    )
+    sources = [line for run in report.runs.runs for line in provenance_lines(run)]
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in table.footnote_lines())
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>cudnn-matrix compatibility report</title>
+<link rel="icon" href="data:,">
+<style>{_CSS}</style></head>
+<body>
+<h1>cuDNN frontend x backend compatibility</h1>
+<pre>{html.escape(chr(10).join(sources))}</pre>
+<table class="matrix"><thead><tr>{headers}</tr></thead><tbody>
+{chr(10).join(rows)}
+</tbody></table>
+<p class="legend">{legend}</p>
+<p>{html.escape(LEGEND)}</p>
+<ul class="notes">{notes}</ul>
+<div id="detail">Click a cell for its results.</div>
+<h2>Sign-off</h2>
+<pre>{html.escape(summary(report.verdict))}</pre>
+<script type="application/json" id="report-data">{blob}</script>
+<script>{_JS}</script>
+</body></html>
+"""

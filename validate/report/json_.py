@@ -1,0 +1,135 @@
+"""JSON report, schema ``cudnn-matrix/report/v1`` (documented below; bump the suffix on any change).
+
+Top-level object:
+
+``schema``      "cudnn-matrix/report/v1"
+``runs``        list of {run_id, path, meta} - the merged run folders, oldest first (meta = run.json)
+``baseline_runs`` same shape, for ``--baseline`` (empty list when none)
+``pivot``       {rows: [axis, ...], cols: [axis, ...]}; axes are cudnn, frontend, cuda, driver, arch, case
+``table``       {headers: [str], rows: [{key: [str], cells: [cell]}]} where cell is
+                {text, status, counts: {outcome: n}, affected: [KI id], fixed: [{fixed_in, id}],
+                notes: [footnote index], results: [result key]}; status is one of
+                regression, error, known, xpass, pass, skip, empty
+``footnotes``   list of {index, kind: skip|error, reason, count}
+``verdict``     {signed_off, exit_code, counts: {outcome: n}, regressions: [key], errors: [key],
+                notices: [key], flaky: [key], baseline: null | {changed_axes: [axis],
+                transitions: [{kind, key, before, after, note}]}}; before/after are outcomes or null;
+                kind is new_failure, unsupported, new_error, new_pass, ki_fixed, still_failing, missing
+``known_issues`` list of {id, title, backend, frontend, archs, cases, fixed_in}
+``results``     list of CaseResult dicts (validate.model.results schema) plus ``key``, ``cell_label``, ``run_dir``
+
+A result key is ``<cell_id>::<case>``. Readers must ignore unknown keys (additions keep v1).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Final
+
+from validate.report.model import cell_label, result_key
+
+if TYPE_CHECKING:
+    from validate.judge.signoff import Verdict
+    from validate.model.results import CaseResult
+    from validate.report import Report
+    from validate.report.model import RunInfo
+
+__all__ = ["REPORT_SCHEMA", "render_json", "report_dict"]
+
+REPORT_SCHEMA: Final = "cudnn-matrix/report/v1"
+
+
+def _run(run: RunInfo) -> dict[str, Any]:
+    return {"run_id": run.run_id, "path": str(run.path), "meta": dict(run.meta)}
+
+
+def _keys(results: tuple[CaseResult, ...]) -> list[str]:
+    return [result_key(r) for r in results]
+
+
+def _verdict(verdict: Verdict) -> dict[str, Any]:
+    baseline = None
+    if verdict.baseline is not None:
+        baseline = {
+            "changed_axes": list(verdict.baseline.changed_axes),
+            "transitions": [
+                {
+                    "kind": t.kind,
+                    "key": t.key,
+                    "before": None if t.before is None else str(t.before.outcome),
+                    "after": None if t.after is None else str(t.after.outcome),
+                    "note": t.note,
+                }
+                for t in verdict.baseline.transitions
+            ],
+        }
+    return {
+        "signed_off": verdict.signed_off,
+        "exit_code": verdict.exit_code,
+        "counts": dict(verdict.counts),
+        "regressions": _keys(verdict.regressions),
+        "errors": _keys(verdict.errors),
+        "notices": _keys(verdict.notices),
+        "flaky": _keys(verdict.flaky),
+        "baseline": baseline,
+    }
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    """The v1 document as plain data (what render_json serialises)."""
+    table = report.table
+    rows = [
+        {
+            "key": list(row),
+            "cells": [
+                {
+                    "text": cell.text,
+                    "status": cell.status,
+                    "counts": dict(cell.counts),
+                    "affected": list(cell.affected),
+                    "fixed": [{"fixed_in": v, "id": ki} for v, ki in cell.fixed],
+                    "notes": list(cell.notes),
+                    "results": list(cell.keys),
+                }
+                for cell in (table.cell(row, col) for col in table.col_keys)
+            ],
+        }
+        for row in table.row_keys
+    ]
+    return {
+        "schema": REPORT_SCHEMA,
+        "runs": [_run(r) for r in report.runs.runs],
+        "baseline_runs": [_run(r) for r in report.baseline_runs],
+        "pivot": {"rows": list(table.pivot.rows), "cols": list(table.pivot.cols)},
+        "table": {"headers": table.headers(), "rows": rows},
+        "footnotes": [
+            {"index": n.index, "kind": n.kind, "reason": n.reason, "count": n.count}
+            for n in table.footnotes
+        ],
+        "verdict": _verdict(report.verdict),
+        "known_issues": [
+            {
+                "id": ki.id,
+                "title": ki.title,
+                "backend": str(ki.backend),
+                "frontend": str(ki.frontend),
+                "archs": list(ki.archs),
+                "cases": list(ki.cases),
+                "fixed_in": ki.fixed_in,
+            }
+            for ki in report.known_issues
+        ],
+        "results": [
+            {
+                **item.result.to_dict(),
+                "key": result_key(item.result),
+                "cell_label": cell_label(item.result),
+                "run_dir": str(item.run.path),
+            }
+            for item in report.runs.items
+        ],
+    }
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report_dict(report), indent=2, sort_keys=False, default=str) + "\n"

@@ -1,0 +1,98 @@
+"""JUnit XML that GitLab and Jenkins read: one testsuite per cell, one testcase per cell x case."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
+
+from validate.model.outcome import Outcome
+from validate.report.model import cell_label
+
+if TYPE_CHECKING:
+    from validate.model.results import CaseResult
+    from validate.report import Report
+    from validate.report.model import StoredResult
+
+__all__ = ["render_junit"]
+
+_TAIL_CHARS = 8000
+
+
+def _text(item: StoredResult) -> str:
+    r = item.result
+    tail = r.tail
+    if not tail and (log := item.resolve(r.log_path)) is not None:
+        tail = log.read_text(encoding="utf-8", errors="replace")[-_TAIL_CHARS:]
+    head = [f"outcome: {r.outcome}", f"cell: {cell_label(r)}"]
+    head += [f"reason: {r.reason}"] if r.reason else []
+    head += [f"known issue: {r.known_issue}"] if r.known_issue else []
+    head += [f"known-issue check: {r.ki_note}"] if r.ki_note else []
+    head += [f"log: {r.log_path}"] if r.log_path else []
+    return _clean("\n".join(head) + ("\n\n" + tail[-_TAIL_CHARS:] if tail else ""))
+
+
+def _clean(text: str) -> str:
+    """Drop characters XML 1.0 cannot carry (ANSI escapes and other control characters)."""
+    return "".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 0x20)
+
+
+def classname(r: CaseResult) -> str:
+    """Dots only between axes, so Jenkins' package tree is backend > frontend > CUDA > driver and
+    the class is the arch: `cudnn-9_24_0_43.fe-1_27_0.cuda-13_0.drv-580.sm90`."""
+    parts = [("cudnn-", "cudnn"), ("fe-", "frontend"), ("cuda-", "cuda"), ("drv-", "driver")]
+    named = [f"{tag}{str(r.cell.get(axis, '?')).replace('.', '_')}" for tag, axis in parts]
+    return ".".join([*named, str(r.cell.get("arch", "any")).replace(".", "_")])
+
+
+def _testcase(parent: ET.Element, item: StoredResult) -> str:
+    r = item.result
+    case = ET.SubElement(
+        parent, "testcase", name=r.case, classname=classname(r), time=f"{r.duration_s:.3f}"
+    )
+    reason = _clean(r.reason or str(r.outcome))
+    kind = "passed"
+    match r.outcome:
+        case Outcome.FAIL | Outcome.CRASH | Outcome.TIMEOUT:
+            ET.SubElement(case, "failure", message=reason, type=str(r.outcome)).text = _clean(
+                r.tail or reason
+            )
+            kind = "failures"
+        case Outcome.ERROR:
+            ET.SubElement(case, "error", message=reason, type="error").text = reason
+            kind = "errors"
+        case Outcome.SKIP:
+            ET.SubElement(case, "skipped", message=reason)
+            kind = "skipped"
+        case Outcome.XFAIL:
+            ET.SubElement(case, "skipped", type="xfail", message=f"xfail {r.known_issue}: {reason}")
+            kind = "skipped"
+        case Outcome.PASS | Outcome.XPASS:
+            pass
+    ET.SubElement(case, "system-out").text = _text(item)
+    return kind
+
+
+def render_junit(report: Report) -> str:
+    """One <testsuite> per cell (name = cell label) inside <testsuites>; totals on both levels."""
+    root = ET.Element("testsuites", name="cudnn-matrix")
+    suites: dict[str, list[StoredResult]] = {}
+    for item in report.runs.items:
+        suites.setdefault(cell_label(item.result), []).append(item)
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    total_time = 0.0
+    for label, items in suites.items():
+        suite = ET.SubElement(root, "testsuite", name=label)
+        counts = {"tests": len(items), "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
+        for item in items:
+            counts[_testcase(suite, item)] += 1
+        time = sum(i.result.duration_s for i in items)
+        total_time += time
+        for key in totals:
+            suite.set(key, str(counts[key]))
+            totals[key] += counts[key]
+        suite.set("time", f"{time:.3f}")
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", f"{total_time:.3f}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,163 @@
+"""Stored runs as the report sees them: run folders, merged results, version-aware sort keys."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from validate.model.matrix import AXES
+from validate.model.order import natural_key, parse_version, value_key
+from validate.model.results import axis_value, cell_label, is_bad, is_good, result_key
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from packaging.specifiers import SpecifierSet
+
+    from validate.model.results import CaseResult
+
+__all__ = [
+    "AXIS_TITLES",
+    "PSEUDO_AXES",
+    "KnownIssueLike",
+    "RunInfo",
+    "RunSet",
+    "StoredResult",
+    "axis_label",
+    "axis_value",
+    "cell_label",
+    "is_bad",
+    "is_good",
+    "ki_matches",
+    "merge_runs",
+    "natural_key",
+    "parse_version",
+    "result_key",
+    "value_key",
+]
+
+#: Axes a pivot may use: the matrix axes plus the case name.
+PSEUDO_AXES = (*AXES, "case")
+AXIS_TITLES: Mapping[str, str] = {
+    "cudnn": "cuDNN",
+    "frontend": "frontend",
+    "cuda": "CUDA",
+    "driver": "driver",
+    "arch": "arch",
+    "case": "case",
+}
+_PREFIX: Mapping[str, str] = {
+    "cudnn": "cuDNN ",
+    "frontend": "fe ",
+    "cuda": "CUDA ",
+    "driver": "drv ",
+}
+
+
+class KnownIssueLike(Protocol):
+    """The fields of validate.judge.known_issues.KnownIssue the report reads."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def backend(self) -> SpecifierSet: ...
+    @property
+    def frontend(self) -> SpecifierSet: ...
+    @property
+    def archs(self) -> Sequence[str]: ...
+    @property
+    def cases(self) -> Sequence[str]: ...
+    @property
+    def fixed_in(self) -> str | None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunInfo:
+    """One run folder: its id, location and the provenance in run.json (may be empty)."""
+
+    run_id: str
+    path: Path
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredResult:
+    """A result together with the run folder it was read from (to resolve its log paths)."""
+
+    result: CaseResult
+    run: RunInfo
+
+    def resolve(self, recorded: str) -> Path | None:
+        """Find a recorded log path: as written, relative to the run folder, or re-rooted at cases/."""
+        if not recorded:
+            return None
+        path = Path(recorded)
+        candidates = [path] if path.is_absolute() else [self.run.path / path]
+        parts = path.parts
+        if "cases" in parts:
+            candidates.append(self.run.path.joinpath(*parts[parts.index("cases") :]))
+        return next((c for c in candidates if c.is_file()), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSet:
+    """Several run folders merged: for the same cell and case the later run wins."""
+
+    runs: tuple[RunInfo, ...]
+    items: tuple[StoredResult, ...]
+
+    @property
+    def results(self) -> tuple[CaseResult, ...]:
+        return tuple(item.result for item in self.items)
+
+
+def axis_label(axis: str, value: str) -> str:
+    return f"{_PREFIX.get(axis, '')}{value}"
+
+
+def merge_runs(runs: Iterable[tuple[RunInfo, Sequence[CaseResult]]]) -> RunSet:
+    """Merge runs in order; a later result for the same cell and case replaces the earlier one."""
+    infos: list[RunInfo] = []
+    merged: dict[str, StoredResult] = {}
+    for info, results in runs:
+        infos.append(info)
+        for result in results:
+            key = result_key(result)
+            merged.pop(key, None)
+            merged[key] = StoredResult(result=result, run=info)
+    items = sorted(merged.values(), key=lambda s: _order(s.result))
+    return RunSet(runs=tuple(infos), items=tuple(items))
+
+
+def _order(result: CaseResult) -> tuple[Any, ...]:
+    return (*(value_key(axis_value(result, a)) for a in AXES), natural_key(result.case))
+
+
+def _norm_arch(text: str) -> str:
+    return text.lower().replace("_", "").replace(".", "")
+
+
+def ki_matches(ki: KnownIssueLike, result: CaseResult, *, check_backend: bool = True) -> bool:
+    """Whether a known issue's case globs, arch, frontend (and backend) ranges cover a result."""
+    covers = getattr(
+        ki, "covers_case", None
+    )  # validate.judge.known_issues.KnownIssue knows its globs
+    if callable(covers):
+        if not covers(result.case):
+            return False
+    elif ki.cases and not any(fnmatch.fnmatchcase(result.case, g) for g in ki.cases):
+        return False
+    arch = _norm_arch(axis_value(result, "arch"))
+    if ki.archs and arch not in {_norm_arch(a) for a in ki.archs}:
+        return False
+    frontend = parse_version(axis_value(result, "frontend"))
+    if frontend is not None and not ki.frontend.contains(frontend, prereleases=True):
+        return False
+    if not check_backend:
+        return True
+    backend = parse_version(axis_value(result, "cudnn"))
+    return backend is not None and ki.backend.contains(backend, prereleases=True)

@@ -1,0 +1,177 @@
+"""Stored runs for the report: load, merge, the known-issue database a run was judged with."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from validate._compat import tomllib
+from validate.errors import ConfigError, MatrixError
+from validate.judge.signoff import decide
+from validate.model.results import load_results
+from validate.report import Report
+from validate.report.model import (
+    KnownIssueLike,
+    RunInfo,
+    RunSet,
+    StoredResult,
+    merge_runs,
+    result_key,
+)
+from validate.report.table import Pivot, build_table
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from validate.model.results import CaseResult
+
+__all__ = [
+    "DEFAULT_RUNS_DIR",
+    "bug_report_items",
+    "build_report",
+    "load_known_issue_db",
+    "load_run",
+    "load_runs",
+    "newest_run",
+]
+
+log = logging.getLogger(__name__)
+DEFAULT_RUNS_DIR = Path("reports/runs")
+_SNAPSHOT = "known_issues.toml"  # a run folder may keep the KI database it was checked against
+
+
+def newest_run(runs_dir: Path = DEFAULT_RUNS_DIR) -> Path | None:
+    """The run folder under `runs_dir` whose results.jsonl was written last, or None."""
+    found = [p.parent for p in runs_dir.glob("*/results.jsonl")]
+    return max(found, key=lambda d: ((d / "results.jsonl").stat().st_mtime, d.name), default=None)
+
+
+def load_run(path: Path, flag: str = "--results") -> tuple[RunInfo, list[CaseResult]]:
+    """Read one run folder (results.jsonl + optional run.json) or a bare results .jsonl file."""
+    file = path / "results.jsonl" if path.is_dir() else path
+    if not file.is_file():
+        msg = f"{flag} {path}: no results.jsonl found; expected a run folder such as reports/runs/<run-id>"
+        raise ConfigError(msg)
+    folder = file.parent
+    meta: dict[str, Any] = {}
+    if (folder / "run.json").is_file():
+        try:
+            meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            msg = f"{folder / 'run.json'}: not valid JSON ({exc.msg} at line {exc.lineno}); fix or delete it"
+            raise ConfigError(msg) from exc
+    results = load_results([file])
+    if not results:
+        msg = f"{flag} {path}: results.jsonl holds no readable results"
+        raise ConfigError(msg)
+    run_id = str(meta.get("run_id") or folder.name)
+    return RunInfo(run_id=run_id, path=folder, meta=meta), results
+
+
+def load_runs(paths: Sequence[Path], flag: str = "--results") -> RunSet:
+    """Merge run folders in the order given: later results for the same cell x case win."""
+    return merge_runs(load_run(p, flag) for p in paths)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _KnownIssue:
+    """Fallback KnownIssue until validate.judge.known_issues exists (same fields, read from TOML)."""
+
+    id: str
+    title: str = ""
+    backend: SpecifierSet
+    frontend: SpecifierSet
+    archs: tuple[str, ...] = ()
+    cases: tuple[str, ...] = ()
+    symptom: str = ""
+    fixed_in: str | None = None
+    refs: tuple[str, ...] = ()
+
+
+def _fallback_known_issues(path: Path) -> list[KnownIssueLike]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        msg = f"{path}: cannot read known issues ({exc})"
+        raise MatrixError(msg) from exc
+    entries: list[dict[str, Any]] = next(
+        (data[k] for k in ("issue", "issues", "known_issue", "known_issues") if k in data), []
+    )
+    out: list[KnownIssueLike] = []
+    for i, entry in enumerate(entries):
+        try:
+            out.append(
+                _KnownIssue(
+                    id=str(entry["id"]),
+                    title=str(entry.get("title", "")),
+                    backend=SpecifierSet(entry.get("backend", "")),
+                    frontend=SpecifierSet(entry.get("frontend", "")),
+                    archs=tuple(entry.get("archs", ())),
+                    cases=tuple(entry.get("cases", ())),
+                    symptom=str(entry.get("symptom", "")),
+                    fixed_in=entry.get("fixed_in"),
+                    refs=tuple(entry.get("refs", ())),
+                )
+            )
+        except (KeyError, InvalidSpecifier, TypeError) as exc:
+            msg = f"{path}: known issue #{i + 1}: {exc!r}"
+            raise MatrixError(msg) from exc
+    return out
+
+
+def load_known_issue_db(
+    path: Path | None, runs: Sequence[RunInfo] = ()
+) -> tuple[KnownIssueLike, ...]:
+    """Known issues from `path`, else the snapshot in the newest run folder, else the default DB."""
+    if path is None:
+        path = next(
+            (r.path / _SNAPSHOT for r in reversed(runs) if (r.path / _SNAPSHOT).is_file()), None
+        )
+    if path is not None and not path.is_file():
+        msg = f"--known-issues {path}: no such file"
+        raise ConfigError(msg)
+    try:
+        from validate.judge.known_issues import load_known_issues  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # the known-issues module is written in parallel; read the TOML ourselves
+        return tuple(_fallback_known_issues(path)) if path is not None else ()
+    return tuple(cast("Sequence[KnownIssueLike]", load_known_issues(path)))
+
+
+def build_report(
+    runs: RunSet,
+    *,
+    pivot: Pivot | None = None,
+    known_issues: Sequence[KnownIssueLike] = (),
+    baseline: RunSet | None = None,
+    link_base: Path | None = None,
+) -> Report:
+    """Table + verdict for merged runs (and an optional baseline)."""
+    return Report(
+        runs=runs,
+        table=build_table(runs.items, pivot, known_issues),
+        verdict=decide(runs.results, None if baseline is None else baseline.results),
+        known_issues=tuple(known_issues),
+        baseline_runs=() if baseline is None else baseline.runs,
+        link_base=link_base,
+    )
+
+
+def bug_report_items(
+    report: Report, baseline: RunSet | None
+) -> list[tuple[StoredResult, CaseResult | None]]:
+    by_key = {result_key(item.result): item for item in report.runs.items}
+    items: list[tuple[StoredResult, CaseResult | None]] = [
+        (by_key[result_key(r)], None) for r in report.verdict.regressions
+    ]
+    if baseline is not None:
+        items += [
+            (by_key[t.key], t.before)
+            for t in report.verdict.blocking_transitions
+            if t.kind == "unsupported" and t.key in by_key
+        ]
+    return items

@@ -1,0 +1,260 @@
+"""The compatibility table: results pivoted into rows x columns of symbol-and-count cells."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from validate.errors import ConfigError
+from validate.model.outcome import Outcome
+from validate.report.model import (
+    AXIS_TITLES,
+    PSEUDO_AXES,
+    KnownIssueLike,
+    StoredResult,
+    axis_label,
+    axis_value,
+    is_bad,
+    is_good,
+    ki_matches,
+    natural_key,
+    parse_version,
+    result_key,
+    value_key,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from validate.model.results import CaseResult
+
+__all__ = ["CellStatus", "CompatTable", "Footnote", "Pivot", "TableCell", "build_table"]
+
+CellStatus = Literal["regression", "error", "known", "xpass", "pass", "skip", "empty"]
+_MAX_REASON = 110
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pivot:
+    """Which axes make the rows and which the columns, e.g. ``cudnn:frontend,arch``."""
+
+    rows: tuple[str, ...] = ("cudnn",)
+    cols: tuple[str, ...] = ("frontend", "arch")
+
+    @classmethod
+    def parse(cls, text: str) -> Pivot:
+        """Parse ``ROWS:COLS`` (comma lists of axes); bad input raises ConfigError naming --pivot."""
+        rows_text, sep, cols_text = text.partition(":")
+        rows = tuple(a.strip() for a in rows_text.split(",") if a.strip())
+        cols = tuple(a.strip() for a in cols_text.split(",") if a.strip())
+        unknown = [a for a in (*rows, *cols) if a not in PSEUDO_AXES]
+        if not sep or not rows or not cols or unknown or len(set(rows + cols)) != len(rows + cols):
+            msg = (
+                f"--pivot {text!r}: expected ROWS:COLS with distinct axes from "
+                f"{', '.join(PSEUDO_AXES)} (e.g. cudnn:frontend,arch)"
+            )
+            raise ConfigError(msg)
+        return cls(rows=rows, cols=cols)
+
+    def __str__(self) -> str:
+        return f"{','.join(self.rows)}:{','.join(self.cols)}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Footnote:
+    """A skip or error reason shared by some results, numbered in order of first appearance."""
+
+    index: int
+    kind: Literal["skip", "error"]
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableCell:
+    """One table cell: outcome counts, known-issue flags, footnote marks and its display text."""
+
+    counts: Mapping[str, int]
+    status: CellStatus
+    affected: tuple[str, ...]
+    fixed: tuple[tuple[str, str], ...]  # (fixed_in, KI id)
+    notes: tuple[int, ...]
+    keys: tuple[str, ...]  # result keys, for drill-down
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompatTable:
+    """Rows and columns sorted by packaging Version (naturally for non-versions), plus footnotes."""
+
+    pivot: Pivot
+    row_keys: tuple[tuple[str, ...], ...]
+    col_keys: tuple[tuple[str, ...], ...]
+    cells: Mapping[tuple[tuple[str, ...], tuple[str, ...]], TableCell]
+    footnotes: tuple[Footnote, ...]
+
+    def headers(self) -> list[str]:
+        cols = [
+            " / ".join(axis_label(a, v) for a, v in zip(self.pivot.cols, c, strict=True))
+            for c in self.col_keys
+        ]
+        return [*(AXIS_TITLES[a] for a in self.pivot.rows), *cols]
+
+    def body(self) -> list[list[str]]:
+        return [
+            [*row, *(self.cell(row, col).text for col in self.col_keys)] for row in self.row_keys
+        ]
+
+    def cell(self, row: tuple[str, ...], col: tuple[str, ...]) -> TableCell:
+        return self.cells.get((row, col), _EMPTY)
+
+    def footnote_lines(self) -> list[str]:
+        plural = {True: "results", False: "result"}
+        return [
+            f"[{n.index}] {n.kind}: {n.reason} ({n.count} {plural[n.count != 1]})"
+            for n in self.footnotes
+        ]
+
+
+_EMPTY = TableCell(counts={}, status="empty", affected=(), fixed=(), notes=(), keys=(), text="—")
+
+
+def _short(reason: str) -> str:
+    line = (reason.strip().splitlines() or ["(no reason recorded)"])[0].strip()
+    return line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 1] + "…"
+
+
+def build_table(
+    items: Sequence[StoredResult],
+    pivot: Pivot | None = None,
+    known_issues: Sequence[KnownIssueLike] = (),
+) -> CompatTable:
+    """Pivot stored results into a CompatTable with known-issue flags and reason footnotes."""
+    pivot = pivot or Pivot()
+    groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[StoredResult]] = {}
+    for item in items:
+        row = tuple(axis_value(item.result, a) for a in pivot.rows)
+        col = tuple(axis_value(item.result, a) for a in pivot.cols)
+        groups.setdefault((row, col), []).append(item)
+    row_keys = sorted({r for r, _ in groups}, key=lambda k: [value_key(v) for v in k])
+    col_keys = sorted({c for _, c in groups}, key=lambda k: [value_key(v) for v in k])
+    notes: dict[tuple[str, str], int] = {}
+    note_counts: Counter[tuple[str, str]] = Counter()
+    cells: dict[tuple[tuple[str, ...], tuple[str, ...]], TableCell] = {}
+    for row in row_keys:
+        for col in col_keys:
+            group = groups.get((row, col))
+            if group:
+                cells[(row, col)] = _cell(
+                    [g.result for g in group], known_issues, notes, note_counts
+                )
+    footnotes = tuple(
+        Footnote(
+            index=i,
+            kind="skip" if kind == "skip" else "error",
+            reason=reason,
+            count=note_counts[(kind, reason)],
+        )
+        for (kind, reason), i in notes.items()
+    )
+    return CompatTable(
+        pivot=pivot,
+        row_keys=tuple(row_keys),
+        col_keys=tuple(col_keys),
+        cells=cells,
+        footnotes=footnotes,
+    )
+
+
+def _cell(
+    results: Sequence[CaseResult],
+    known_issues: Sequence[KnownIssueLike],
+    notes: dict[tuple[str, str], int],
+    note_counts: Counter[tuple[str, str]],
+) -> TableCell:
+    counts = Counter(str(r.outcome) for r in results)
+    marks: dict[str, list[int]] = {"skip": [], "error": []}
+    for r in results:
+        if r.outcome in (Outcome.SKIP, Outcome.ERROR):
+            key = (str(r.outcome), _short(r.reason))
+            index = notes.setdefault(key, len(notes) + 1)
+            note_counts[key] += 1
+            if index not in marks[key[0]]:
+                marks[key[0]].append(index)
+    affected, fixed = _known_issue_flags(results, known_issues)
+    total, bad = len(results), sum(1 for r in results if is_bad(r))
+    errors, skips = counts[Outcome.ERROR], counts[Outcome.SKIP]
+    segments: list[str] = []
+    if bad:
+        segments.append(f"✕ {bad}/{total}")
+    if errors:
+        segments.append(f"! {errors} error {_marks(marks['error'])}")
+    if affected:
+        segments.append(f"⚠ affected ({', '.join(affected)})")
+    if not bad and not errors and counts[Outcome.PASS]:
+        segments.append(f"✓ {counts[Outcome.PASS]}")
+    if counts[Outcome.XPASS]:
+        segments.append(f"? {counts[Outcome.XPASS]} xpass")
+    if skips:
+        segments.append(f"{skips} skip {_marks(marks['skip'])}")
+    segments.extend(f"fixed in {version} ({ki})" for version, ki in fixed)
+    return TableCell(
+        counts=dict(sorted(counts.items())),
+        status=_status(bad, errors, affected, counts),
+        affected=affected,
+        fixed=fixed,
+        notes=tuple(marks["error"] + marks["skip"]),
+        keys=tuple(result_key(r) for r in results),
+        text=" · ".join(segments),
+    )
+
+
+def _marks(indices: Sequence[int]) -> str:
+    return "[" + ",".join(str(i) for i in indices) + "]"
+
+
+def _status(bad: int, errors: int, affected: tuple[str, ...], counts: Counter[str]) -> CellStatus:
+    if bad:
+        return "regression"
+    if errors:
+        return "error"
+    if affected or counts[Outcome.XFAIL]:
+        return "known"
+    if counts[Outcome.XPASS]:
+        return "xpass"
+    if counts[Outcome.PASS]:
+        return "pass"
+    return "skip"
+
+
+def _known_issue_flags(
+    results: Sequence[CaseResult], known_issues: Sequence[KnownIssueLike]
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """KIs that affect a cell (from the results' verdicts and the DB) and KIs shown fixed in it."""
+    affected = {
+        r.known_issue
+        for r in results
+        if r.known_issue and (r.outcome is Outcome.XFAIL or is_bad(r))
+    }
+    fixed: set[tuple[str, str]] = set()
+    for ki in known_issues:
+        hits = [r for r in results if ki_matches(ki, r)]
+        if any(r.outcome is Outcome.XFAIL or is_bad(r) for r in hits):
+            affected.add(ki.id)
+        fixed_in = parse_version(ki.fixed_in or "")
+        if fixed_in is None or ki.id in affected:
+            continue
+        after = [
+            r
+            for r in results
+            if ki_matches(ki, r, check_backend=False)
+            and (v := parse_version(axis_value(r, "cudnn"))) is not None
+            and v >= fixed_in
+        ]
+        if after and all(is_good(r) for r in after):
+            fixed.add((str(ki.fixed_in), ki.id))
+    return (
+        tuple(sorted(affected, key=natural_key)),
+        tuple(sorted(fixed, key=lambda f: natural_key(f[1]))),
+    )
