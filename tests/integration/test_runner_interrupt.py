@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -9,17 +10,47 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 KERNEL = "kernelapp.launch_new_instance"  # in the argv of every kernel the notebook runner starts
 
 
-def _alive(marker: str) -> list[str]:
-    out = subprocess.run(
-        ["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True, check=True
-    )
-    return [line for line in out.stdout.splitlines() if marker in line and "ps -ww" not in line]
+_TAG_VAR = "CUDNN_MATRIX_TEST_TAG"
+
+
+def _tagged_env() -> tuple[str, dict[str, str]]:
+    """A unique tag in the tool's environment: every process it starts inherits it, so the tests
+    find only their own processes, never another checkout's tests running on the same machine."""
+    tag = uuid.uuid4().hex
+    return tag, {**os.environ, _TAG_VAR: tag}
+
+
+def _alive(marker: str, tag: str) -> list[str]:
+    """`pid args` of the live processes carrying `tag` whose command line contains `marker`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if state != "Z" and f"{_TAG_VAR}={tag}".encode() in environ.split(b"\0") and marker in args:
+            found.append(f"{proc.name} {args.strip()}")
+    return found
+
+
+def _end(tool: subprocess.Popen[bytes], tag: str) -> None:
+    """Whatever a failed assertion left behind: the tool and every tagged process."""
+    tool.kill()
+    tool.communicate()
+    for line in _alive("", tag):
+        with contextlib.suppress(OSError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
 def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) -> None:
@@ -30,29 +61,36 @@ def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) ->
     shutil.copy(SCRIPTS / "hang.py", hang)
     results = tmp_path / "run"
     argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
+    tag, env = _tagged_env()
     tool = subprocess.Popen(
         [*argv, "--timeout", "300", "--results", str(results)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=env,
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        store = results / "results.jsonl"
-        if store.exists() and store.read_text().strip() and _alive(hang.name):
-            break
-        time.sleep(0.2)
-    else:
-        tool.kill()
-        msg = f"the quick case never finished or the hang never started: {tool.communicate()}"
-        raise AssertionError(msg)
-    tool.send_signal(signal.SIGINT)
-    _, err = tool.communicate(timeout=30)
-    assert tool.returncode == 130, err
-    assert b"Traceback" not in err
-    recorded = [json.loads(line) for line in (results / "results.jsonl").read_text().splitlines()]
-    assert [(r["case"], r["outcome"]) for r in recorded] == [("a_quick.py", "pass")]
-    time.sleep(0.5)
-    assert _alive(hang.name) == []  # the script and the child it started are gone
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            store = results / "results.jsonl"
+            if store.exists() and store.read_text().strip() and _alive(hang.name, tag):
+                break
+            time.sleep(0.2)
+        else:
+            msg = "the quick case never finished or the hang never started"
+            raise AssertionError(msg)
+        tool.send_signal(signal.SIGINT)
+        _, err = tool.communicate(timeout=30)
+        assert tool.returncode == 130, err
+        assert b"Traceback" not in err
+        stored = (results / "results.jsonl").read_text().splitlines()
+        recorded = [json.loads(line) for line in stored]
+        assert [(r["case"], r["outcome"]) for r in recorded] == [("a_quick.py", "pass")]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive("", tag):
+            time.sleep(0.2)
+        assert _alive("", tag) == []  # the script, the child it started: everything the tool ran
+    finally:
+        _end(tool, tag)
 
 
 def test_cases_die_with_a_killed_tool(tmp_path: Path) -> None:
@@ -63,36 +101,32 @@ def test_cases_die_with_a_killed_tool(tmp_path: Path) -> None:
     shutil.copy(SCRIPTS / "hang.py", hang)
     notebook = cases / f"orphan_{os.getpid()}.ipynb"
     shutil.copy(SCRIPTS.parent / "notebooks" / "hang.ipynb", notebook)
-    kernels_before = set(_alive(KERNEL))
     argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
+    tag, env = _tagged_env()
     tool = subprocess.Popen(
         [*argv, "--timeout", "300", "--results", str(tmp_path / "run")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
     try:
-        _wait_then_kill(tool, kernels_before)
+        _wait_then_kill(tool, tag)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive("", tag):
+            time.sleep(0.2)
+        assert _alive(f"orphan_{os.getpid()}", tag) == []
+        assert _alive("time.sleep(3600)", tag) == []  # the script's own child
+        assert _alive(KERNEL, tag) == []  # and the kernel
     finally:
-        tool.kill()
-
-    def survivors() -> list[str]:
-        left = _alive(f"orphan_{os.getpid()}") + _alive("time.sleep(3600)")
-        return left + sorted(set(_alive(KERNEL)) - kernels_before)
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and survivors():
-        time.sleep(0.2)
-    assert _alive(f"orphan_{os.getpid()}") == []
-    assert _alive("time.sleep(3600)") == []  # the script's own child
-    assert set(_alive(KERNEL)) - kernels_before == set()  # and the kernel
+        _end(tool, tag)
 
 
-def _wait_then_kill(tool: subprocess.Popen[bytes], kernels_before: set[str]) -> None:
+def _wait_then_kill(tool: subprocess.Popen[bytes], tag: str) -> None:
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(_alive(f"orphan_{os.getpid()}")) < 2:
+    while time.monotonic() < deadline and len(_alive(f"orphan_{os.getpid()}", tag)) < 2:
         time.sleep(0.2)
-    while time.monotonic() < deadline and not set(_alive(KERNEL)) - kernels_before:
+    while time.monotonic() < deadline and not _alive(KERNEL, tag):
         time.sleep(0.2)  # the notebook's kernel runs in a session of its own: wait until it is up
-    assert set(_alive(KERNEL)) - kernels_before, "the kernel never started"
+    assert _alive(KERNEL, tag), "the kernel never started"
     tool.kill()
     tool.wait(timeout=10)

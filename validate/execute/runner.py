@@ -115,16 +115,21 @@ class _LiveGroups:
         self.stopped = threading.Event()  # set by kill_all: no new case process may start
 
     def add(self, pgid: int, kernel_file: Path) -> None:
+        """Register a started case; one started after kill_all (a Popen racing the interrupt) is
+        killed here, so no case outlives an interrupt whichever thread got there first."""
         with self._lock:
             self._groups[pgid] = kernel_file
+            late = self.stopped.is_set()
+        if late:
+            _kill_group(pgid, signal.SIGKILL)
 
     def discard(self, pgid: int) -> None:
         with self._lock:
             self._groups.pop(pgid, None)
 
     def kill_all(self) -> None:
-        self.stopped.set()
-        with self._lock:
+        with self._lock:  # under the lock: every add() sees `stopped` or is in this snapshot
+            self.stopped.set()
             groups = list(self._groups.items())
         for pgid, kernel_file in groups:
             _kill_group(pgid, signal.SIGKILL)
