@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Unsealed run keys (validate.model.results.RunKey) go to a folder of this test session, not the
+# user's ~/.local/state; subprocesses of the tests inherit it.
+os.environ.setdefault("CUDNN_MATRIX_STATE_DIR", tempfile.mkdtemp(prefix="cudnn-matrix-state-"))
 
 #: Git-ignored, shared by the env, validate, repro and docker tests: each wheel downloads once.
 WHEELHOUSE = Path(__file__).resolve().parents[1] / ".cache" / "wheelhouse"

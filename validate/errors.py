@@ -9,6 +9,7 @@ __all__ = [
     "EnvBuildError",
     "ImageBuildError",
     "MatrixError",
+    "ResultsError",
     "ValidateError",
 ]
 
@@ -27,6 +28,12 @@ class ConfigError(ValidateError):
 
 class MatrixError(ValidateError):
     """Bad matrix/rules/known-issues/cases TOML, or a selection that leaves nothing."""
+
+    return_code = 2
+
+
+class ResultsError(ValidateError):
+    """A stored run that this tool cannot read (e.g. written by a newer results schema)."""
 
     return_code = 2
 

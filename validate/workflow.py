@@ -306,6 +306,7 @@ def run(config: ValidateConfig) -> int:
     start = time.monotonic()
     store = KnownIssueStore(results_dir / "results.jsonl", load_known_issues(config.known_issues))
     run_cells(config, plan, cases, host, store, meta["run_id"])
+    store.seal()  # every case has ended: the folder's lines verify wherever it is read
     results = list({r.key: r for r in load_results([results_dir])}.values())  # later wins
     write_json(meta_path, {**meta, "finished_at": now_stamp(), "wall_s": time.monotonic() - start})
     print(cell_summary(results, plan))

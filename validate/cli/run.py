@@ -123,6 +123,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     store = ResultStore(results_dir / "results.jsonl")
     with progress(len(cases), failing=FAILING) as report:
         results = run_cases(cases, target, options, store, on_result=report)
+    store.seal()  # every case has ended: the folder's lines verify wherever it is read
     bad = sum(r.outcome in FAILING for r in results)
     print(f"{len(results)} cases, {bad} failing; results in {store.path}", file=sys.stderr)
     if args.json:

@@ -2,33 +2,41 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
+from validate.errors import ResultsError
 from validate.model.matrix import AXES
 from validate.model.outcome import BAD_OUTCOMES, Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
-    from pathlib import Path
 
 __all__ = [
+    "RUN_KEY_ENV",
     "SCHEMA_VERSION",
     "CaseResult",
+    "ReadResults",
     "ResultStore",
+    "RunKey",
     "axis_value",
     "cell_label",
     "is_bad",
     "is_good",
     "load_results",
+    "read_results",
     "result_key",
     "write_json",
 ]
 
 #: Bump when a field changes meaning; readers accept any version <= this one.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: every line carries a MAC (`mac`) under the run key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,41 +92,229 @@ class CaseResult:
 
 
 class ResultStore:
-    """Append-only JSON Lines file; each append is flushed and fsynced so `kill -9` loses nothing."""
+    """Append-only JSON Lines file; each append is flushed and fsynced so `kill -9` loses nothing.
 
-    def __init__(self, path: Path) -> None:
+    Every line carries an HMAC-SHA256 (`mac`) under the run's key (see `RunKey`), so a line that a
+    case process appended (it is never given the key) is detected and never counted. A torn last
+    line (a kill mid-write, or a case writing a fragment) is closed with a newline before the next
+    append, so it can never swallow the line that follows it.
+    """
+
+    def __init__(self, path: Path, key: RunKey | None = None) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.key = key or RunKey.for_run(path.parent, create=True)
 
     def append(self, result: CaseResult) -> None:
-        line = json.dumps(result.to_dict(), sort_keys=True, default=str)
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
+        data = result.to_dict()
+        data["mac"] = self.key.sign(data)
+        line = json.dumps(data, sort_keys=True, default=str)
+        with self.path.open("a+b") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell():
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    fh.write(b"\n")  # a torn line stays one bad line, apart from this one
+            fh.write(line.encode("utf-8") + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
 
     def __iter__(self) -> Iterator[CaseResult]:
-        return iter(load_results([self.path]))
+        return iter(read_results(self.path, self.key).results)
 
     def done_keys(self) -> set[str]:
         """Keys of results already recorded (for --resume)."""
         return {r.key for r in self}
 
+    def seal(self) -> None:
+        """The run is over (no case process is left): keep the key beside the results, so the
+        folder verifies anywhere (`report` on another machine, CI artifacts), and drop the
+        private copy."""
+        self.key.seal(self.path.parent)
 
-def load_results(paths: Iterable[Path]) -> list[CaseResult]:
-    """Read results from JSONL files or run folders; a torn last line (killed writer) is skipped."""
+
+#: Environment variable through which a parent tool hands a run's key to its own runner (the docker
+#: path); the store pops it at once, so no case process ever inherits it.
+RUN_KEY_ENV: Final = "CUDNN_MATRIX_RUN_KEY"
+_SEALED_KEY: Final = "results.key"
+
+
+def _state_dir() -> Path:
+    """Where unsealed run keys live: never inside a run folder a case could read from."""
+    override = os.environ.get("CUDNN_MATRIX_STATE_DIR")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "cudnn-matrix" / "run-keys"
+
+
+def _canonical(data: Mapping[str, Any]) -> bytes:
+    body = {k: v for k, v in data.items() if k != "mac"}
+    return json.dumps(body, sort_keys=True, default=str, separators=(",", ":")).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """The secret that the tool's lines in one run's results.jsonl are signed with.
+
+    Design (issue: results integrity): an HMAC per line rather than a hash chain or file
+    permissions, because case processes run as the same user as the tool. While the run is live,
+    the key exists only in the tool's memory and in a 0600 file under the user's state folder
+    (`$XDG_STATE_HOME/cudnn-matrix/run-keys/`, for `--resume` after a kill), keyed by the run
+    folder's path; it is never in a case's environment nor in the run folder. When the run ends,
+    `seal` writes it as `<run>/results.key`, so the folder is self-contained. This detects lines a
+    case appends (by accident or on purpose) while it runs; it does not stop a process that goes
+    looking for the state file -- the docker executor, where cases cannot see the host's files, is
+    the isolation for that.
+    """
+
+    secret: bytes
+
+    def sign(self, data: Mapping[str, Any]) -> str:
+        return hmac.new(self.secret, _canonical(data), hashlib.sha256).hexdigest()
+
+    def verifies(self, data: Mapping[str, Any]) -> bool:
+        mac = data.get("mac")
+        return isinstance(mac, str) and hmac.compare_digest(mac, self.sign(data))
+
+    @staticmethod
+    def _private_file(run_dir: Path) -> Path:
+        digest = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:32]
+        return _state_dir() / f"{digest}.key"
+
+    @classmethod
+    def for_run(cls, run_dir: Path, *, create: bool = False) -> RunKey:
+        """The run's key: handed over by the parent tool, sealed in the folder, or kept privately
+        for a live or killed run; a new one when `create` and none exists (else KeyError)."""
+        handed = os.environ.pop(RUN_KEY_ENV, None)
+        if handed:
+            key = cls(bytes.fromhex(handed))
+            key._keep(run_dir)
+            return key
+        for candidate in (run_dir / _SEALED_KEY, cls._private_file(run_dir)):
+            try:
+                return cls(bytes.fromhex(candidate.read_text(encoding="ascii").strip()))
+            except (OSError, ValueError):
+                continue
+        if not create:
+            raise KeyError(str(run_dir))
+        key = cls(secrets.token_bytes(32))
+        key._keep(run_dir)
+        return key
+
+    def _keep(self, run_dir: Path) -> None:
+        path = self._private_file(run_dir)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(self.secret.hex())
+
+    def seal(self, run_dir: Path) -> None:
+        sealed = run_dir / _SEALED_KEY
+        tmp = sealed.with_suffix(".tmp")
+        tmp.write_text(self.secret.hex() + "\n", encoding="ascii")
+        tmp.replace(sealed)
+        self._private_file(run_dir).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadResults:
+    """What one results.jsonl held: the results the tool wrote, and every line it skipped."""
+
+    results: list[CaseResult]
+    skipped: list[str]  # "file:line: why", one per line that is not counted
+
+
+def _mistyped(data: Mapping[str, Any]) -> str | None:
+    """Why a decoded line is not a result the tool wrote, or None."""
+    for name, kind in (("case", str), ("outcome", str)):
+        if not isinstance(data.get(name), kind) or not data.get(name):
+            return f"field {name!r} missing or not a string"
+    for name, kinds in (
+        ("reason", (str,)),
+        ("cell_id", (str,)),
+        ("duration_s", (int, float)),
+        ("cell", (dict,)),
+        ("attempts", (list,)),
+        ("env", (dict,)),
+        ("api_logs", (dict,)),
+    ):
+        value = data.get(name)
+        if name in data and (not isinstance(value, kinds) or isinstance(value, bool)):
+            return f"field {name!r} has the wrong type ({type(data[name]).__name__})"
+    return None
+
+
+def read_results(file: Path, key: RunKey | None = None) -> ReadResults:
+    """Read one results.jsonl; lines that do not decode, do not type-check or whose MAC does not
+    verify are skipped and listed (never counted). A run written by a newer schema is refused.
+
+    `key`: the run's key (default: found beside the file, or privately, as `RunKey.for_run`). A
+    folder with no key at all is a run from before lines were signed (schema 1): its lines are
+    read as they are; once a key exists, every line must carry a valid MAC.
+    """
+    if key is None:
+        try:
+            key = RunKey.for_run(file.parent)
+        except KeyError:
+            key = None
+    results: list[CaseResult] = []
+    skipped: list[str] = []
+    try:
+        raw_lines = file.read_bytes().split(b"\n")
+    except FileNotFoundError:
+        return ReadResults(results=[], skipped=[])
+    for number, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        where = f"{file}:{number}"
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            skipped.append(f"{where}: not valid UTF-8")
+            continue
+        except json.JSONDecodeError:
+            skipped.append(f"{where}: not a JSON object (torn or foreign line)")
+            continue
+        if not isinstance(data, dict):
+            skipped.append(f"{where}: a JSON {type(data).__name__}, not a result object")
+            continue
+        schema = data.get("schema", 1)
+        if not isinstance(schema, int) or isinstance(schema, bool):
+            skipped.append(f"{where}: field 'schema' is not an integer")
+            continue
+        if schema > SCHEMA_VERSION:
+            msg = (
+                f"{where}: written by a newer cudnn-matrix (results schema {schema}, this one "
+                f"reads up to {SCHEMA_VERSION}); upgrade the tool to read this run"
+            )
+            raise ResultsError(msg)
+        problem = _mistyped(data)
+        if problem is None and (key is not None or "mac" in data):
+            if key is None:
+                problem = "signed, but the run's key is missing (results.key); cannot verify it"
+            elif not key.verifies(data):
+                problem = "MAC does not verify: a line the tool did not write"
+        if problem is None:
+            try:
+                results.append(CaseResult.from_dict(data))
+            except (KeyError, ValueError, TypeError) as exc:
+                problem = f"not a result ({exc})"
+        if problem is not None:
+            skipped.append(f"{where}: {problem}")
+    return ReadResults(results=results, skipped=skipped)
+
+
+def load_results(paths: Iterable[Path], *, skipped: list[str] | None = None) -> list[CaseResult]:
+    """Read results from JSONL files or run folders; unreadable or forged lines are left out
+    (and listed in `skipped` when given), so `--resume` re-runs the cases they stood for."""
     out: list[CaseResult] = []
     for path in paths:
         file = path / "results.jsonl" if path.is_dir() else path
-        if not file.exists():
-            continue
-        for raw in file.read_text(encoding="utf-8").splitlines():
-            if not raw.strip():
-                continue
-            try:
-                out.append(CaseResult.from_dict(json.loads(raw)))
-            except (json.JSONDecodeError, KeyError, ValueError):
-                continue  # a line torn by a kill mid-write; the case will be re-run by --resume
+        read = read_results(file)
+        out.extend(read.results)
+        if skipped is not None:
+            skipped.extend(read.skipped)
     return out
 
 

@@ -65,7 +65,10 @@ def load_run(path: Path, flag: str = "--results") -> tuple[RunInfo, list[CaseRes
         except json.JSONDecodeError as exc:
             msg = f"{folder / 'run.json'}: not valid JSON ({exc.msg} at line {exc.lineno}); fix or delete it"
             raise ConfigError(msg) from exc
-    results = load_results([file])
+    skipped: list[str] = []
+    results = load_results([file], skipped=skipped)
+    for line in skipped:  # one warning per line that is not counted, naming file:line
+        log.warning("skipped %s", line)
     if not results:
         msg = f"{flag} {path}: results.jsonl holds no readable results"
         raise ConfigError(msg)

@@ -1,0 +1,4 @@
+"""Fails: a forged pass for it must never count."""
+import sys
+
+sys.exit(1)
