@@ -7,9 +7,9 @@ Sessions:
     validate  the main job: `cudnn-matrix validate ...` (posargs go to the CLI unchanged)
     images    `cudnn-matrix images build|list|prune ...` (posargs go to the CLI)
     base_image  local Python base image from Debian packages (debootstrap + docker import)
-    report    `cudnn-matrix report ...` (posargs go to the CLI); with none, regenerates
-              reports/compat.{md,rst,json,junit.xml,html} from the newest run in reports/runs/
-              (or, when none is stored, the synthetic example run in tests/resources/runs/example)
+    report    `cudnn-matrix report ...` (posargs go to the CLI); with none, renders every format
+              of the newest run in reports/runs/ into that run's folder (never a tracked file)
+    docs_table  regenerate the committed reports/compat.* from `--results RUN_DIR`
 """
 
 from __future__ import annotations
@@ -76,20 +76,40 @@ def base_image(session: nox.Session) -> None:
     session.run("python", "-m", "validate.cli.base_image", *session.posargs)
 
 
+_FORMATS = {"md": ".md", "rst": ".rst", "json": ".json", "junit": ".junit.xml", "html": ".html"}
+
+
+def _render_all(session: nox.Session, results: str, out_dir: Path) -> None:
+    """Every report format of one run into out_dir/compat.*; bug reports beside the md."""
+    for fmt, suffix in _FORMATS.items():
+        extra = ["--bug-reports", str(out_dir / "bug-reports")] if fmt == "md" else []
+        out = ["--format", fmt, "--out", str(out_dir / f"compat{suffix}"), *extra]
+        # rendering is not signing off: a "not signed off" verdict (1) still rendered fine
+        session.run("cudnn-matrix", "report", "--results", results, *out, success_codes=[0, 1])
+
+
 @nox.session(reuse_venv=True)
 def report(session: nox.Session) -> None:
-    """Render stored results (exit 1 = not signed off); no posargs: regenerate reports/compat.*."""
+    """Render stored results (exit 1 = not signed off). No posargs: every format of the newest
+    run under reports/runs/, written into that run's folder. Never writes a tracked file."""
     _install(session)
     if session.posargs:
         session.run("cudnn-matrix", "report", *session.posargs)
         return
-    stored = any(Path("reports/runs").glob("*/results.jsonl"))
-    committed = sorted(Path("reports/gpu").glob("*/validate/results.jsonl"))  # real GPU runs
-    fallback = str(committed[-1].parent) if committed else "tests/resources/runs/example"
-    source = [] if stored else ["--results", fallback]
-    formats = {"md": ".md", "rst": ".rst", "json": ".json", "junit": ".junit.xml", "html": ".html"}
-    for fmt, suffix in formats.items():
-        extra = ["--bug-reports", "reports/bug-reports"] if fmt == "md" else []
-        out = ["--format", fmt, "--out", f"reports/compat{suffix}", *extra]
-        # regenerating is not signing off: a "not signed off" verdict (1) still rendered fine
-        session.run("cudnn-matrix", "report", *source, *out, success_codes=[0, 1])
+    stored = sorted(Path("reports/runs").glob("*/results.jsonl"), key=lambda p: p.stat().st_mtime)
+    if not stored:
+        session.error("no run under reports/runs/; run `nox -s validate` first, or pass --results")
+    _render_all(session, str(stored[-1].parent), stored[-1].parent)
+
+
+@nox.session(reuse_venv=True)
+def docs_table(session: nox.Session) -> None:
+    """Regenerate the committed tables reports/compat.* (and reports/bug-reports/) from one run:
+    `nox -s docs_table -- --results reports/gpu/<run>/validate`. The only session that writes them."""
+    _install(session)
+    args = list(session.posargs)
+    if len(args) != 2 or args[0] != "--results":
+        session.error(
+            "usage: nox -s docs_table -- --results RUN_DIR (e.g. reports/gpu/<run>/validate)"
+        )
+    _render_all(session, args[1], Path("reports"))

@@ -27,7 +27,7 @@ from validate.model.results import CaseResult, load_results
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]  # image builds take minutes
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEELHOUSE = Path(os.environ.get("CUDNN_MATRIX_TEST_WHEELHOUSE", ROOT / ".cache" / "wheelhouse"))

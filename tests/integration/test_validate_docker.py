@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]  # image builds take minutes
 
 CELL = Cell(cudnn="9.12.0.46", frontend="1.27.0", cuda="13.0", driver="580", arch="sm90")
 SELECT = ["--cudnn", CELL.cudnn, "--frontend", CELL.frontend, "--cuda", CELL.cuda]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -40,20 +41,31 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def positive(kind: type[float | int], minimum: float) -> Callable[[str], Any]:
-    """argparse type: a number of `kind` that is at least `minimum` (one-line error otherwise)."""
+def positive(
+    kind: type[float | int], minimum: float, maximum: float | None = None
+) -> Callable[[str], Any]:
+    """argparse type: a finite number of `kind` in [minimum, maximum] (one-line error otherwise).
+
+    nan and inf are refused here, at the flag, so no thread later dies on them (a timer of inf
+    seconds, a timedelta of nan days); the upper bound keeps every value one the OS accepts.
+    """
+    limit = _DEFAULT_MAX[kind] if maximum is None else maximum
 
     def parse(text: str) -> Any:
         try:
             value = kind(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             value = None
-        if value is None or value < minimum:
-            msg = f"expected a number >= {minimum:g}, got {text!r}"
+        if value is None or not math.isfinite(value) or not minimum <= value <= limit:
+            msg = f"expected a number from {minimum:g} to {limit:g}, got {text!r}"
             raise argparse.ArgumentTypeError(msg)
         return value
 
     return parse
+
+
+#: Upper bounds of numeric flags unless a flag names its own: far beyond any sensible value.
+_DEFAULT_MAX: Final[dict[type[float | int], float]] = {int: 10_000, float: 7 * 86_400.0}
 
 
 def add_selector_args(parser: argparse.ArgumentParser) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -10,9 +9,12 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
+from validate.cli import positive
 from validate.env.venvs import cache_root, env_dirs, read_manifest
 
 if TYPE_CHECKING:
+    import argparse
+
     from validate.cli import OneLineParser
 
 __all__ = ["register"]
@@ -34,24 +36,13 @@ def register(subparsers: argparse._SubParsersAction[OneLineParser]) -> None:
     prune = actions.add_parser("prune", help="delete environments not used for a while")
     prune.add_argument(
         "--older-than",
-        type=_days,
+        type=positive(float, 0, 36_500),  # at most 100 years: timedelta's range
         default=30.0,
         metavar="DAYS",
         help="delete those last used more than DAYS ago (default 30)",
     )
     prune.add_argument("--all", action="store_true", help="delete every cached environment")
     parser.set_defaults(func=_run)
-
-
-def _days(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        msg = f"expected a number of days >= 0, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
 
 
 def _size(num: float) -> str:

@@ -45,10 +45,13 @@ def docker_client(timeout: int = _CLIENT_TIMEOUT_S) -> Any:
     """A docker SDK client for the daemon of DOCKER_HOST, or DockerError naming the next step."""
     import docker
 
+    client = None
     try:
         client = docker.from_env(timeout=timeout)
         client.ping()
     except docker.errors.DockerException as exc:
+        if client is not None:
+            client.close()  # its connection pool holds a socket: no ResourceWarning on this path
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         msg = f"docker daemon not reachable at {host} ({exc}); start dockerd or set DOCKER_HOST"
         raise DockerError(msg) from exc
