@@ -11,17 +11,28 @@ import argparse
 import importlib
 import math
 import sys
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from validate import __version__
 from validate.config import split_list
-from validate.errors import ValidateError
+from validate.errors import ConfigError, ValidateError
 from validate.log import setup_logging
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ["OneLineParser", "add_selector_args", "build_parser", "main", "positive", "split_list"]
+__all__ = [
+    "OneLineParser",
+    "add_selector_args",
+    "build_parser",
+    "main",
+    "positive",
+    "split_list",
+    "writable_dir",
+    "writable_file",
+]
 
 #: Modules that register a sub-command, in help order.
 _COMMAND_MODULES: Final = (
@@ -66,6 +77,42 @@ def positive(
 
 #: Upper bounds of numeric flags unless a flag names its own: far beyond any sensible value.
 _DEFAULT_MAX: Final[dict[type[float | int], float]] = {int: 10_000, float: 7 * 86_400.0}
+
+
+_PSEUDO_FS: Final = ("/proc", "/sys", "/dev")
+
+
+def writable_dir(flag: str, path: Path) -> Path:
+    """Check, before anything runs, that `path` is (or can become) a folder we can write in.
+
+    A file, a folder under /proc, /sys or /dev, or a read-only place is one ConfigError naming
+    the flag; the folder is created (with its parents) when it does not exist yet.
+    """
+    where = path.resolve()
+    pseudo = next((p for p in _PSEUDO_FS if where == Path(p) or Path(p) in where.parents), None)
+    if pseudo is not None:
+        msg = f"{flag} {path}: under {pseudo}, a kernel file system, not a place to write to"
+        raise ConfigError(msg)
+    if where.exists() and not where.is_dir():
+        msg = f"{flag} {path}: is a file, not a folder"
+        raise ConfigError(msg)
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=where, prefix=".write-probe-")  # noqa: SIM115
+        probe.close()
+    except OSError as exc:
+        msg = f"{flag} {path}: cannot write there ({exc.strerror or exc})"
+        raise ConfigError(msg) from exc
+    return path
+
+
+def writable_file(flag: str, path: Path) -> Path:
+    """Check that `path` can be written as a file: its folder is writable, and it is no folder."""
+    if path.is_dir():
+        msg = f"{flag} {path}: is a folder, not a file"
+        raise ConfigError(msg)
+    writable_dir(flag, path.parent if str(path.parent) else Path())
+    return path
 
 
 def add_selector_args(parser: argparse.ArgumentParser) -> None:

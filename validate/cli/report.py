@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from validate.cli import add_selector_args
+from validate.cli import add_selector_args, writable_dir, writable_file
 from validate.config import split_list
 from validate.errors import ConfigError
 from validate.judge.signoff import summary
@@ -67,6 +67,10 @@ def _format(args: argparse.Namespace) -> Format:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    if args.out:
+        writable_file("--out", Path(args.out))
+    if args.bug_reports:
+        writable_dir("--bug-reports", Path(args.bug_reports))
     paths = [Path(p) for p in args.results or ()]
     if not paths:
         newest = newest_run(Path(args.runs_dir))

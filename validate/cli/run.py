@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from validate.cli import positive
+from validate.cli import positive, writable_dir
 from validate.errors import ConfigError
 from validate.execute.cases import discover_cases, discover_samples, select_cases
 from validate.execute.progress import progress
@@ -103,7 +103,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(msg)
     host = detect_host()
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    results_dir = args.results or Path("reports") / "runs" / run_id
+    results_dir = writable_dir("--results", args.results or Path("reports") / "runs" / run_id)
     jobs = args.jobs or default_jobs(host)
     target = RunTarget(
         python=Path(sys.executable),

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from validate.cli import add_selector_args, positive, split_list
+from validate.cli import add_selector_args, positive, split_list, writable_dir
 from validate.config import Selectors
 from validate.errors import ConfigError
 
@@ -114,6 +114,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         if path is not None and not path.is_dir():
             msg = f"{flag} {path}: not a folder"
             raise ConfigError(msg)
+    if args.results is not None:
+        writable_dir("--results", args.results)
     for path in args.cases:
         if not path.exists():
             msg = f"--cases {path}: no such file or folder"
