@@ -19,6 +19,7 @@ from validate import __version__
 from validate.config import split_list
 from validate.errors import ConfigError, ValidateError
 from validate.log import setup_logging
+from validate.textsafe import SafeStream
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -152,6 +153,17 @@ def build_parser() -> OneLineParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI. Its stdout and stderr pass through textsafe.SafeStream while it runs: secrets are
+    redacted and no control character (an escape sequence a case printed) reaches the terminal."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(sys.stdout), SafeStream(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.verbose)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 from validate.errors import ResultsError
 from validate.model.matrix import AXES
 from validate.model.outcome import BAD_OUTCOMES, Outcome
+from validate.textsafe import redact_obj
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -106,7 +107,7 @@ class ResultStore:
         self.key = key or RunKey.for_run(path.parent, create=True)
 
     def append(self, result: CaseResult) -> None:
-        data = result.to_dict()
+        data: dict[str, Any] = redact_obj(result.to_dict())  # no secret reaches the file
         data["mac"] = self.key.sign(data)
         line = json.dumps(data, sort_keys=True, default=str)
         with self.path.open("a+b") as fh:
@@ -319,9 +320,11 @@ def load_results(paths: Iterable[Path], *, skipped: list[str] | None = None) -> 
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Replace `path` atomically (temp file + rename): a reader never sees half a file."""
+    """Replace `path` atomically (temp file + rename): a reader never sees half a file; secrets
+    are redacted (run.json keeps the command line)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    text = json.dumps(redact_obj(dict(data)), indent=2, sort_keys=True, default=str)
+    tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(path)
 
 

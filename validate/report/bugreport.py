@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from validate.model.outcome import Outcome
 from validate.report.model import cell_label
+from validate.textsafe import display, redact
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -103,7 +104,7 @@ def _tail(path: Path | None, lines: int = _LOG_LINES) -> str:
     if path is None:
         return ""
     text = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    return "\n".join(text[-lines:])
+    return display(redact("\n".join(text[-lines:])))  # a case's log: its secrets, its escapes
 
 
 def _fence(text: str, lang: str = "text") -> str:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from validate.model.outcome import Outcome
 from validate.report.model import cell_label
+from validate.textsafe import redact
 
 if TYPE_CHECKING:
     from validate.model.results import CaseResult
@@ -22,7 +23,7 @@ def _text(item: StoredResult) -> str:
     r = item.result
     tail = r.tail
     if not tail and (log := item.resolve(r.log_path)) is not None:
-        tail = log.read_text(encoding="utf-8", errors="replace")[-_TAIL_CHARS:]
+        tail = redact(log.read_text(encoding="utf-8", errors="replace")[-_TAIL_CHARS:])
     head = [f"outcome: {r.outcome}", f"cell: {cell_label(r)}"]
     head += [f"reason: {r.reason}"] if r.reason else []
     head += [f"known issue: {r.known_issue}"] if r.known_issue else []
