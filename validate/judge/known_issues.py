@@ -75,11 +75,21 @@ class KnownIssue:
     def covers_case(self, case: str) -> bool:
         return any(case_matches(case, pattern) for pattern in self.cases)
 
-    def out_of_range(self, pins: Mapping[str, str]) -> str | None:
+    def matches(self, result: CaseResult, *, check_backend: bool = True) -> bool:
+        """Whether the issue names this result's case and its cell lies in the declared range.
+
+        The judge and the report's table both ask this; `check_backend=False` leaves the backend
+        range out (the table asks whether the releases after `fixed_in` pass).
+        """
+        if not self.covers_case(result.case):
+            return False
+        return self.out_of_range(_pins(result), check_backend=check_backend) is None
+
+    def out_of_range(self, pins: Mapping[str, str], *, check_backend: bool = True) -> str | None:
         """None when the cell lies in the declared range; else why not, e.g. "backend 9.23.2.1 not in ..."."""
         for axis, spec in (("backend", self.backend), ("frontend", self.frontend)):
             raw = pins.get(axis, "")
-            if not str(spec):
+            if not str(spec) or (axis == "backend" and not check_backend):
                 continue
             try:
                 version = Version(raw)
@@ -87,7 +97,7 @@ class KnownIssue:
                 return f"{axis} {raw or 'unknown'} cannot be compared with {spec}"
             if not spec.contains(version, prereleases=True):
                 return f"{axis} {raw} not in {spec}"
-        arch = pins.get("arch", "")
+        arch = pins.get("arch", "").lower().replace("_", "").replace(".", "")  # sm_90, SM9.0: sm90
         if self.archs and arch not in self.archs:
             return f"arch {arch or 'unknown'} not in {', '.join(sorted(self.archs))}"
         return None
@@ -129,7 +139,7 @@ def _judge(result: CaseResult, issues: Sequence[KnownIssue]) -> CaseResult:
         return result  # skip/error/xfail/xpass: nothing to say (and applying twice changes nothing)
     pins = _pins(result)
     mine = [ki for ki in issues if ki.covers_case(result.case)]
-    in_range = [ki for ki in mine if ki.out_of_range(pins) is None]
+    in_range = [ki for ki in issues if ki.matches(result)]
     if result.outcome is Outcome.PASS:
         if not in_range:
             return result
