@@ -46,9 +46,10 @@ def test_manifest_reports_every_bad_entry(tmp_path: Path) -> None:
     with pytest.raises(CaseError) as info:
         discover_cases([folder])
     text = str(info.value)
-    assert "case[0]" in text
-    assert "case[1].args" in text
-    assert "case[2]: unknown key 'colour'" in text
+    manifest = folder / "cases.toml"
+    assert f"{manifest}:3: case[0].script: no script .py" in text
+    assert f"{manifest}:7: case[1].args: expected a list of strings" in text
+    assert f"{manifest}:11: case[2].colour: unknown key" in text
     assert "\n" not in text
 
 

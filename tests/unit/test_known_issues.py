@@ -65,6 +65,23 @@ def test_range(cudnn: str, frontend: str, arch: str, why: str | None) -> None:
 
 
 @pytest.mark.parametrize(
+    ("result", "check_backend", "hit"),
+    [
+        (_result(Outcome.FAIL), True, True),
+        (_result(Outcome.PASS, arch="SM_100"), True, True),  # the arch as a host may spell it
+        (_result(Outcome.FAIL, case="27_other.ipynb"), True, False),
+        (_result(Outcome.FAIL, cudnn="9.25.1.1"), True, False),
+        (_result(Outcome.FAIL, cudnn="9.25.1.1"), False, True),  # the table's "fixed in" check
+        (_result(Outcome.FAIL, cudnn="9.25.1.1", frontend="1.26.0"), False, False),
+        (_result(Outcome.FAIL, arch="sm90"), False, False),
+    ],
+)
+def test_matches_is_case_and_range(result: CaseResult, *, check_backend: bool, hit: bool) -> None:
+    """The one matching rule, used by the judge and by the report's table."""
+    assert KI.matches(result, check_backend=check_backend) is hit
+
+
+@pytest.mark.parametrize(
     ("spec", "version", "inside"),
     [
         # PEP 440: "<V" excludes V's own pre-releases, so a 9.26 dev wheel is not "< 9.26" ...

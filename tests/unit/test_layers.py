@@ -15,7 +15,14 @@ PACKAGE = Path(__file__).resolve().parents[2] / "validate"
 
 #: Stages from the bottom up; a module may import its own stage and any stage listed before it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("validate", "validate.__init__", "validate._compat", "validate.errors", "validate.log"),
+    (
+        "validate",
+        "validate.__init__",
+        "validate._compat",
+        "validate.errors",
+        "validate.log",
+        "validate.datafile",
+    ),
     ("validate.model",),
     ("validate.config",),
     ("validate.plan",),

@@ -155,7 +155,7 @@ def test_loader_reports_every_bad_entry_with_lines() -> None:
 
 def test_malformed_toml_names_line_and_column() -> None:
     path = MATRICES / "malformed.toml"
-    with pytest.raises(MatrixError, match=r"malformed\.toml: malformed TOML .*line 3, column 1"):
+    with pytest.raises(MatrixError, match=r"malformed\.toml:3: malformed TOML .*line 3, column 1"):
         load_matrix(path)
 
 

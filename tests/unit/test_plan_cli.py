@@ -118,6 +118,16 @@ BAD_INPUTS = [
         id="missing-file",
     ),
     pytest.param(["--format", "xml"], ["--format", "'xml'"], id="bad-format"),
+    pytest.param(
+        ["--rules", str(REPO / "tests" / "resources" / "data" / "three_bad_rules.toml")],
+        [
+            "three_bad_rules.toml:5: rule[0](a).when.frontend: invalid specifier",
+            "; ",
+            "three_bad_rules.toml:16: rule[1](b).colour: unknown key",
+            "three_bad_rules.toml:18: rule[2](c).cite: missing or empty",
+        ],
+        id="three-bad-rules",
+    ),
 ]
 
 

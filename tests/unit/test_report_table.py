@@ -77,15 +77,15 @@ def test_bad_pivot_is_a_config_error(text: str) -> None:
         Pivot.parse(text)
 
 
-def test_fallback_loader_agrees_with_known_issues_module() -> None:
-    """report reads the DB through validate.judge.known_issues; its own TOML fallback gives the same table."""
-    from validate.judge.known_issues import load_known_issues
-    from validate.report.store import _fallback_known_issues
+def test_report_reads_the_run_snapshot_with_the_known_issues_loader() -> None:
+    """The report has no known-issue model of its own: it reads the run's snapshot of the DB
+    with validate.judge.known_issues (not the default DB), and that table is the expected one."""
+    from validate.judge.known_issues import KnownIssue, load_known_issues
 
-    snapshot = EXAMPLE / "known_issues.toml"
-    real, fallback = load_known_issues(snapshot), _fallback_known_issues(snapshot)
-    assert [(k.id, k.fixed_in, str(k.backend)) for k in real] == [
-        (k.id, k.fixed_in, str(k.backend)) for k in fallback
-    ]
-    items = load_runs([EXAMPLE]).items
-    assert table_text(build_table(items, known_issues=fallback)) == EXPECTED_MD
+    runs = load_runs([EXAMPLE])
+    kis = load_known_issue_db(None, runs.runs)
+    assert all(type(k) is KnownIssue for k in kis)
+    assert kis == tuple(load_known_issues(EXAMPLE / "known_issues.toml"))
+    assert [(k.id, k.fixed_in, str(k.backend)) for k in kis] == [("KI-1", "9.25.0", "<9.25,>=9.24")]
+    assert len(load_known_issues()) > len(kis)  # the default DB would be a different one
+    assert table_text(build_table(runs.items, known_issues=kis)) == EXPECTED_MD

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Final
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from validate._compat import tomllib
-from validate.errors import MatrixError
+from validate.datafile import Key, TomlErrors, read_toml
 from validate.model.matrix import MATRIX_DIR
 from validate.model.outcome import BAD_OUTCOMES, Outcome
 
@@ -76,11 +75,21 @@ class KnownIssue:
     def covers_case(self, case: str) -> bool:
         return any(case_matches(case, pattern) for pattern in self.cases)
 
-    def out_of_range(self, pins: Mapping[str, str]) -> str | None:
+    def matches(self, result: CaseResult, *, check_backend: bool = True) -> bool:
+        """Whether the issue names this result's case and its cell lies in the declared range.
+
+        The judge and the report's table both ask this; `check_backend=False` leaves the backend
+        range out (the table asks whether the releases after `fixed_in` pass).
+        """
+        if not self.covers_case(result.case):
+            return False
+        return self.out_of_range(_pins(result), check_backend=check_backend) is None
+
+    def out_of_range(self, pins: Mapping[str, str], *, check_backend: bool = True) -> str | None:
         """None when the cell lies in the declared range; else why not, e.g. "backend 9.23.2.1 not in ..."."""
         for axis, spec in (("backend", self.backend), ("frontend", self.frontend)):
             raw = pins.get(axis, "")
-            if not str(spec):
+            if not str(spec) or (axis == "backend" and not check_backend):
                 continue
             try:
                 version = Version(raw)
@@ -88,7 +97,7 @@ class KnownIssue:
                 return f"{axis} {raw or 'unknown'} cannot be compared with {spec}"
             if not spec.contains(version, prereleases=True):
                 return f"{axis} {raw} not in {spec}"
-        arch = pins.get("arch", "")
+        arch = pins.get("arch", "").lower().replace("_", "").replace(".", "")  # sm_90, SM9.0: sm90
         if self.archs and arch not in self.archs:
             return f"arch {arch or 'unknown'} not in {', '.join(sorted(self.archs))}"
         return None
@@ -130,7 +139,7 @@ def _judge(result: CaseResult, issues: Sequence[KnownIssue]) -> CaseResult:
         return result  # skip/error/xfail/xpass: nothing to say (and applying twice changes nothing)
     pins = _pins(result)
     mine = [ki for ki in issues if ki.covers_case(result.case)]
-    in_range = [ki for ki in mine if ki.out_of_range(pins) is None]
+    in_range = [ki for ki in issues if ki.matches(result)]
     if result.outcome is Outcome.PASS:
         if not in_range:
             return result
@@ -157,97 +166,62 @@ def _judge(result: CaseResult, issues: Sequence[KnownIssue]) -> CaseResult:
 # --------------------------------------------------------------------------- loading
 
 
-class _Errors:
-    """Every problem in one file, each with its key path and (where found) line."""
-
-    def __init__(self, path: Path, text: str) -> None:
-        self.path, self.lines = path, text.splitlines()
-        self.messages: list[str] = []
-        self._from = 0  # search for lines after the current [[issue]] header
-
-    def at_issue(self, index: int) -> None:
-        headers = [n for n, line in enumerate(self.lines) if line.strip() == "[[issue]]"]
-        self._from = headers[index] if index < len(headers) else 0
-
-    def add(self, key: str, message: str, needle: str | None = None) -> None:
-        line = None
-        if needle:
-            line = next(
-                (n + 1 for n in range(self._from, len(self.lines)) if needle in self.lines[n]), None
-            )
-        where = f"{self.path}:{line}" if line else str(self.path)
-        self.messages.append(f"{where}: {key}: {message}")
-
-
 def load_known_issues(path: Path | None = None) -> list[KnownIssue]:
     """Read and check the database; every bad entry is reported at once in one MatrixError line."""
-    file = DEFAULT_KNOWN_ISSUES if path is None else path
-    try:
-        text = file.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        msg = f"{file}: cannot read known-issues file ({type(exc).__name__}: {exc})"
-        raise MatrixError(msg) from exc
-    except tomllib.TOMLDecodeError as exc:
-        msg = f"{file}: malformed TOML in known-issues file: {exc}"
-        raise MatrixError(msg) from exc
-    errors = _Errors(file, text)
-    extra = sorted(set(data) - {"issue"})
-    if extra:
-        errors.add(
-            ", ".join(extra), "unknown top-level key (expected only [[issue]] tables)", extra[0]
-        )
+    doc = read_toml(DEFAULT_KNOWN_ISSUES if path is None else path, what="known-issues")
+    data, errors = doc.data, doc.errors
+    for extra in sorted(set(data) - {"issue"}):
+        errors.add(Key.of(extra), "unknown top-level key (expected only [[issue]] tables)")
     raw = data.get("issue", [])
     if not isinstance(raw, list):
-        errors.add("issue", "expected [[issue]] tables", "issue")
+        errors.add(Key.of("issue"), "expected [[issue]] tables")
         raw = []
     issues: list[KnownIssue] = []
     seen: set[str] = set()
     for i, entry in enumerate(raw):
-        errors.at_issue(i)
+        key = Key.of("issue", i)
         ident = entry.get("id") if isinstance(entry, dict) else None
         if isinstance(ident, str) and ident in seen:
-            errors.add(f"issue[{i}].id", f"duplicate id {ident!r}", ident)
+            errors.add(key / "id", f"duplicate id {ident!r}")
         seen.add(str(ident))
-        issue = _parse_issue(errors, f"issue[{i}]", entry)
+        issue = _parse_issue(errors, key, entry)
         if issue is not None:
             issues.append(issue)
-    if errors.messages:
-        raise MatrixError("; ".join(errors.messages))
+    errors.raise_if_any()
     return issues
 
 
-def _parse_issue(errors: _Errors, key: str, entry: object) -> KnownIssue | None:
+def _parse_issue(errors: TomlErrors, key: Key, entry: object) -> KnownIssue | None:
     if not isinstance(entry, dict):
         errors.add(key, f"expected a table, got {entry!r}")
         return None
     before = len(errors.messages)
     for name in sorted(set(entry) - _KEYS):
-        errors.add(f"{key}.{name}", f"unknown key (allowed: {', '.join(sorted(_KEYS))})", name)
+        errors.add(key / name, f"unknown key (allowed: {', '.join(sorted(_KEYS))})")
     for name in _REQUIRED:
         if name not in entry:
-            errors.add(f"{key}.{name}", "missing required key", "[[issue]]")
-    ident = _text(errors, f"{key}.id", entry.get("id", ""), required=True)
-    title = _text(errors, f"{key}.title", entry.get("title", ""), required=True)
-    backend = _spec(errors, f"{key}.backend", entry.get("backend", ""))
-    frontend = _spec(errors, f"{key}.frontend", entry.get("frontend", ""))
-    archs = _strings(errors, f"{key}.archs", entry.get("archs", []))
+            errors.add(key / name, "missing required key")
+    ident = _text(errors, key / "id", entry.get("id", ""), required=True)
+    title = _text(errors, key / "title", entry.get("title", ""), required=True)
+    backend = _spec(errors, key / "backend", entry.get("backend", ""))
+    frontend = _spec(errors, key / "frontend", entry.get("frontend", ""))
+    archs = _strings(errors, key / "archs", entry.get("archs", []))
     for arch in archs:
         if not _ARCH.fullmatch(arch):
-            errors.add(f"{key}.archs", f"bad arch {arch!r} (expected smXY, e.g. sm90)", arch)
-    cases = _strings(errors, f"{key}.cases", entry.get("cases", []))
+            errors.add(key / "archs", f"bad arch {arch!r} (expected smXY, e.g. sm90)")
+    cases = _strings(errors, key / "cases", entry.get("cases", []))
     if "cases" in entry and not cases:
-        errors.add(f"{key}.cases", "expected at least one case glob", "cases")
-    symptom = _symptom(errors, f"{key}.symptom", entry.get("symptom", {}))
+        errors.add(key / "cases", "expected at least one case glob")
+    symptom = _symptom(errors, key / "symptom", entry.get("symptom", {}))
     fixed_in = entry.get("fixed_in")
     if fixed_in is not None:
-        fixed_in = _text(errors, f"{key}.fixed_in", fixed_in, required=True)
+        fixed_in = _text(errors, key / "fixed_in", fixed_in, required=True)
         try:
             Version(fixed_in)
         except InvalidVersion:
-            errors.add(f"{key}.fixed_in", f"not a version: {fixed_in!r}", fixed_in)
-    refs = _strings(errors, f"{key}.refs", entry.get("refs", []))
-    note = _text(errors, f"{key}.note", entry.get("note", ""), required=False)
+            errors.add(key / "fixed_in", f"not a version: {fixed_in!r}")
+    refs = _strings(errors, key / "refs", entry.get("refs", []))
+    note = _text(errors, key / "note", entry.get("note", ""), required=False)
     if len(errors.messages) > before or backend is None or frontend is None or symptom is None:
         return None
     return KnownIssue(
@@ -264,48 +238,46 @@ def _parse_issue(errors: _Errors, key: str, entry: object) -> KnownIssue | None:
     )
 
 
-def _text(errors: _Errors, key: str, raw: object, *, required: bool) -> str:
+def _text(errors: TomlErrors, key: Key, raw: object, *, required: bool) -> str:
     if not isinstance(raw, str) or (required and not raw.strip()):
-        errors.add(key, f"expected a non-empty string, got {raw!r}", key.rsplit(".", 1)[-1])
+        errors.add(key, f"expected a non-empty string, got {raw!r}")
         return ""
     return raw
 
 
-def _strings(errors: _Errors, key: str, raw: object) -> list[str]:
+def _strings(errors: TomlErrors, key: Key, raw: object) -> list[str]:
     if not isinstance(raw, list) or not all(isinstance(s, str) and s for s in raw):
-        errors.add(
-            key, f"expected a list of non-empty strings, got {raw!r}", key.rsplit(".", 1)[-1]
-        )
+        errors.add(key, f"expected a list of non-empty strings, got {raw!r}")
         return []
     return list(raw)
 
 
-def _spec(errors: _Errors, key: str, raw: object) -> SpecifierSet | None:
+def _spec(errors: TomlErrors, key: Key, raw: object) -> SpecifierSet | None:
     if not isinstance(raw, str):
-        errors.add(key, f"expected a version specifier string, got {raw!r}", key.rsplit(".", 1)[-1])
+        errors.add(key, f"expected a version specifier string, got {raw!r}")
         return None
     try:
         return SpecifierSet(raw)
     except InvalidSpecifier:
-        errors.add(key, f"bad version specifier {raw!r} (e.g. '>=9.24,<9.25')", raw)
+        errors.add(key, f"bad version specifier {raw!r} (e.g. '>=9.24,<9.25')")
         return None
 
 
-def _symptom(errors: _Errors, key: str, raw: object) -> Symptom | None:
+def _symptom(errors: TomlErrors, key: Key, raw: object) -> Symptom | None:
     if not isinstance(raw, dict):
         errors.add(key, f"expected a table {{ outcomes = [...], match = '...' }}, got {raw!r}")
         return None
     for name in sorted(set(raw) - _SYMPTOM_KEYS):
-        errors.add(f"{key}.{name}", "unknown key (allowed: outcomes, match)", name)
+        errors.add(key / name, "unknown key (allowed: outcomes, match)")
     outcomes: set[Outcome] = set()
     names = raw.get("outcomes", [])
     if not isinstance(names, list) or not names:
-        errors.add(f"{key}.outcomes", f"expected a non-empty list, got {names!r}", "outcomes")
+        errors.add(key / "outcomes", f"expected a non-empty list, got {names!r}")
         names = []
     allowed = sorted(str(o) for o in BAD_OUTCOMES)
     for name in names:
         if name not in allowed:
-            errors.add(f"{key}.outcomes", f"{name!r} is not one of {allowed}", str(name))
+            errors.add(key / "outcomes", f"{name!r} is not one of {allowed}")
         else:
             outcomes.add(Outcome(name))
     match = raw.get("match")
@@ -314,7 +286,7 @@ def _symptom(errors: _Errors, key: str, raw: object) -> Symptom | None:
         try:
             pattern = re.compile(str(match))
         except re.error as exc:
-            errors.add(f"{key}.match", f"bad regex {match!r}: {exc}", str(match))
+            errors.add(key / "match", f"bad regex {match!r}: {exc}")
             return None
     if not outcomes:
         return None

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Final
 
 from packaging.version import InvalidVersion, Version
 
-from validate._compat import tomllib
-from validate.errors import MatrixError
+from validate.datafile import Key, TomlErrors, read_toml
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -27,11 +26,9 @@ __all__ = [
     "Driver",
     "Exclude",
     "Matrix",
-    "TomlErrors",
     "expand",
     "load_matrix",
     "parse_value",
-    "read_toml",
 ]
 
 #: Axis names in their canonical order; a cell id hashes the pins in this order.
@@ -59,7 +56,6 @@ _DRIVER_NUM = re.compile(r"\d{3,4}(?:\.\d{1,3}){0,2}")
 _FC = re.compile(r"fc-(?P<user>[^@]+)@(?P<kernel>.+)")
 #: A bare branch ("580") stands for the newest release of that branch when compared.
 _BRANCH_TOP: Final = "99999"
-_TABLE_KEY = re.compile(r"(\w+)\[(\d+)\]")
 _TOP_KEYS: Final = frozenset({"python", "axes", "include", "exclude"})
 
 
@@ -202,70 +198,19 @@ def expand(matrix: Matrix) -> list[Cell]:
     return list(dict.fromkeys(itertools.chain(product, matrix.include)))
 
 
-class TomlErrors:
-    """Collects every problem in one file, each with its key path and (where found) line."""
-
-    def __init__(self, path: Path, text: str) -> None:
-        self.path = path
-        self._lines = text.splitlines()
-        self.messages: list[str] = []
-
-    def line_of(self, needle: str, start: int = 0) -> int | None:
-        """1-based number of the first line at or after `start` (0-based) that contains `needle`."""
-        lines = self._lines[start:]
-        return next((start + n for n, line in enumerate(lines, 1) if needle in line), None)
-
-    def _table_line(self, key: str) -> int | None:
-        """Line of the `[[name]]` header that a key path like `rule[3].when` points into."""
-        m = _TABLE_KEY.match(key)
-        if not m:
-            return None
-        headers = [n for n, line in enumerate(self._lines, 1) if line.strip() == f"[[{m[1]}]]"]
-        index = int(m[2])
-        return headers[index] if index < len(headers) else None
-
-    def add(self, key: str, message: str, *, needle: object = None) -> None:
-        """Record one error; `needle` (a bad value or key) is searched in the raw text for a line."""
-        table = self._table_line(key)
-        candidates = [f'"{needle}"', f"'{needle}'", str(needle)] if needle is not None else []
-        found = (self.line_of(c, (table or 1) - 1) for c in candidates if c)
-        line = next((ln for ln in found if ln is not None), table)
-        where = f"{self.path}:{line}" if line else f"{self.path}"
-        self.messages.append(f"{where}: {key}: {message}")
-
-    def raise_if_any(self) -> None:
-        if self.messages:
-            raise MatrixError("; ".join(self.messages))
-
-
-def read_toml(path: Path, what: str) -> tuple[dict[str, object], TomlErrors]:
-    """Read and parse a TOML file; unreadable or malformed files raise MatrixError in one line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        msg = f"{path}: cannot read {what} file ({exc.__class__.__name__}: {exc})"
-        raise MatrixError(msg) from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        msg = f"{path}: malformed TOML in {what} file: {exc}"
-        raise MatrixError(msg) from exc
-    return data, TomlErrors(path, text)
-
-
-def _values(errors: TomlErrors, key: str, axis: str, raw: object) -> tuple[str, ...]:
+def _values(errors: TomlErrors, key: Key, axis: str, raw: object) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw:
-        errors.add(key, f"expected a non-empty list of strings, got {raw!r}", needle=f"{axis} =")
+        errors.add(key, f"expected a non-empty list of strings, got {raw!r}")
         return ()
     out: list[str] = []
     for i, item in enumerate(raw):
         try:
             value = parse_value(axis, item)
         except ValueError as exc:
-            errors.add(f"{key}[{i}]", str(exc), needle=item)
+            errors.add(key / i, str(exc))
             continue
         if value in out:
-            errors.add(f"{key}[{i}]", f"duplicate value {item!r}", needle=item)
+            errors.add(key / i, f"duplicate value {item!r}")
         out.append(value)
     return tuple(dict.fromkeys(out))
 
@@ -274,7 +219,7 @@ def _entries(errors: TomlErrors, name: str, raw: object) -> list[dict[str, objec
     if raw is None:
         return []
     if not isinstance(raw, list) or not all(isinstance(e, dict) for e in raw):
-        errors.add(name, f"expected an array of tables ([[{name}]]), got {raw!r}", needle=name)
+        errors.add(Key.of(name), f"expected an array of tables ([[{name}]]), got {raw!r}")
         return []
     return raw
 
@@ -282,22 +227,18 @@ def _entries(errors: TomlErrors, name: str, raw: object) -> list[dict[str, objec
 def _includes(errors: TomlErrors, raw: object) -> dict[Cell, str]:
     out: dict[Cell, str] = {}
     for i, entry in enumerate(_entries(errors, "include", raw)):
-        key = f"include[{i}]"
+        key = Key.of("include", i)
         for unknown in sorted(set(entry) - {*AXES, "reason"}):
-            errors.add(
-                f"{key}.{unknown}",
-                "unknown key (expected the five axes and reason)",
-                needle=f"{unknown} =",
-            )
+            errors.add(key / unknown, "unknown key (expected the five axes and reason)")
         pins: dict[str, str] = {}
         for axis in AXES:
             if axis not in entry:
-                errors.add(f"{key}", f"missing {axis!r} (an include names one value per axis)")
+                errors.add(key, f"missing {axis!r} (an include names one value per axis)")
                 continue
             try:
                 pins[axis] = parse_value(axis, entry[axis])
             except ValueError as exc:
-                errors.add(f"{key}.{axis}", str(exc), needle=entry[axis])
+                errors.add(key / axis, str(exc))
         if len(pins) == len(AXES):
             out[Cell(**pins)] = str(entry.get("reason", "included by the matrix"))
     return out
@@ -306,22 +247,18 @@ def _includes(errors: TomlErrors, raw: object) -> dict[Cell, str]:
 def _excludes(errors: TomlErrors, raw: object) -> tuple[Exclude, ...]:
     out: list[Exclude] = []
     for i, entry in enumerate(_entries(errors, "exclude", raw)):
-        key = f"exclude[{i}]"
+        key = Key.of("exclude", i)
         patterns: dict[str, tuple[str, ...]] = {}
         for name, value in entry.items():
             if name == "reason":
                 continue
             if name not in {*AXES, "id"}:
-                errors.add(
-                    f"{key}.{name}", "unknown key (expected axes, id, reason)", needle=f"{name} ="
-                )
+                errors.add(key / name, "unknown key (expected axes, id, reason)")
                 continue
             items = value if isinstance(value, list) else [value]
             texts = [p.strip() for p in items if isinstance(p, str) and p.strip()]
             if not items or len(texts) != len(items):
-                errors.add(
-                    f"{key}.{name}", f"expected a pattern or list of patterns, got {value!r}"
-                )
+                errors.add(key / name, f"expected a pattern or list of patterns, got {value!r}")
                 continue
             patterns[name] = tuple(p.lower() if name == "arch" else p for p in texts)
         reason = entry.get("reason")
@@ -342,34 +279,32 @@ def _python(errors: TomlErrors, raw: object) -> Version:
             return Version(raw)
         except InvalidVersion:
             pass
-    errors.add("python", f'invalid version {raw!r} (expected a string, e.g. "3.12")', needle=raw)
+    errors.add(Key.of("python"), f'invalid version {raw!r} (expected a string, e.g. "3.12")')
     return Version("3.12")
 
 
 def load_matrix(path: Path | None = None) -> Matrix:
     """Load and check a matrix file (default: the embedded `matrix/default.toml`)."""
     path = path or DEFAULT_MATRIX
-    data, errors = read_toml(path, "matrix")
+    doc = read_toml(path, what="matrix")
+    data, errors = doc.data, doc.errors
     for unknown in sorted(set(data) - _TOP_KEYS):
-        errors.add(
-            unknown, f"unknown key (expected {', '.join(sorted(_TOP_KEYS))})", needle=unknown
-        )
+        errors.add(Key.of(unknown), f"unknown key (expected {', '.join(sorted(_TOP_KEYS))})")
     python = _python(errors, data.get("python", "3.12"))
     raw_axes = data.get("axes")
     axes: dict[str, Axis] = {}
     if not isinstance(raw_axes, dict):
-        errors.add("axes", f"missing [axes] table with {', '.join(AXES)}")
+        errors.add(Key.of("axes"), f"missing [axes] table with {', '.join(AXES)}")
         raw_axes = {}
     for unknown in sorted(set(raw_axes) - set(AXES)):
-        errors.add(
-            f"axes.{unknown}", f"unknown axis (known: {', '.join(AXES)})", needle=f"{unknown} ="
-        )
+        errors.add(Key.of("axes", unknown), f"unknown axis (known: {', '.join(AXES)})")
     for axis in AXES:
+        key = Key.of("axes", axis)
         if axis not in raw_axes:
             if raw_axes:
-                errors.add(f"axes.{axis}", "missing axis")
+                errors.add(key, "missing axis")
             continue
-        axes[axis] = Axis(name=axis, values=_values(errors, f"axes.{axis}", axis, raw_axes[axis]))
+        axes[axis] = Axis(name=axis, values=_values(errors, key, axis, raw_axes[axis]))
     includes = _includes(errors, data.get("include"))
     excludes = _excludes(errors, data.get("exclude"))
     errors.raise_if_any()

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from packaging.version import InvalidVersion, Version
 
-from validate._compat import tomllib
-from validate.errors import MatrixError
+from validate.datafile import Key, TomlErrors, read_toml
 from validate.model.matrix import MATRIX_DIR
 
 if TYPE_CHECKING:
@@ -75,37 +74,34 @@ class RequirementTable:
     @classmethod
     def from_toml(cls, path: Path) -> RequirementTable:
         """Load and validate a cases.toml; every bad key or value is reported at once."""
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            msg = f"{path}: cannot read case requirements: {exc}"
-            raise MatrixError(msg) from exc
-        errors: list[str] = []
+        doc = read_toml(path, what="case requirements")
+        data, errors = doc.data, doc.errors
         defaults = data.get("defaults", {})
-        _validate(path, "defaults", defaults, errors)
+        _validate(errors, Key.of("defaults"), defaults)
         rows = data.get("cases", {})
+        if not isinstance(rows, dict):
+            errors.add(Key.of("cases"), f'must be tables [cases."GLOB"], got {rows!r}')
+            rows = {}
         for pattern, row in rows.items():
-            _validate(path, f'cases."{pattern}"', row, errors)
-        for key in set(data) - {"defaults", "cases"}:
-            errors.append(f'{path}: unknown table [{key}] (expected [defaults] or [cases."GLOB"])')
-        if errors:
-            raise MatrixError("; ".join(errors))
+            _validate(errors, Key.of("cases", pattern), row)
+        for key in sorted(set(data) - {"defaults", "cases"}):
+            errors.add(Key.of(key), 'unknown table (expected [defaults] or [cases."GLOB"])')
+        errors.raise_if_any()
+        assert isinstance(defaults, dict)  # checked by _validate, which recorded an error if not
         return cls(defaults=Requirements().updated(defaults), rows=tuple(rows.items()))
 
 
-def _validate(path: Path, where: str, table: Any, errors: list[str]) -> None:
+def _validate(errors: TomlErrors, where: Key, table: object) -> None:
     if not isinstance(table, dict):
-        errors.append(f"{path}: [{where}] must be a table, got {table!r}")
+        errors.add(where, f"must be a table, got {table!r}")
         return
     for key, value in table.items():
         if key not in _KEYS:
-            errors.append(
-                f"{path}: [{where}] unknown key {key!r} (known: {', '.join(sorted(_KEYS))})"
-            )
+            errors.add(where / key, f"unknown key (known: {', '.join(sorted(_KEYS))})")
         elif key in {"min_backend", "min_sm"} and _version(str(value)) is None:
-            errors.append(f"{path}: [{where}] {key} = {value!r} is not a version")
+            errors.add(where / key, f"{value!r} is not a version")
         elif key in {"archs", "imports"} and not isinstance(value, list):
-            errors.append(f"{path}: [{where}] {key} must be a list, got {value!r}")
+            errors.add(where / key, f"must be a list, got {value!r}")
 
 
 def _version(text: str) -> Version | None:

@@ -12,17 +12,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from validate._compat import StrEnum
+from validate.datafile import Key, TomlErrors, read_toml
 from validate.errors import MatrixError
-from validate.model.matrix import (
-    ARCHES,
-    AXES,
-    MATRIX_DIR,
-    Cell,
-    Driver,
-    Matrix,
-    TomlErrors,
-    read_toml,
-)
+from validate.model.matrix import ARCHES, AXES, MATRIX_DIR, Cell, Driver, Matrix
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -159,9 +151,9 @@ def _reason_fields(cell: Cell, python: Version) -> dict[str, str]:
     }
 
 
-def _condition(errors: TomlErrors, key: str, name: str, raw: object) -> Condition | None:
+def _condition(errors: TomlErrors, key: Key, name: str, raw: object) -> Condition | None:
     if name not in FIELDS:
-        errors.add(key, f"unknown field (known: {', '.join(FIELDS)})", needle=f"{name} =")
+        errors.add(key, f"unknown field (known: {', '.join(FIELDS)})")
         return None
     if name in _VERSION_FIELDS:
         if isinstance(raw, str) and raw.strip():
@@ -169,101 +161,91 @@ def _condition(errors: TomlErrors, key: str, name: str, raw: object) -> Conditio
                 return Condition(field=name, spec=SpecifierSet(raw))
             except InvalidSpecifier:
                 pass
-        errors.add(
-            key, f"invalid specifier {raw!r} (expected PEP 440, e.g. '>=13,<14')", needle=raw
-        )
+        errors.add(key, f"invalid specifier {raw!r} (expected PEP 440, e.g. '>=13,<14')")
         return None
     if name == "forward_compat":
         if isinstance(raw, bool):
             return Condition(field=name, flag=raw)
-        errors.add(key, f"expected true or false, got {raw!r}", needle=f"{name} =")
+        errors.add(key, f"expected true or false, got {raw!r}")
         return None
     negate = isinstance(raw, dict) and set(raw) == {"not_in"}
     items = raw["not_in"] if negate and isinstance(raw, dict) else raw
     items = [items] if isinstance(items, str) else items
     if not isinstance(items, list) or not items or not all(isinstance(a, str) for a in items):
-        errors.add(
-            key, f"expected an arch list or {{not_in = [...]}}, got {raw!r}", needle=f"{name} ="
-        )
+        errors.add(key, f"expected an arch list or {{not_in = [...]}}, got {raw!r}")
         return None
     unknown = [a for a in items if a not in ARCHES]
     if unknown:
-        errors.add(
-            key, f"unknown arch {unknown[0]!r} (known: {', '.join(ARCHES)})", needle=unknown[0]
-        )
+        errors.add(key, f"unknown arch {unknown[0]!r} (known: {', '.join(ARCHES)})")
         return None
     return Condition(field=name, arches=frozenset(items), negate=negate)
 
 
-def _conditions(errors: TomlErrors, key: str, raw: object) -> tuple[Condition, ...]:
+def _conditions(errors: TomlErrors, key: Key, raw: object) -> tuple[Condition, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, dict):
         errors.add(key, f"expected a table of field = condition, got {raw!r}")
         return ()
-    found = (_condition(errors, f"{key}.{name}", name, value) for name, value in raw.items())
+    found = (_condition(errors, key / name, name, value) for name, value in raw.items())
     return tuple(c for c in found if c is not None)
 
 
-def _text(errors: TomlErrors, key: str, raw: object) -> str:
+def _text(errors: TomlErrors, key: Key, raw: object) -> str:
     if isinstance(raw, str) and raw.strip():
         return raw.strip()
     errors.add(key, f"missing or empty (got {raw!r}): every rule needs reason, source and cite")
     return ""
 
 
-def _check_reason(errors: TomlErrors, key: str, reason: str) -> None:
+def _check_reason(errors: TomlErrors, key: Key, reason: str) -> None:
     try:
         names = {f for _, f, _, _ in string.Formatter().parse(reason) if f is not None}
     except ValueError as exc:
-        errors.add(key, f"bad template {reason!r}: {exc}", needle=reason)
+        errors.add(key, f"bad template {reason!r}: {exc}")
         return
     unknown = sorted(names - _REASON_FIELDS)
     if unknown:
         known = ", ".join(sorted(_REASON_FIELDS))
-        errors.add(key, f"unknown placeholder {{{unknown[0]}}} (known: {known})", needle=reason)
+        errors.add(key, f"unknown placeholder {{{unknown[0]}}} (known: {known})")
 
 
 def load_rules(path: Path | None = None) -> list[Rule]:
     """Load and check a rules file (default: the embedded `matrix/rules.toml`)."""
     path = path or DEFAULT_RULES
-    data, errors = read_toml(path, "rules")
+    doc = read_toml(path, what="rules")
+    data, errors = doc.data, doc.errors
     for unknown in sorted(set(data) - {"rule"}):
-        errors.add(unknown, "unknown key (expected [[rule]] tables)", needle=unknown)
+        errors.add(Key.of(unknown), "unknown key (expected [[rule]] tables)")
     raw_rules = data.get("rule", [])
     if not isinstance(raw_rules, list) or not all(isinstance(r, dict) for r in raw_rules):
-        errors.add("rule", "expected an array of tables ([[rule]])", needle="rule")
+        errors.add(Key.of("rule"), "expected an array of tables ([[rule]])")
         raw_rules = []
     rules: list[Rule] = []
     names: set[str] = set()
     for i, entry in enumerate(raw_rules):
         name = entry.get("name")
-        key = f"rule[{i}]" if not isinstance(name, str) else f"rule[{i}]({name})"
+        key = Key.of("rule", i)
+        key = key.named(name) if isinstance(name, str) else key
         for unknown in sorted(set(entry) - _RULE_KEYS):
-            errors.add(
-                f"{key}.{unknown}",
-                f"unknown key (known: {', '.join(sorted(_RULE_KEYS))})",
-                needle=f"{unknown} =",
-            )
-        name = _text(errors, f"{key}.name", name)
+            errors.add(key / unknown, f"unknown key (known: {', '.join(sorted(_RULE_KEYS))})")
+        name = _text(errors, key / "name", name)
         if name in names:
-            errors.add(f"{key}.name", f"duplicate rule name {name!r}", needle=name)
+            errors.add(key / "name", f"duplicate rule name {name!r}")
         names.add(name)
         effect_raw = entry.get("effect", "prune")
         effect = Effect.PRUNE
         if effect_raw not in {e.value for e in Effect}:
-            errors.add(
-                f"{key}.effect", f"unknown effect {effect_raw!r} (known: prune)", needle=effect_raw
-            )
-        select = _conditions(errors, f"{key}.select", entry.get("select"))
-        when = _conditions(errors, f"{key}.when", entry.get("when"))
+            errors.add(key / "effect", f"unknown effect {effect_raw!r} (known: prune)")
+        select = _conditions(errors, key / "select", entry.get("select"))
+        when = _conditions(errors, key / "when", entry.get("when"))
         if not entry.get("select") and not entry.get("when"):
             errors.add(key, "has no conditions; it would prune every cell")
-        reason = _text(errors, f"{key}.reason", entry.get("reason"))
-        _check_reason(errors, f"{key}.reason", reason)
+        reason = _text(errors, key / "reason", entry.get("reason"))
+        _check_reason(errors, key / "reason", reason)
         source, cite = (
-            _text(errors, f"{key}.source", entry.get("source")),
-            _text(errors, f"{key}.cite", entry.get("cite")),
+            _text(errors, key / "source", entry.get("source")),
+            _text(errors, key / "cite", entry.get("cite")),
         )
         rules.append(
             Rule(

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Final, Literal, get_args
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from validate.judge.known_issues import KnownIssue
     from validate.judge.signoff import Verdict
-    from validate.report.model import KnownIssueLike, RunInfo, RunSet
+    from validate.report.model import RunInfo, RunSet
     from validate.report.table import CompatTable
 
 __all__ = ["FORMATS", "SUFFIXES", "Format", "Report", "render"]
@@ -32,7 +33,7 @@ class Report:
     runs: RunSet
     table: CompatTable
     verdict: Verdict
-    known_issues: tuple[KnownIssueLike, ...] = ()
+    known_issues: tuple[KnownIssue, ...] = ()
     baseline_runs: tuple[RunInfo, ...] = ()
     link_base: Path | None = None  # folder of the output file; log links are made relative to it
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Final
 
-from validate.report.model import cell_label, result_key
+from validate.report.model import cell_label, natural_key, result_key
 
 if TYPE_CHECKING:
     from validate.judge.signoff import Verdict
@@ -113,7 +113,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "title": ki.title,
                 "backend": str(ki.backend),
                 "frontend": str(ki.frontend),
-                "archs": list(ki.archs),
+                "archs": sorted(ki.archs, key=natural_key),  # a frozenset: sorted for stable output
                 "cases": list(ki.cases),
                 "fixed_in": ki.fixed_in,
             }

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from validate.model.matrix import AXES
 from validate.model.order import natural_key, parse_version, value_key
@@ -14,14 +13,11 @@ from validate.model.results import axis_value, cell_label, is_bad, is_good, resu
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from packaging.specifiers import SpecifierSet
-
     from validate.model.results import CaseResult
 
 __all__ = [
     "AXIS_TITLES",
     "PSEUDO_AXES",
-    "KnownIssueLike",
     "RunInfo",
     "RunSet",
     "StoredResult",
@@ -30,7 +26,6 @@ __all__ = [
     "cell_label",
     "is_bad",
     "is_good",
-    "ki_matches",
     "merge_runs",
     "natural_key",
     "parse_version",
@@ -54,25 +49,6 @@ _PREFIX: Mapping[str, str] = {
     "cuda": "CUDA ",
     "driver": "drv ",
 }
-
-
-class KnownIssueLike(Protocol):
-    """The fields of validate.judge.known_issues.KnownIssue the report reads."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def title(self) -> str: ...
-    @property
-    def backend(self) -> SpecifierSet: ...
-    @property
-    def frontend(self) -> SpecifierSet: ...
-    @property
-    def archs(self) -> Sequence[str]: ...
-    @property
-    def cases(self) -> Sequence[str]: ...
-    @property
-    def fixed_in(self) -> str | None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,29 +111,3 @@ def merge_runs(runs: Iterable[tuple[RunInfo, Sequence[CaseResult]]]) -> RunSet:
 
 def _order(result: CaseResult) -> tuple[Any, ...]:
     return (*(value_key(axis_value(result, a)) for a in AXES), natural_key(result.case))
-
-
-def _norm_arch(text: str) -> str:
-    return text.lower().replace("_", "").replace(".", "")
-
-
-def ki_matches(ki: KnownIssueLike, result: CaseResult, *, check_backend: bool = True) -> bool:
-    """Whether a known issue's case globs, arch, frontend (and backend) ranges cover a result."""
-    covers = getattr(
-        ki, "covers_case", None
-    )  # validate.judge.known_issues.KnownIssue knows its globs
-    if callable(covers):
-        if not covers(result.case):
-            return False
-    elif ki.cases and not any(fnmatch.fnmatchcase(result.case, g) for g in ki.cases):
-        return False
-    arch = _norm_arch(axis_value(result, "arch"))
-    if ki.archs and arch not in {_norm_arch(a) for a in ki.archs}:
-        return False
-    frontend = parse_version(axis_value(result, "frontend"))
-    if frontend is not None and not ki.frontend.contains(frontend, prereleases=True):
-        return False
-    if not check_backend:
-        return True
-    backend = parse_version(axis_value(result, "cudnn"))
-    return backend is not None and ki.backend.contains(backend, prereleases=True)

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-from validate._compat import tomllib
-from validate.errors import ConfigError, MatrixError
+from validate.errors import ConfigError
+from validate.judge.known_issues import load_known_issues
 from validate.judge.signoff import decide
 from validate.model.results import CaseResult, load_results
 from validate.report import Report
 from validate.report.model import (
-    KnownIssueLike,
     RunInfo,
     RunSet,
     StoredResult,
@@ -29,6 +25,7 @@ from validate.textsafe import display
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from validate.judge.known_issues import KnownIssue
 
 __all__ = [
     "DEFAULT_RUNS_DIR",
@@ -98,55 +95,7 @@ def load_runs(paths: Sequence[Path], flag: str = "--results") -> RunSet:
     return merge_runs(load_run(p, flag) for p in paths)
 
 
-@dataclass(frozen=True, kw_only=True)
-class _KnownIssue:
-    """Fallback KnownIssue until validate.judge.known_issues exists (same fields, read from TOML)."""
-
-    id: str
-    title: str = ""
-    backend: SpecifierSet
-    frontend: SpecifierSet
-    archs: tuple[str, ...] = ()
-    cases: tuple[str, ...] = ()
-    symptom: str = ""
-    fixed_in: str | None = None
-    refs: tuple[str, ...] = ()
-
-
-def _fallback_known_issues(path: Path) -> list[KnownIssueLike]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        msg = f"{path}: cannot read known issues ({exc})"
-        raise MatrixError(msg) from exc
-    entries: list[dict[str, Any]] = next(
-        (data[k] for k in ("issue", "issues", "known_issue", "known_issues") if k in data), []
-    )
-    out: list[KnownIssueLike] = []
-    for i, entry in enumerate(entries):
-        try:
-            out.append(
-                _KnownIssue(
-                    id=str(entry["id"]),
-                    title=str(entry.get("title", "")),
-                    backend=SpecifierSet(entry.get("backend", "")),
-                    frontend=SpecifierSet(entry.get("frontend", "")),
-                    archs=tuple(entry.get("archs", ())),
-                    cases=tuple(entry.get("cases", ())),
-                    symptom=str(entry.get("symptom", "")),
-                    fixed_in=entry.get("fixed_in"),
-                    refs=tuple(entry.get("refs", ())),
-                )
-            )
-        except (KeyError, InvalidSpecifier, TypeError) as exc:
-            msg = f"{path}: known issue #{i + 1}: {exc!r}"
-            raise MatrixError(msg) from exc
-    return out
-
-
-def load_known_issue_db(
-    path: Path | None, runs: Sequence[RunInfo] = ()
-) -> tuple[KnownIssueLike, ...]:
+def load_known_issue_db(path: Path | None, runs: Sequence[RunInfo] = ()) -> tuple[KnownIssue, ...]:
     """Known issues from `path`, else the snapshot in the newest run folder, else the default DB."""
     if path is None:
         path = next(
@@ -155,18 +104,14 @@ def load_known_issue_db(
     if path is not None and not path.is_file():
         msg = f"--known-issues {path}: no such file"
         raise ConfigError(msg)
-    try:
-        from validate.judge.known_issues import load_known_issues  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:  # the known-issues module is written in parallel; read the TOML ourselves
-        return tuple(_fallback_known_issues(path)) if path is not None else ()
-    return tuple(cast("Sequence[KnownIssueLike]", load_known_issues(path)))
+    return tuple(load_known_issues(path))
 
 
 def build_report(
     runs: RunSet,
     *,
     pivot: Pivot | None = None,
-    known_issues: Sequence[KnownIssueLike] = (),
+    known_issues: Sequence[KnownIssue] = (),
     baseline: RunSet | None = None,
     link_base: Path | None = None,
 ) -> Report:

@@ -11,13 +11,11 @@ from validate.model.outcome import Outcome
 from validate.report.model import (
     AXIS_TITLES,
     PSEUDO_AXES,
-    KnownIssueLike,
     StoredResult,
     axis_label,
     axis_value,
     is_bad,
     is_good,
-    ki_matches,
     natural_key,
     parse_version,
     result_key,
@@ -27,6 +25,7 @@ from validate.report.model import (
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from validate.judge.known_issues import KnownIssue
     from validate.model.results import CaseResult
 
 __all__ = ["CellStatus", "CompatTable", "Footnote", "Pivot", "TableCell", "build_table"]
@@ -128,7 +127,7 @@ def _short(reason: str) -> str:
 def build_table(
     items: Sequence[StoredResult],
     pivot: Pivot | None = None,
-    known_issues: Sequence[KnownIssueLike] = (),
+    known_issues: Sequence[KnownIssue] = (),
 ) -> CompatTable:
     """Pivot stored results into a CompatTable with known-issue flags and reason footnotes."""
     pivot = pivot or Pivot()
@@ -169,7 +168,7 @@ def build_table(
 
 def _cell(
     results: Sequence[CaseResult],
-    known_issues: Sequence[KnownIssueLike],
+    known_issues: Sequence[KnownIssue],
     notes: dict[tuple[str, str], int],
     note_counts: Counter[tuple[str, str]],
 ) -> TableCell:
@@ -229,7 +228,7 @@ def _status(bad: int, errors: int, affected: tuple[str, ...], counts: Counter[st
 
 
 def _known_issue_flags(
-    results: Sequence[CaseResult], known_issues: Sequence[KnownIssueLike]
+    results: Sequence[CaseResult], known_issues: Sequence[KnownIssue]
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """KIs that affect a cell (from the results' verdicts and the DB) and KIs shown fixed in it."""
     affected = {
@@ -239,7 +238,7 @@ def _known_issue_flags(
     }
     fixed: set[tuple[str, str]] = set()
     for ki in known_issues:
-        hits = [r for r in results if ki_matches(ki, r)]
+        hits = [r for r in results if ki.matches(r)]
         if any(r.outcome is Outcome.XFAIL or is_bad(r) for r in hits):
             affected.add(ki.id)
         fixed_in = parse_version(ki.fixed_in or "")
@@ -248,7 +247,7 @@ def _known_issue_flags(
         after = [
             r
             for r in results
-            if ki_matches(ki, r, check_backend=False)
+            if ki.matches(r, check_backend=False)
             and (v := parse_version(axis_value(r, "cudnn"))) is not None
             and v >= fixed_in
         ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
-from validate._compat import tomllib
+from validate.datafile import Key, read_toml
 from validate.errors import CaseError
 from validate.execute.cases import notebook, script
 from validate.execute.resources import RESOURCES
@@ -138,25 +138,32 @@ def load_manifest(folder: Path) -> list[Case]:
     ``VERDICT skip`` for the rest itself, so `needs_gpu` does not skip it before it starts.
     """
     path = folder / MANIFEST
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        msg = f"{path}: cannot read case manifest: {exc}"
-        raise CaseError(msg) from exc
-    errors: list[str] = []
+    doc = read_toml(path, what="case manifest", error=CaseError)
+    errors = doc.errors
+    for extra in sorted(set(doc.data) - {"case"}):
+        errors.add(Key.of(extra), "unknown key (expected [[case]] tables)")
+    entries = doc.data.get("case", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        errors.add(Key.of("case"), "expected an array of tables ([[case]])")
+        entries = []
     cases: list[Case] = []
-    for i, entry in enumerate(data.get("case", [])):
-        where = f"{path}: case[{i}]"
-        unknown = sorted(set(entry) - _MANIFEST_KEYS)
-        if unknown:
-            errors.append(f"{where}: unknown key {unknown[0]!r}")
+    for i, entry in enumerate(entries):
+        key = Key.of("case", i)
+        for unknown in sorted(set(entry) - _MANIFEST_KEYS):
+            errors.add(key / unknown, f"unknown key (known: {', '.join(sorted(_MANIFEST_KEYS))})")
         script_path = (folder / str(entry.get("script", ""))).resolve()
-        if not entry.get("name") or not script_path.is_file() or _kind(script_path) != "script":
-            errors.append(f"{where}: needs a name and a script .py that exists")
+        if not entry.get("name"):
+            errors.add(key / "name", "missing: a case needs a name and a script .py that exists")
+            continue
+        if not script_path.is_file() or _kind(script_path) != "script":
+            errors.add(
+                key / "script",
+                f"no script .py {script_path} (a case needs a name and a script .py that exists)",
+            )
             continue
         args = entry.get("args", [])
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            errors.append(f"{where}.args: expected a list of strings")
+            errors.add(key / "args", f"expected a list of strings, got {args!r}")
             continue
         req = Requirements().updated(
             {
@@ -173,8 +180,7 @@ def load_manifest(folder: Path) -> list[Case]:
                 args=tuple(args),
             )
         )
-    if errors:
-        raise CaseError("; ".join(errors))
+    errors.raise_if_any()
     return cases
 
 
