@@ -24,7 +24,7 @@ from validate.execute.cases.script import RESULT_FILE_ENV, read_result_file, ver
 from validate.execute.classify import CaseExec, classify, signal_name
 from validate.execute.resources.capture import verify_pins
 from validate.execute.resources.guard import PARENT_ENV
-from validate.model.outcome import Outcome
+from validate.model.outcome import POLICY, Outcome, policy
 from validate.model.results import CaseResult, ResultStore
 from validate.plan.requirements import check, missing_modules
 
@@ -38,8 +38,8 @@ __all__ = ["FAILING", "RunOptions", "RunTarget", "run_case", "run_cases"]
 
 log = logging.getLogger(__name__)
 
-#: Outcomes that make `run` exit 1 and trigger the API-log rerun.
-FAILING: Final = frozenset({Outcome.FAIL, Outcome.CRASH, Outcome.TIMEOUT, Outcome.ERROR})
+#: Outcomes that make `run` exit 1 (the blocking ones, before any known-issue check).
+FAILING: Final = frozenset(o for o, p in POLICY.items() if p.blocking)
 _TAIL_BYTES: Final = 8192
 _TERM_GRACE_S: Final = 5.0
 _NOTEBOOK_GRACE_S: Final = 30.0  # kernel start-up and env capture on top of the cell timeout
@@ -307,7 +307,7 @@ def run_case(case: Case, target: RunTarget, options: RunOptions) -> CaseResult:
     first = _attempt(case, target, options, folder, 1, api_logs=False)
     attempts = [first]
     api_logs: dict[str, str] = {}
-    if first.outcome in FAILING:
+    if policy(first.outcome).rerun:
         extra = options.reruns + (1 if options.api_logs else 0)
         for n in range(2, 2 + extra):
             with_logs = options.api_logs and n == 2

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Literal
 
 from validate.model.matrix import AXES
 from validate.model.order import natural_key, value_key
-from validate.model.outcome import Outcome
-from validate.model.results import axis_value, cell_label, is_bad, is_good, result_key
+from validate.model.outcome import policy
+from validate.model.results import axis_value, cell_label, is_bad, result_key
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -114,8 +114,8 @@ def decide(results: Sequence[CaseResult], baseline: Sequence[CaseResult] | None 
     return Verdict(
         counts=dict(sorted(Counter(str(r.outcome) for r in results).items())),
         regressions=tuple(r for r in results if is_bad(r)),
-        errors=tuple(r for r in results if r.outcome is Outcome.ERROR),
-        notices=tuple(r for r in results if r.outcome is Outcome.XPASS),
+        errors=tuple(r for r in results if policy(r.outcome).infra),
+        notices=tuple(r for r in results if policy(r.outcome).status == "xpass"),
         flaky=tuple(r for r in results if r.flaky),
         baseline=None if baseline is None else compare(results, baseline),
     )
@@ -171,19 +171,20 @@ def compare(current: Sequence[CaseResult], baseline: Sequence[CaseResult]) -> Ba
 
 
 def _kind(old: CaseResult, now: CaseResult) -> TransitionKind | None:
-    if is_good(old):
-        if is_bad(now):
+    was, got = policy(old.outcome), policy(now.outcome)
+    if was.good:
+        if got.bad:
             return "new_failure"
-        if now.outcome is Outcome.SKIP:
+        if got.status == "skip":
             return "unsupported"
-        if now.outcome is Outcome.ERROR:
+        if got.infra:
             return "new_error"
         return None
-    if is_good(now):
-        if old.outcome is Outcome.XFAIL or (old.known_issue and is_bad(old)):
+    if got.good:
+        if was.status == "known" or (old.known_issue and was.bad):
             return "ki_fixed"
         return "new_pass"
-    if is_bad(old) and is_bad(now):
+    if was.bad and got.bad:
         return "still_failing"
     return None
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ResultsError
 from validate.model.matrix import AXES
-from validate.model.outcome import BAD_OUTCOMES, Outcome
+from validate.model.outcome import Outcome, policy
 from validate.textsafe import redact_obj
 
 if TYPE_CHECKING:
@@ -350,9 +350,10 @@ def result_key(result: CaseResult) -> str:
 
 
 def is_bad(result: CaseResult) -> bool:
-    """fail, crash or timeout: the outcomes that count against the product."""
-    return result.outcome in BAD_OUTCOMES
+    """fail, crash or timeout: the outcomes that count against the product (policy `bad`)."""
+    return policy(result.outcome).bad
 
 
 def is_good(result: CaseResult) -> bool:
-    return result.outcome in {Outcome.PASS, Outcome.XPASS}
+    """pass or xpass: the case works (policy `good`)."""
+    return policy(result.outcome).good

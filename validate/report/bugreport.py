@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from validate.model.outcome import Outcome
+from validate.model.outcome import policy
 from validate.report.model import cell_label
 from validate.textsafe import display, redact
 
@@ -33,12 +33,6 @@ _ENV_KEYS: Mapping[str, tuple[str, ...]] = {
     "python": ("python", "python_version"),
     "os": ("os", "os_release", "platform"),
     "torch": ("torch", "torch_version"),
-}
-_EXPECTED: Mapping[Outcome, str] = {
-    Outcome.FAIL: "The case completes and its numerical checks pass",
-    Outcome.CRASH: "The case completes without the process or Jupyter kernel dying",
-    Outcome.TIMEOUT: "The case completes within its time limit",
-    Outcome.SKIP: "The graph is supported, as it was with the baseline backend, and the case passes",
 }
 
 
@@ -115,12 +109,7 @@ def _fence(text: str, lang: str = "text") -> str:
 
 
 def _describe(result: CaseResult, baseline: CaseResult | None) -> list[str]:
-    what = {
-        Outcome.CRASH: "crashes",
-        Outcome.FAIL: "fails",
-        Outcome.TIMEOUT: "times out",
-        Outcome.SKIP: "is rejected as unsupported",
-    }.get(result.outcome, str(result.outcome))
+    what = policy(result.outcome).verb
     lines = [
         (
             f"`{result.case}` {what} with cuDNN backend {result.cell.get('cudnn', '?')} and frontend "
@@ -173,7 +162,7 @@ def bug_report(item: StoredResult, baseline: CaseResult | None = None) -> str:
     ]
     out = [f"# [cudnn-matrix] {r.case}: {r.outcome} with cuDNN {r.cell.get('cudnn', '?')}", ""]
     out += ["**Describe the bug**", "", *_describe(r, baseline), ""]
-    out += ["**Expected behavior**", "", _EXPECTED.get(r.outcome, "The case passes") + ".", ""]
+    out += ["**Expected behavior**", "", policy(r.outcome).expected + ".", ""]
     out += ["**System Environment (please complete the following information):**", ""]
     out += [f"- {name}: {value or 'not captured'}" for name, value in env_rows]
     out += ["", "**API logs**", ""]

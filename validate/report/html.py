@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
 from validate.judge.signoff import summary
+from validate.model.outcome import policy
 from validate.report.model import cell_label, result_key
 from validate.report.text import LEGEND, provenance_lines
 
@@ -102,22 +103,9 @@ def _href(path: Path | None, base: Path | None) -> str | None:
     return quote(os.path.relpath(path.resolve(), base.resolve()).replace(os.sep, "/"))
 
 
-def _status(outcome: str) -> str:
-    return {
-        "fail": "regression",
-        "crash": "regression",
-        "timeout": "regression",
-        "xfail": "known",
-    }.get(outcome, outcome)
-
-
-_RANK: Final = ("crash", "fail", "timeout", "error", "xfail", "xpass", "skip", "pass")
-
-
 def _rank(item: StoredResult) -> int:
     """Worst first in a drill-down."""
-    outcome = str(item.result.outcome)
-    return _RANK.index(outcome) if outcome in _RANK else len(_RANK)
+    return policy(item.result.outcome).rank
 
 
 def _result(item: StoredResult, base: Path | None) -> dict[str, Any]:
@@ -130,7 +118,7 @@ def _result(item: StoredResult, base: Path | None) -> dict[str, Any]:
     return {
         "case": r.case,
         "outcome": str(r.outcome),
-        "status": _status(str(r.outcome)),
+        "status": policy(r.outcome).status,
         "reason": r.reason,
         "label": cell_label(r),
         "known_issue": r.known_issue,

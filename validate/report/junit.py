@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from validate.model.outcome import Outcome
+from validate._compat import assert_never
+from validate.model.outcome import policy
 from validate.report.model import cell_label
 from validate.textsafe import redact
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from validate.model.outcome import JUnitElement
     from validate.model.results import CaseResult
     from validate.report import Report
     from validate.report.model import StoredResult
@@ -17,6 +21,13 @@ if TYPE_CHECKING:
 __all__ = ["render_junit"]
 
 _TAIL_CHARS = 8000
+#: The <testsuite> attribute that counts each element ("passed" is not written).
+_COUNTERS: Final[Mapping[JUnitElement | None, str]] = {
+    "failure": "failures",
+    "error": "errors",
+    "skipped": "skipped",
+    None: "passed",
+}
 
 
 def _text(item: StoredResult) -> str:
@@ -51,26 +62,26 @@ def _testcase(parent: ET.Element, item: StoredResult) -> str:
         parent, "testcase", name=r.case, classname=classname(r), time=f"{r.duration_s:.3f}"
     )
     reason = _clean(r.reason or str(r.outcome))
-    kind = "passed"
-    match r.outcome:
-        case Outcome.FAIL | Outcome.CRASH | Outcome.TIMEOUT:
+    rule = policy(r.outcome)
+    element = rule.junit
+    match element:
+        case "failure":
             ET.SubElement(case, "failure", message=reason, type=str(r.outcome)).text = _clean(
                 r.tail or reason
             )
-            kind = "failures"
-        case Outcome.ERROR:
-            ET.SubElement(case, "error", message=reason, type="error").text = reason
-            kind = "errors"
-        case Outcome.SKIP:
+        case "error":
+            ET.SubElement(case, "error", message=reason, type=str(r.outcome)).text = reason
+        case "skipped" if rule.status == "known":  # xfail: name the known issue
+            message = f"{r.outcome} {r.known_issue}: {reason}"
+            ET.SubElement(case, "skipped", type=str(r.outcome), message=message)
+        case "skipped":
             ET.SubElement(case, "skipped", message=reason)
-            kind = "skipped"
-        case Outcome.XFAIL:
-            ET.SubElement(case, "skipped", type="xfail", message=f"xfail {r.known_issue}: {reason}")
-            kind = "skipped"
-        case Outcome.PASS | Outcome.XPASS:
+        case None:
             pass
+        case _:
+            assert_never(element)
     ET.SubElement(case, "system-out").text = _text(item)
-    return kind
+    return _COUNTERS[element]
 
 
 def render_junit(report: Report) -> str:

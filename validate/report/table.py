@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal, get_args
 
+from validate._compat import assert_never
 from validate.errors import ConfigError
-from validate.model.outcome import Outcome
+from validate.model.outcome import POLICY, Status, policy
 from validate.report.model import (
     AXIS_TITLES,
     PSEUDO_AXES,
@@ -32,6 +33,12 @@ __all__ = ["CellStatus", "CompatTable", "Footnote", "Pivot", "TableCell", "build
 
 CellStatus = Literal["regression", "error", "known", "xpass", "pass", "skip", "empty"]
 _MAX_REASON = 110
+#: The order of a cell's segments, e.g. "✕ 1/4 · ! 1 error [2] · ? 1 xpass · 2 skip [1]".
+_SEGMENTS: Final[tuple[Status, ...]] = ("regression", "error", "known", "pass", "xpass", "skip")
+#: A cell takes the first status any of its results has (Status lists them worst first).
+_PRECEDENCE: Final[tuple[Status, ...]] = get_args(Status)
+#: One symbol per status (check_policy keeps the outcomes of a status on one symbol).
+_SYMBOLS: Final[Mapping[Status, str]] = {p.status: p.symbol for p in POLICY.values()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,34 +180,26 @@ def _cell(
     note_counts: Counter[tuple[str, str]],
 ) -> TableCell:
     counts = Counter(str(r.outcome) for r in results)
+    statuses = Counter(policy(r.outcome).status for r in results)
     marks: dict[str, list[int]] = {"skip": [], "error": []}
     for r in results:
-        if r.outcome in (Outcome.SKIP, Outcome.ERROR):
-            key = (str(r.outcome), _short(r.reason))
+        if (status := policy(r.outcome).status) in marks:
+            key = (status, _short(r.reason))
             index = notes.setdefault(key, len(notes) + 1)
             note_counts[key] += 1
             if index not in marks[key[0]]:
                 marks[key[0]].append(index)
     affected, fixed = _known_issue_flags(results, known_issues)
-    total, bad = len(results), sum(1 for r in results if is_bad(r))
-    errors, skips = counts[Outcome.ERROR], counts[Outcome.SKIP]
-    segments: list[str] = []
-    if bad:
-        segments.append(f"✕ {bad}/{total}")
-    if errors:
-        segments.append(f"! {errors} error {_marks(marks['error'])}")
-    if affected:
-        segments.append(f"⚠ affected ({', '.join(affected)})")
-    if not bad and not errors and counts[Outcome.PASS]:
-        segments.append(f"✓ {counts[Outcome.PASS]}")
-    if counts[Outcome.XPASS]:
-        segments.append(f"? {counts[Outcome.XPASS]} xpass")
-    if skips:
-        segments.append(f"{skips} skip {_marks(marks['skip'])}")
+    segments = [
+        " ".join(part for part in (_SYMBOLS[status], text) if part)
+        for status in _SEGMENTS
+        if (text := _segment(status, statuses, len(results), marks, affected))
+    ]
     segments.extend(f"fixed in {version} ({ki})" for version, ki in fixed)
+    present = {*statuses, *(("known",) if affected else ())}
     return TableCell(
         counts=dict(sorted(counts.items())),
-        status=_status(bad, errors, affected, counts),
+        status=next(s for s in _PRECEDENCE if s in present),
         affected=affected,
         fixed=fixed,
         notes=tuple(marks["error"] + marks["skip"]),
@@ -209,22 +208,33 @@ def _cell(
     )
 
 
+def _segment(
+    status: Status,
+    statuses: Counter[Status],
+    total: int,
+    marks: Mapping[str, Sequence[int]],
+    affected: Sequence[str],
+) -> str:
+    """The text after the status's symbol, or "" to leave the status out of the cell."""
+    n = statuses[status]
+    match status:
+        case "regression":
+            text = f"{n}/{total}" if n else ""
+        case "error" | "skip":
+            text = f"{n} {status} {_marks(marks[status])}" if n else ""
+        case "known":
+            text = f"affected ({', '.join(affected)})" if affected else ""
+        case "pass":  # the count of passes says nothing next to a regression or error
+            text = str(n) if n and not (statuses["regression"] or statuses["error"]) else ""
+        case "xpass":
+            text = f"{n} xpass" if n else ""
+        case _:
+            assert_never(status)
+    return text
+
+
 def _marks(indices: Sequence[int]) -> str:
     return "[" + ",".join(str(i) for i in indices) + "]"
-
-
-def _status(bad: int, errors: int, affected: tuple[str, ...], counts: Counter[str]) -> CellStatus:
-    if bad:
-        return "regression"
-    if errors:
-        return "error"
-    if affected or counts[Outcome.XFAIL]:
-        return "known"
-    if counts[Outcome.XPASS]:
-        return "xpass"
-    if counts[Outcome.PASS]:
-        return "pass"
-    return "skip"
 
 
 def _known_issue_flags(
@@ -234,12 +244,12 @@ def _known_issue_flags(
     affected = {
         r.known_issue
         for r in results
-        if r.known_issue and (r.outcome is Outcome.XFAIL or is_bad(r))
+        if r.known_issue and (policy(r.outcome).status == "known" or is_bad(r))
     }
     fixed: set[tuple[str, str]] = set()
     for ki in known_issues:
         hits = [r for r in results if ki.matches(r)]
-        if any(r.outcome is Outcome.XFAIL or is_bad(r) for r in hits):
+        if any(policy(r.outcome).status == "known" or is_bad(r) for r in hits):
             affected.add(ki.id)
         fixed_in = parse_version(ki.fixed_in or "")
         if fixed_in is None or ki.id in affected:
