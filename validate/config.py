@@ -99,7 +99,7 @@ class ValidateConfig:
     samples: Path | None = None
     case_names: tuple[str, ...] = ()  # --case: names or fnmatch patterns to keep
     executor: str = "local"  # "local" | "docker"; run() resolves "auto"
-    base_image: str | None = None  # docker: the cell images' base (workflow_docker.base_image_for)
+    base_image: str | None = None  # docker: the cell images' base (env.builder.base_image_for)
     env_mode: str = "isolated"  # "isolated" | "current" | "system-site-packages"
     base_python: str = sys.executable
     backend_source: str | None = None

@@ -7,17 +7,23 @@ No GPU here: the GPU path of the executor is covered by tests/unit/test_docker_r
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import re
 import subprocess
 import sys
+import tarfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import docker
 import pytest
 
-from validate.env.builder import BuildResult, ImageBuilder, docker_client
-from validate.env.images import LOCAL_BASE_IMAGE, ImageSpec
+from validate.env.builder import BuildResult, ImageBuilder, base_image_for, docker_client
+from validate.env.images import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE, ImageSpec
 from validate.errors import DockerError, ImageBuildError
 from validate.execute import ExecRequest
 from validate.execute.docker import DockerExecutor
@@ -191,16 +197,130 @@ def test_wrong_pin_is_an_error_not_a_pass(
     assert "pin not honoured" in pin.reason
 
 
-def test_build_failure_is_image_build_error_with_log_tail(builder: ImageBuilder) -> None:
-    broken = builder.spec_for(
-        _cell("1.26.0"), base_image="cudnn-matrix/base:no-such-image", python="3.11"
+@pytest.fixture
+def empty_image(builder: ImageBuilder) -> Iterator[str]:
+    """An image with no files at all (no /bin/sh): every RUN step on it fails."""
+    tag = "cudnn-matrix/test-empty:1"
+    buffer = io.BytesIO()
+    tarfile.open(fileobj=buffer, mode="w").close()
+    builder.client.api.import_image_from_data(
+        buffer.getvalue(), repository=tag.split(":")[0], tag="1"
     )
+    root = builder.client.images.get(tag).id
+    try:
+        yield tag
+    finally:  # the image and the (empty) intermediate images of the failed build on it
+        family = [root]
+        for image in family:
+            everything = builder.client.images.list(all=True)
+            family += [i.id for i in everything if i.attrs.get("Parent") == image]
+        for image in reversed(family):  # children first; removing one may prune its parents
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                builder.client.images.remove(image, force=True)
+
+
+def test_build_failure_is_image_build_error_with_log_tail(
+    builder: ImageBuilder, empty_image: str
+) -> None:
+    # a missing base no longer reaches the build (test_missing_base_is_one_line): a base whose
+    # first RUN step fails makes the build itself fail
+    broken = builder.spec_for(_cell("1.26.0"), base_image=empty_image, python="3.11")
     with pytest.raises(
         ImageBuildError, match=r"^building cudnn-matrix/(backend|cell):\w+ .* failed: "
     ) as info:
         builder.build(broken)
-    assert "FROM ${BASE_IMAGE}" in str(info.value)  # the build log's tail names the failing step
+    steps = [line for line in str(info.value).splitlines() if line.startswith("Step ")]
+    assert "FROM ${BASE_IMAGE}" in steps[1]  # the build log's tail names the steps ...
+    assert "RUN set -eux;" in steps[-1]  # ... up to the failing one
+    assert "/bin/sh: no such file or directory" in str(info.value)
+    assert not builder.image_exists(broken.backend_tag)
     assert not builder.image_exists(broken.tag)
+
+
+def _images_build(*args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "validate", "images", "build", "--wheelhouse", str(WHEELHOUSE)]
+    return subprocess.run([*argv, *args], capture_output=True, text=True, cwd=ROOT, check=False)
+
+
+def _select(driver: str) -> list[str]:
+    cell = _cell("1.27.0")
+    return ["--cudnn", BACKEND, "--frontend", "1.27.0", "--cuda", cell.cuda, "--driver", driver]
+
+
+def test_missing_base_is_one_line(builder: ImageBuilder) -> None:
+    """No such image on the daemon and no registry to pull it from: one line naming the fix."""
+    missing = "cudnn-matrix/base:no-such-image"
+    assert not builder.image_exists(missing)
+    proc = _images_build(*_select("580"), "--arch", "sm90", "--base-image", missing)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    *logged, line = proc.stderr.splitlines()
+    assert logged == [f"pulling {missing}"]  # and one line: no docker output dumped
+    assert line.startswith(f"cudnn-matrix: error: base image {missing} is not on the docker daemon")
+    assert re.search(r"cannot be pulled \((no registry is reachable|pull failed): ", line), line
+    assert "`nox -s base_image`" in line
+    assert "--base-image" in line
+    assert "registry-1.docker.io/v2" not in line  # docker's raw request text stays out
+
+
+def test_images_build_falls_back_to_the_local_base_as_validate_does(
+    builder: ImageBuilder, specs: dict[str, ImageSpec], builds: dict[str, BuildResult]
+) -> None:
+    """No --base-image, a daemon with only the local base: the image validate builds (cached)."""
+    assert builds
+    cell = _cell("1.27.0")
+    nvidia = DEFAULT_BASE_IMAGE.format(cuda=cell.cuda)
+    if builder.image_exists(nvidia):
+        pytest.skip(f"the daemon holds {nvidia}: both paths choose it, not the local base")
+    assert base_image_for(cell, None, builder) == LOCAL_BASE_IMAGE  # validate's choice
+    proc = _images_build(*_select(cell.driver), "--arch", cell.arch, "--offline")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert specs["1.27.0"].tag in proc.stdout.split()  # same pins, same base: the same tag
+
+
+def test_forward_compat_on_the_local_base_is_one_line(builder: ImageBuilder) -> None:
+    """The Debian base has no NVIDIA CUDA apt repository: caught before any build step."""
+    fc = replace(_cell("1.27.0"), driver="fc-610@580")
+    spec = builder.spec_for(fc)  # the base is chosen as for any cell
+    if spec.base_image != LOCAL_BASE_IMAGE:
+        pytest.skip(f"the daemon holds {spec.base_image}: the cell is built on it")
+    assert spec.compat == "13-0"
+    proc = _images_build(*_select(fc.driver), "--arch", fc.arch)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert "needs cuda-compat-13-0 from NVIDIA's CUDA apt repository" in line
+    assert f"which base image {LOCAL_BASE_IMAGE} does not have" in line
+    assert "--base-image nvidia/cuda:13.0.0-runtime-ubuntu24.04" in line
+    assert not builder.image_exists(spec.backend_tag)  # nothing was built
+
+
+@pytest.fixture
+def cuda_repo_image(builder: ImageBuilder) -> Iterator[str]:
+    """The local base plus an apt source for NVIDIA's CUDA repository (as nvidia/cuda images have)."""
+    tag = "cudnn-matrix/test-cuda-repo:1"
+    source = "deb https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /"
+    dockerfile = (
+        f"FROM {LOCAL_BASE_IMAGE}\nRUN echo '{source}' > /etc/apt/sources.list.d/cuda.list\n"
+    )
+    builder.client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, network_mode="none", rm=True
+    )
+    try:
+        yield tag
+    finally:
+        builder.client.images.remove(tag, force=True)
+
+
+def test_cuda_apt_repository_is_read_from_the_image(
+    builder: ImageBuilder, cuda_repo_image: str
+) -> None:
+    assert not builder.has_cuda_apt_repo(LOCAL_BASE_IMAGE)
+    assert builder.has_cuda_apt_repo(cuda_repo_image)
+    fc = replace(_cell("1.27.0"), driver="fc-610@580")
+    builder.check_base(builder.spec_for(fc, base_image=cuda_repo_image))  # passes: no error
+    with pytest.raises(
+        ImageBuildError, match=r"needs cuda-compat-13-0 .* base image cudnn-matrix/base"
+    ):
+        builder.check_base(builder.spec_for(fc, base_image=LOCAL_BASE_IMAGE))
 
 
 def test_list_and_prune_remove_what_the_tests_built(

@@ -12,15 +12,15 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
 
 from validate.config import ValidateConfig
-from validate.env.builder import ImageBuilder, docker_client
+from validate.env.builder import ImageBuilder, base_image_for, docker_client
 from validate.env.images import LOCAL_BASE_IMAGE
 from validate.errors import DockerError
-from validate.execute.docker_cells import base_image_for
 from validate.model.matrix import Cell
 
 if TYPE_CHECKING:
@@ -51,7 +51,9 @@ def cell_tags(wheelhouse: Path, tmp_path: Path) -> Iterator[set[str]]:
     builder = ImageBuilder(wheelhouse=wheelhouse, cache_dir=tmp_path / "ctx", client=client)
     if not builder.image_exists(LOCAL_BASE_IMAGE):
         _unavailable(f"no {LOCAL_BASE_IMAGE}; run `sudo nox -s base_image` first")
-    spec = builder.spec_for(CELL, base_image=base_image_for(CELL, ValidateConfig(), builder))
+    spec = builder.spec_for(
+        CELL, base_image=base_image_for(CELL, ValidateConfig().base_image, builder)
+    )
     tags = {spec.tag, spec.backend_tag}
     existed = {tag for tag in tags if builder.image_exists(tag)}
     try:
@@ -93,3 +95,39 @@ def test_validate_runs_the_cell_in_its_container(
     finally:
         client.close()
     assert "SIGNED OFF" in proc.stdout
+
+
+def test_forward_compat_cell_on_the_local_base_is_an_error_with_one_line(
+    wheelhouse: Path, tmp_path: Path
+) -> None:
+    """No NVIDIA CUDA apt repository in the Debian base: each case an `error`, nothing built."""
+    try:
+        client = docker_client(timeout=600)
+    except DockerError as exc:
+        _unavailable(f"no docker daemon: {exc}")
+    fc = replace(CELL, driver="fc-610@580")
+    builder = ImageBuilder(wheelhouse=wheelhouse, cache_dir=tmp_path / "ctx", client=client)
+    try:
+        spec = builder.spec_for(fc)
+        if spec.base_image != LOCAL_BASE_IMAGE:
+            _unavailable(f"validate chooses {spec.base_image}, not {LOCAL_BASE_IMAGE}, here")
+        run_dir = tmp_path / "run"
+        argv = [sys.executable, "-m", "validate", "validate", "--executor", "docker"]
+        argv += [*SELECT[:-4], "--driver", fc.driver, "--arch", fc.arch]
+        argv += ["--wheelhouse", str(wheelhouse), "--results", str(run_dir)]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+        assert proc.returncode == 1, proc.stdout + proc.stderr[-4000:]  # not signed off; no crash
+        lines = (run_dir / "results.jsonl").read_text().splitlines()
+        results = [json.loads(line) for line in lines]
+        assert results
+        assert {r["cell_id"] for r in results} == {fc.id}
+        assert {r["outcome"] for r in results} == {"error"}
+        reasons = {r["reason"] for r in results}
+        assert len(reasons) == 1
+        (reason,) = reasons
+        assert "\n" not in reason
+        assert "needs cuda-compat-13-0 from NVIDIA's CUDA apt repository" in reason
+        assert f"base image {LOCAL_BASE_IMAGE} does not have" in reason
+        assert not builder.image_exists(spec.backend_tag)
+    finally:
+        builder.close()

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from validate.cli.images import compat_for
 from validate.env.images import (
     BACKEND_REPO,
     IMAGE_REPO,
     LOCAL_BASE_IMAGE,
     ImageSpec,
+    compat_for,
     dockerfile_path,
 )
 from validate.errors import ConfigError

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from validate.config import ValidateConfig
+from validate.env.builder import base_image_for
 from validate.env.images import LOCAL_BASE_IMAGE
 from validate.errors import ImageBuildError
 from validate.execute import ExecRequest, ExecResult
 from validate.execute.cases import SHIPPED_CASES, discover_cases
-from validate.execute.docker_cells import base_image_for, run_cells_docker
+from validate.execute.docker_cells import run_cells_docker
 from validate.model.matrix import Cell
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, load_results
@@ -47,7 +48,8 @@ class FakeBuilder:
         return tag in self.images
 
     def spec_for(self, cell: Cell, **kwargs: Any) -> _Spec:
-        assert kwargs["base_image"] == LOCAL_BASE_IMAGE
+        # the real choice, as ImageBuilder.spec_for makes it from the --base-image it is given
+        assert base_image_for(cell, kwargs["base_image"], self) == LOCAL_BASE_IMAGE
         return _Spec(tag=f"cudnn-matrix/cell:{cell.frontend}")
 
     def ensure(self, spec: _Spec, *, log_path: Path | None = None) -> str:
@@ -135,9 +137,11 @@ def test_base_image_default() -> None:
     cell = CELLS[0]
     nvidia = "nvidia/cuda:13.0.0-runtime-ubuntu24.04"
     config = ValidateConfig()
-    assert base_image_for(cell, config, FakeBuilder({LOCAL_BASE_IMAGE})) == LOCAL_BASE_IMAGE  # type: ignore[arg-type]
-    assert base_image_for(cell, config, FakeBuilder(set())) == nvidia  # type: ignore[arg-type]
+    assert (
+        base_image_for(cell, config.base_image, FakeBuilder({LOCAL_BASE_IMAGE})) == LOCAL_BASE_IMAGE
+    )
+    assert base_image_for(cell, config.base_image, FakeBuilder(set())) == nvidia
     both = FakeBuilder({LOCAL_BASE_IMAGE, nvidia})
-    assert base_image_for(cell, config, both) == nvidia  # type: ignore[arg-type]
+    assert base_image_for(cell, config.base_image, both) == nvidia
     explicit = ValidateConfig(base_image="my/base:1")
-    assert base_image_for(cell, explicit, both) == "my/base:1"  # type: ignore[arg-type]
+    assert base_image_for(cell, explicit.base_image, both) == "my/base:1"

@@ -18,9 +18,8 @@ if TYPE_CHECKING:
 
     from validate.env.builder import ImageBuilder, ImageInfo
     from validate.env.images import ImageSpec
-    from validate.model.matrix import Cell
 
-__all__ = ["compat_for", "register"]
+__all__ = ["register"]
 
 logger = logging.getLogger(__name__)
 _LIST_COLUMNS = ("tag", "kind", "cudnn", "frontend", "cuda", "backend-source", "compat", "size_mb")
@@ -35,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     build.add_argument(
         "--base-image",
         metavar="IMAGE",
-        help=f"base image (default nvidia/cuda:<cuda>-runtime-ubuntu24.04; offline: {LOCAL_BASE_IMAGE})",
+        help="base image (default nvidia/cuda:<cuda>.0-runtime-ubuntu24.04, "
+        f"or {LOCAL_BASE_IMAGE} where only that one is on the daemon)",
     )
     build.add_argument("--python", default="3.11", help="the base image's Python (default 3.11)")
     build.add_argument(
@@ -64,16 +64,6 @@ def _builder(args: argparse.Namespace, *, offline: bool = False) -> ImageBuilder
     return ImageBuilder(wheelhouse=args.wheelhouse, network="none" if offline else None)
 
 
-def compat_for(cell: Cell) -> str | None:
-    """'13-0' (cuda-compat-13-0) for a forward-compatibility driver pin, else None."""
-    from validate.model.matrix import Driver
-
-    if not Driver.parse(cell.driver).forward_compat:
-        return None
-    release = Version(cell.cuda).release
-    return f"{release[0]}-{(*release, 0)[1]}"
-
-
 def _specs(args: argparse.Namespace, builder: ImageBuilder) -> list[ImageSpec]:
     from validate.config import Selectors
     from validate.env.sources import parse_backend_source, parse_frontend_source
@@ -97,7 +87,6 @@ def _specs(args: argparse.Namespace, builder: ImageBuilder) -> list[ImageSpec]:
             base_image=args.base_image,
             python=args.python,
             torch=args.torch,
-            compat=compat_for(cell),
         )
         specs.setdefault(spec.tag, spec)  # cells differing only in driver/arch share an image
     return list(specs.values())

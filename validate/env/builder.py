@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import re
 import shutil
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 
-from validate.env.images import BACKEND_REPO, IMAGE_REPO, LABEL_PREFIX, ImageSpec, repo_root
+from validate.env.images import (
+    BACKEND_REPO,
+    DEFAULT_BASE_IMAGE,
+    IMAGE_REPO,
+    LABEL_PREFIX,
+    LOCAL_BASE_IMAGE,
+    ImageSpec,
+    compat_for,
+    repo_root,
+)
 from validate.env.wheelhouse import Wheelhouse, default_wheelhouse, link
 from validate.errors import ConfigError, DockerError, ImageBuildError
 
@@ -25,8 +36,10 @@ if TYPE_CHECKING:
 __all__ = [
     "BuildResult",
     "BuildStep",
+    "HoldsImages",
     "ImageBuilder",
     "ImageInfo",
+    "base_image_for",
     "default_wheelhouse",
     "docker_client",
 ]
@@ -39,6 +52,15 @@ _STEP_RE: Final = re.compile(r"^Step (\d+)/\d+ : (.*)$")
 _LAYER_RE: Final = re.compile(r"^ ---> ([0-9a-f]{12,})$")
 _TOOL_PARTS: Final = ("validate", "matrix")
 _IGNORE: Final = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".mypy_cache")
+#: Path part of NVIDIA's CUDA apt repository (and of its mirrors), where cuda-compat-* lives.
+_CUDA_APT_REPO: Final = b"/compute/cuda/repos/"
+_LOOKUP: Final = re.compile(r"\blookup (\S+?):? ")
+_NO_REGISTRY: Final = re.compile(
+    r"dial tcp|no such host|i/o timeout|connection refused|network is unreachable"
+    r"|TLS handshake timeout",
+    re.IGNORECASE,
+)
+_FIX_BASE: Final = "build the local one with `nox -s base_image` or pass --base-image with an image the daemon holds"
 
 
 def docker_client(timeout: int = _CLIENT_TIMEOUT_S) -> Any:
@@ -56,6 +78,53 @@ def docker_client(timeout: int = _CLIENT_TIMEOUT_S) -> Any:
         msg = f"docker daemon not reachable at {host} ({exc}); start dockerd or set DOCKER_HOST"
         raise DockerError(msg) from exc
     return client
+
+
+class HoldsImages(Protocol):
+    """What base_image_for asks of the daemon (ImageBuilder)."""
+
+    def image_exists(self, tag: str) -> bool: ...
+
+
+def base_image_for(cell: Cell, base_image: str | None, builder: HoldsImages) -> str:
+    """The base of a cell's image, for `images build` and `validate --executor docker` alike.
+
+    `base_image` (--base-image) when given; else NVIDIA's CUDA image when the daemon holds it or
+    holds no local base; else the local base (`nox -s base_image`, a host with no registry).
+    """
+    if base_image:
+        return base_image
+    nvidia = DEFAULT_BASE_IMAGE.format(cuda=cell.cuda)
+    if builder.image_exists(nvidia) or not builder.image_exists(LOCAL_BASE_IMAGE):
+        return nvidia
+    return LOCAL_BASE_IMAGE
+
+
+def _first_line(exc: Exception) -> str:
+    """The daemon's own explanation of a failed request, first line, at most 160 characters."""
+    text = str(getattr(exc, "explanation", None) or exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:160]
+
+
+def _pull_cause(exc: Exception) -> str:
+    """docker's pull error as a few words: no registry reachable, or its first line."""
+    first = _first_line(exc)
+    if match := _LOOKUP.search(first):
+        return f"no registry is reachable: lookup {match[1]} failed"
+    if match := _NO_REGISTRY.search(first):
+        return f"no registry is reachable: {match[0]}"
+    return f"pull failed: {first}"
+
+
+def _names_cuda_repo(etc_apt: bytes) -> bool:
+    """Whether a tar of /etc/apt has an apt source (.list, .sources) naming NVIDIA's CUDA repo."""
+    with tarfile.open(fileobj=io.BytesIO(etc_apt)) as tar:
+        for member in tar:
+            if member.isfile() and member.name.endswith((".list", ".sources")):
+                handle = tar.extractfile(member)
+                if handle is not None and _CUDA_APT_REPO in handle.read():
+                    return True
+    return False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +205,8 @@ class ImageBuilder:
         self.cache_dir = (cache_dir or Path.home() / ".cache" / "cudnn-matrix").resolve()
         self.network = network  # build-time network: None = daemon default, "none" = offline
         self._client = client
+        self._pull_failures: dict[str, str] = {}  # image -> the one-line error of its failed pull
+        self._apt_repo: dict[str, bool] = {}  # image -> whether it carries NVIDIA's CUDA repo
 
     @property
     def client(self) -> Any:
@@ -166,9 +237,14 @@ class ImageBuilder:
         base_image: str | None = None,
         python: str = "3.11",
         torch: str | None = None,
-        compat: str | None = None,
     ) -> ImageSpec:
-        """An ImageSpec for a cell whose wheels are in the wheelhouse (fetched here when missing)."""
+        """The ImageSpec of a cell: the one place that decides each of its inputs.
+
+        `images build` and `validate --executor docker` both call it with their flags, so a cell
+        gets one tag from either. Wheels come from the wheelhouse (fetched when missing), the base
+        from `base_image_for` (`base_image` is --base-image, None to choose), forward
+        compatibility (cuda-compat-<major>-<minor>) from the cell's driver pin.
+        """
         libdir = backend.libdir() if backend is not None and backend.kind == "libdir" else None
         backend_wheel = None
         if libdir is None:
@@ -191,10 +267,10 @@ class ImageBuilder:
             frontend_wheel=frontend_wheel,
             backend_wheel=backend_wheel,
             backend_libdir=libdir,
-            base_image=base_image,
+            base_image=base_image_for(cell, base_image, self),
             python=python,
             torch=torch,
-            compat=compat,
+            compat=compat_for(cell),
         )
 
     # -- context and build ------------------------------------------------------------------
@@ -245,10 +321,13 @@ class ImageBuilder:
     def build(self, spec: ImageSpec, *, log_path: Path | None = None) -> BuildResult:
         """Build the backend image when missing, then the cell image on top (cached layers reused)."""
         start = time.monotonic()
+        backend_missing = not self.image_exists(spec.backend_tag)
+        if backend_missing:
+            self.check_base(spec)
         sink = log_path.open("w", encoding="utf-8") if log_path else None
         try:
             lower: BuildResult | None = None
-            if not self.image_exists(spec.backend_tag):
+            if backend_missing:
                 ctx = self.stage_backend(spec)
                 lower = self._build(spec, ctx, spec.backend_tag, spec.backend_build_args(), sink)
             upper = self._build(spec, self.stage(spec), spec.tag, spec.build_args(), sink)
@@ -306,6 +385,67 @@ class ImageBuilder:
             duration_s=time.monotonic() - start,
             log_path=None,
         )
+
+    def check_base(self, spec: ImageSpec) -> None:
+        """Before building a backend image: a one-line ImageBuildError where its base cannot serve.
+
+        The base must be on the daemon (pulled here when a registry answers), and where the cell
+        needs forward compatibility it must carry NVIDIA's CUDA apt repository (the local Debian
+        base does not), which the cuda-compat-<major>-<minor> layer installs from.
+        """
+        self.require_image(spec.base_image)
+        if spec.compat and not self.has_cuda_apt_repo(spec.base_image):
+            nvidia = DEFAULT_BASE_IMAGE.format(cuda=spec.cuda)
+            msg = (
+                f"the cell (cudnn {spec.cudnn}, CUDA {spec.cuda}, forward compat) needs "
+                f"cuda-compat-{spec.compat} from NVIDIA's CUDA apt repository, which base image "
+                f"{spec.base_image} does not have; use an nvidia/cuda base (--base-image {nvidia})"
+            )
+            raise ImageBuildError(msg)
+
+    def require_image(self, image: str) -> None:
+        """Pull `image` unless the daemon holds it; a failed pull is one line naming the fix."""
+        import docker
+
+        if self.image_exists(image):
+            return
+        if image not in self._pull_failures:
+            logger.info("pulling %s", image)
+            try:
+                self.client.images.pull(image)
+                return
+            except docker.errors.DockerException as exc:
+                self._pull_failures[image] = (
+                    f"base image {image} is not on the docker daemon and cannot be pulled "
+                    f"({_pull_cause(exc)}); {_FIX_BASE}"
+                )
+        raise ImageBuildError(self._pull_failures[image])
+
+    def has_cuda_apt_repo(self, image: str) -> bool:
+        """Whether the image's apt sources name NVIDIA's CUDA repository.
+
+        Reads /etc/apt out of a created (never started) container: no shell or network needed.
+        """
+        import docker
+
+        if image in self._apt_repo:
+            return self._apt_repo[image]
+        try:
+            container = self.client.containers.create(
+                image, command=["true"], network_disabled=True
+            )
+        except docker.errors.DockerException as exc:
+            msg = f"cannot read the apt sources of base image {image}: {_first_line(exc)}"
+            raise ImageBuildError(msg) from exc
+        try:
+            stream, _ = container.get_archive("/etc/apt")
+            data = b"".join(stream)
+        except docker.errors.NotFound:  # no apt at all
+            data = b""
+        finally:
+            container.remove(force=True)
+        self._apt_repo[image] = found = bool(data) and _names_cuda_repo(data)
+        return found
 
     def ensure(self, spec: ImageSpec, *, log_path: Path | None = None) -> str:
         """The tag of the cell's image, built or refreshed (cached layers) first."""

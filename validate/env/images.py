@@ -8,8 +8,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
+from packaging.version import Version
+
 from validate import __version__
 from validate.errors import ConfigError
+from validate.model.matrix import Driver
 
 if TYPE_CHECKING:
     from validate.model.matrix import Cell
@@ -21,6 +24,7 @@ __all__ = [
     "LABEL_PREFIX",
     "LOCAL_BASE_IMAGE",
     "ImageSpec",
+    "compat_for",
     "dockerfile_path",
     "repo_root",
 ]
@@ -51,6 +55,14 @@ def dockerfile_path(name: str = "Dockerfile") -> Path:
         msg = f"images/{name} not found at {path}; run cudnn-matrix from a checkout of the repo"
         raise ConfigError(msg)
     return path
+
+
+def compat_for(cell: Cell) -> str | None:
+    """'13-0' (cuda-compat-13-0) for a forward-compatibility driver pin, else None."""
+    if not Driver.parse(cell.driver).forward_compat:
+        return None
+    release = Version(cell.cuda).release
+    return f"{release[0]}-{(*release, 0)[1]}"
 
 
 def _libdir_fingerprint(libdir: Path) -> str:

@@ -12,7 +12,6 @@ import logging
 import os
 from typing import TYPE_CHECKING, Final
 
-from validate.env.images import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
 from validate.env.sources import parse_backend_source, parse_frontend_source, short_version
 from validate.errors import DockerError, EnvBuildError, ImageBuildError
 from validate.execute import ExecRequest
@@ -36,22 +35,12 @@ if TYPE_CHECKING:
     from validate.plan.host import HostFacts
     from validate.plan.rules import Plan
 
-__all__ = ["base_image_for", "run_cells_docker"]
+__all__ = ["run_cells_docker"]
 
 log = logging.getLogger(__name__)
 
 _RESULTS: Final = "/results"
 _REASON_LINES: Final = 12  # of the build log's tail, in an error result's reason
-
-
-def base_image_for(cell: Cell, config: ValidateConfig, builder: ImageBuilder) -> str:
-    """--base-image; else NVIDIA's CUDA image when present or no local base exists; else ours."""
-    if config.base_image:
-        return config.base_image
-    nvidia = DEFAULT_BASE_IMAGE.format(cuda=cell.cuda)
-    if builder.image_exists(nvidia) or not builder.image_exists(LOCAL_BASE_IMAGE):
-        return nvidia
-    return LOCAL_BASE_IMAGE  # a host with no registry: `nox -s base_image` built it
 
 
 def _runner_args(config: ValidateConfig) -> tuple[str, ...]:
@@ -146,7 +135,7 @@ def _run_all(
                 cell,
                 backend=backend,
                 frontend=frontend,
-                base_image=base_image_for(cell, config, builder),
+                base_image=config.base_image,  # None: base_image_for chooses
             )
         except EnvBuildError as exc:  # a wheel the wheelhouse could not provide
             record_all(

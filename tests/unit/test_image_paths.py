@@ -1,0 +1,100 @@
+"""`images build` and `validate --executor docker` give a cell one ImageSpec (issue 11, 6b).
+
+Both ask ImageBuilder.spec_for, which decides every input, forward compatibility included.
+Hermetic: the wheelhouse holds wheel files by name only (spec_for reads names, builds nothing)
+and --base-image is given, so no daemon is asked; only the build step is a labelled fake.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from validate.cli import build_parser
+from validate.cli.images import _specs
+from validate.config import Selectors, ValidateConfig
+from validate.env.builder import ImageBuilder
+from validate.execute import ExecRequest, ExecResult
+from validate.execute.cases import SHIPPED_CASES, discover_cases
+from validate.execute.docker_cells import run_cells_docker
+from validate.model.matrix import load_matrix
+from validate.model.results import ResultStore
+from validate.plan.host import HostFacts
+from validate.plan.rules import load_rules, plan_cells
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from validate.env.images import ImageSpec
+
+WHEELS = (
+    "nvidia_cudnn_cu13-9.24.0.43-py3-none-manylinux_2_27_x86_64.whl",
+    "nvidia_cudnn_frontend-1.27.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+)
+BASE = "nvidia/cuda:13.0.0-runtime-ubuntu24.04"
+#: a normal cell and a forward-compat one (user-mode driver 610 on kernel-mode 580)
+SELECT = ["--cudnn", "9.24.0.43", "--frontend", "1.27.0", "--cuda", "13.0"]
+SELECT += ["--driver", "580,fc-610@580", "--arch", "sm90"]
+
+
+class RecordingBuilder(ImageBuilder):
+    """FAKE build step only (no daemon): records the specs the docker path asks to build."""
+
+    def __init__(self, wheelhouse: Path) -> None:
+        super().__init__(wheelhouse=wheelhouse, cache_dir=wheelhouse.parent / "ctx")
+        self.asked: list[ImageSpec] = []
+
+    def ensure(self, spec: ImageSpec, *, log_path: Path | None = None) -> str:
+        assert log_path is not None
+        self.asked.append(spec)
+        return spec.tag
+
+
+class NoContainer:
+    """FAKE executor: runs nothing (the cases then read as errors; only the specs matter here)."""
+
+    name = "docker"
+
+    def run(self, request: ExecRequest) -> ExecResult:
+        return ExecResult(
+            returncode=0,
+            timed_out=False,
+            duration_s=0.0,
+            log_path=None,
+            tail="",
+            results_dir=request.results_dir,
+        )
+
+
+def test_cli_and_docker_path_give_each_cell_one_spec(tmp_path: Path) -> None:
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    for name in WHEELS:
+        (wheelhouse / name).write_bytes(b"")
+    builder = RecordingBuilder(wheelhouse)
+    args = build_parser().parse_args(
+        ["images", "build", *SELECT, "--base-image", BASE, "--wheelhouse", str(wheelhouse)]
+    )
+    cli = {spec.tag: spec for spec in _specs(args, builder)}
+
+    selectors = Selectors.from_args(args)
+    plan = plan_cells(load_matrix(selectors.matrix), load_rules(selectors.rules), selectors)
+    assert sorted(cell.driver for cell in plan.planned) == ["580", "fc-610@580"]
+    run_cells_docker(
+        ValidateConfig(base_image=BASE, wheelhouse=wheelhouse),
+        plan,
+        discover_cases([SHIPPED_CASES]),
+        HostFacts(),
+        ResultStore(tmp_path / "run" / "results.jsonl"),
+        "RUN1",
+        builder=builder,
+        executor=NoContainer(),  # type: ignore[arg-type]
+    )
+    docker = {spec.tag: spec for spec in builder.asked}
+
+    assert docker.keys() == cli.keys()
+    assert len(cli) == 2  # forward compat is a pin of the image: two images, not one
+    assert sorted((spec.compat or "") for spec in docker.values()) == ["", "13-0"]
+    assert {tag: spec.pins() for tag, spec in docker.items()} == {
+        tag: spec.pins() for tag, spec in cli.items()
+    }
+    assert {spec.base_image for spec in docker.values()} == {BASE}
