@@ -185,6 +185,9 @@ def _spawn(
         finally:
             timer.cancel()
             _LIVE.discard(proc.pid)
+            # what is left of the case's group (a case that killed its supervising parent,
+            # resources/guard.py become_reaper, is still running): it ends with the case
+            _kill_group(proc.pid, signal.SIGKILL)
         timed_out = expired.is_set()
     if kernel_file.exists():  # the kernel runs in its own session: make sure it is gone too
         try:

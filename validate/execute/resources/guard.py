@@ -14,16 +14,19 @@ import ctypes
 import os
 import signal
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-__all__ = ["PARENT_ENV", "die_with_parent"]
+__all__ = ["PARENT_ENV", "become_reaper", "die_with_parent"]
 
 #: The tool puts its pid here; a case that finds another parent at start has lost it already.
 PARENT_ENV = "CUDNN_MATRIX_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_STOP_GRACE_S = 3.0  # after SIGTERM: how long the case may take to end before all is killed
 
 
 def _kill_groups(groups: Iterable[int]) -> None:
@@ -55,3 +58,120 @@ def die_with_parent(
     expected = os.environ.get(parent_env) if parent_env else None
     if expected and expected.isdigit() and os.getppid() != int(expected):
         _kill_groups([*also(), os.getpgrp()])  # the tool died before prctl took effect
+
+
+def _children(me: int) -> list[int]:
+    """Live (non-zombie) processes whose parent is `me`."""
+    found = []
+    for entry in os.listdir("/proc"):  # noqa: PTH208 - only names, on the hot path
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:  # noqa: PTH123 - stdlib only, hot path
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != b"Z" and int(fields[1]) == me:
+            found.append(int(entry))
+    return found
+
+
+def _reap() -> bool:
+    """Collect exited children; False when this process has no child left at all."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def _kill_descendants() -> None:
+    """Kill everything left below this process. As a child subreaper it inherits every orphan
+    of the case (background children, double-forked daemons, children that called setsid), so
+    killing its children round by round reaches them all."""
+    me = os.getpid()
+    for _ in range(200):
+        if not _reap():  # the common case: nothing left, and no /proc scan at all
+            return
+        kids = _children(me)
+        if not kids:
+            time.sleep(0.005)  # a killed child not yet reaped
+            continue
+        for kid in kids:
+            with contextlib.suppress(OSError):
+                os.kill(kid, signal.SIGKILL)
+        time.sleep(0.005)
+
+
+def _end_like(status: int) -> None:
+    """Exit with the case's own status: its exit code, or death by the same signal."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        with contextlib.suppress(Exception):
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the case dumped core, not us
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        time.sleep(1)  # pragma: no cover - the signal ends the process
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def become_reaper() -> None:
+    """Fork: the child returns and runs the case; this process supervises it and never returns.
+
+    This process is a child subreaper (PR_SET_CHILD_SUBREAPER): when the case ends, for any
+    reason, whatever it started and left behind is killed before this process exits with the
+    case's status. The tool is not the case's direct parent, so a case that kills its parent
+    kills only this supervisor (the runner then ends the case's process group). Linux only;
+    elsewhere, or when prctl is refused, the case runs in this process as before.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # SIGTERM (the runner's timeout) and SIGCHLD are taken synchronously with sigwaitinfo, so a
+    # SIGTERM that lands while the case is ending can never interrupt the cleanup below.
+    watched = {signal.SIGTERM, signal.SIGCHLD}
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so SIGCHLD is never discarded
+    signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    child = os.fork()
+    if child == 0:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, watched)
+        return
+    status: int | None = None
+    while status is None:
+        done, got = os.waitpid(child, os.WNOHANG)
+        if done:
+            status = got
+            break
+        if signal.sigwaitinfo(watched).si_signo == signal.SIGTERM:
+            # the case got the same SIGTERM (same process group): give it a moment to end
+            status = _wait_for(child, _STOP_GRACE_S)
+            if status is None:
+                with contextlib.suppress(OSError):
+                    os.kill(child, signal.SIGKILL)
+                _, status = os.waitpid(child, 0)
+    _kill_descendants()
+    _end_like(status)
+
+
+def _wait_for(pid: int, seconds: float) -> int | None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.02)
+    return None

@@ -232,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pid_file = args.result.resolve().with_suffix(".kernel")  # the kernel's own session (see _run)
     guard.die_with_parent(lambda: _kernel_group(pid_file))
+    guard.become_reaper()  # from here on this process is the case; its parent reaps after it
     start = time.monotonic()
     result = _run(args.notebook.resolve(), args.result.resolve(), args.timeout)
     env_path = args.result.resolve().with_suffix(".env.json")

@@ -54,6 +54,7 @@ def _guard() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.die_with_parent()
+    module.become_reaper()  # from here on this process is the case; its parent reaps after it
 
 
 def main() -> int:

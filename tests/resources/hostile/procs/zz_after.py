@@ -1,0 +1,2 @@
+"""Runs after the hostile ones: it must still get its verdict."""
+print("VERDICT pass")
