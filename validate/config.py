@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.version import Version
-
 from validate.errors import ConfigError
-from validate.model.matrix import AXES, Driver, Matrix, parse_value
+from validate.model.axes import AXES, axis_named, parse_value
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping, Sequence
+
+    from validate.model.matrix import Matrix
 
 __all__ = ["Selectors", "ValidateConfig", "split_list"]
 
@@ -25,22 +25,6 @@ def split_list(values: Sequence[str] | None) -> list[str]:
     for value in values or ():
         out.extend(part.strip() for part in value.split(",") if part.strip())
     return out
-
-
-def _same(axis: str, a: str, b: str) -> bool:
-    """Whether two normalised values of one axis mean the same pin (13 == 13.0; 580.65.06 == 580.65.6)."""
-    match axis:
-        case "cudnn" | "frontend" | "cuda":
-            return Version(a) == Version(b)
-        case "driver":
-            da, db = Driver.parse(a), Driver.parse(b)
-            return (da.user, da.kernel, da.forward_compat) == (
-                db.user,
-                db.kernel,
-                db.forward_compat,
-            )
-        case _:
-            return a == b
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,8 +64,8 @@ class Selectors:
         """Keep only the selected values per axis; a value the matrix does not declare is added."""
         chosen: dict[str, tuple[str, ...]] = {}
         for axis, wanted in self.values.items():
-            declared = matrix.values(axis)
-            picked = (next((d for d in declared if _same(axis, d, w)), w) for w in wanted)
+            declared, same = matrix.values(axis), axis_named(axis).same
+            picked = (next((d for d in declared if d and same(d, w)), w) for w in wanted)
             chosen[axis] = tuple(dict.fromkeys(picked))
         return matrix.with_axes(chosen) if chosen else matrix
 

@@ -42,6 +42,7 @@ from validate.execute.records import now_stamp, record_all
 from validate.execute.runner import RunOptions, RunTarget, run_cases
 from validate.judge.known_issues import KnownIssue, apply_known_issues, load_known_issues
 from validate.log import step
+from validate.model.axes import AXES
 from validate.model.matrix import Cell, load_matrix
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, load_results, write_json
@@ -51,6 +52,7 @@ from validate.plan.host import (
     default_jobs,
     detect_host,
     gpu_skip_reason,
+    python_version_of,
 )
 from validate.plan.rules import Plan, load_rules, plan_cells
 
@@ -69,9 +71,11 @@ _REASON_TAIL = 12  # lines of an install/build log kept in an `error` result's r
 
 
 def plan_stage(config: ValidateConfig) -> Plan:
-    """Planned and pruned cells for the selectors."""
+    """Planned and pruned cells for the selectors; the rules read the base python's version for
+    cells without a python value (the interpreter their environments are made from)."""
     selectors = config.selectors
-    return plan_cells(load_matrix(selectors.matrix), load_rules(selectors.rules), selectors)
+    matrix, rules = load_matrix(selectors.matrix), load_rules(selectors.rules)
+    return plan_cells(matrix, rules, selectors, python=python_version_of(config.base_python))
 
 
 def cases_stage(config: ValidateConfig) -> list[Case]:
@@ -103,7 +107,8 @@ def _frontend_source(text: str) -> FrontendSource:
 
 
 def env_spec_for(cell: Cell, config: ValidateConfig) -> EnvSpec:
-    """The environment a cell needs. Driver and arch do not change what is installed."""
+    """The environment a cell needs: the axes the registry marks `env` (cudnn, frontend, cuda,
+    python) decide it; driver and arch do not change what is installed."""
     current = config.env_mode == "current"
     backend: BackendSource
     if config.backend_source:
@@ -125,6 +130,7 @@ def env_spec_for(cell: Cell, config: ValidateConfig) -> EnvSpec:
         frontend=frontend,
         cuda_major=int(cell.cuda.split(".")[0]),
         python=config.base_python,
+        python_version=cell.python or None,
         extras=config.extras,
         base=base,
         backend_deps=config.backend_deps and not current,
@@ -323,6 +329,9 @@ def cell_summary(results: Sequence[CaseResult], plan: Plan) -> str:
     by_cell: dict[str, list[CaseResult]] = {}
     for result in results:
         by_cell.setdefault(result.cell_id, []).append(result)
+    axes = [
+        a for a in AXES if any(getattr(c, a) for c in plan.planned)
+    ]  # an unused optional: no column
     rows = []
     for cell in plan.planned:
         got = by_cell.get(cell.id, [])
@@ -330,8 +339,6 @@ def cell_summary(results: Sequence[CaseResult], plan: Plan) -> str:
         text = ", ".join(f"{n} {o}" for o, n in counts.items() if n) or "not run"
         reasons = sorted({r.reason for r in got if r.outcome is Outcome.SKIP and r.reason})
         note = reasons[0][:70] if len(reasons) == 1 and counts[Outcome.SKIP] == len(got) else ""
-        rows.append(
-            [cell.id, cell.cudnn, cell.frontend, cell.cuda, cell.driver, cell.arch, text, note]
-        )
-    headers = ["cell", "cudnn", "frontend", "cuda", "driver", "arch", "outcomes", "note"]
+        rows.append([cell.id, *(getattr(cell, a) for a in axes), text, note])
+    headers = ["cell", *axes, "outcomes", "note"]
     return str(tabulate(rows, headers=headers, tablefmt="github"))

@@ -124,3 +124,31 @@ def test_a_cell_whose_environment_cannot_be_built_is_an_error_and_the_run_goes_o
     assert broken["reason"].startswith("environment build failed:")
     assert "nvidia-cudnn-cu13==9.99.0.1" in broken["reason"]
     assert "Traceback" not in proc.stderr
+
+
+def test_python_axis_builds_the_cell_with_that_interpreter(
+    wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """`--python <this one>,3.99`: the first cell runs on that CPython end to end; the second
+    asks for an interpreter this host does not have, so its cases are `error` with the reason."""
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    run_dir = tmp_path / "run"
+    proc = _validate(
+        *["--cudnn", BACKEND, "--frontend", "1.27.0", *CELL, "--python", f"{here},3.99"],
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache), "--no-backend-deps"],
+        *["--case", "pin_check.py", "--results", str(run_dir)],
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    by_python = {line["cell"]["python"]: line for line in lines}
+    assert set(by_python) == {here, "3.99"}
+    ran = by_python[here]
+    assert ran["outcome"] == "pass", ran
+    assert str(ran["env"]["python"]).startswith(f"{here}.")  # captured inside the case process
+    assert str(env_cache) in json.dumps(ran["env"])  # in the cell's own environment
+    missing = by_python["3.99"]
+    assert missing["outcome"] == "error"
+    reason = str(missing["reason"])
+    assert reason.startswith("environment build failed: python 3.99 is not available on this host")
+    assert "\n" not in reason
+    assert "Traceback" not in proc.stderr

@@ -137,7 +137,7 @@ def test_loader_reports_every_bad_entry_with_lines() -> None:
     assert "\n" not in text
     parts = text.split("; ")
     expected = [
-        f"{path}:2: python: invalid version 3.12",
+        f"{path}:2: python: the file-level python is gone: declare the axis in [axes]",
         f"{path}:10: axes.gpu: unknown axis",
         f"{path}:5: axes.cudnn[1]: invalid version 'abc'",
         f"{path}:6: axes.frontend[1]: duplicate value '1.27.0'",

@@ -148,3 +148,43 @@ def test_many_bad_entries_still_one_line() -> None:
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()
     assert line.count("many_errors.toml:") == 10
+
+
+def test_python_selector_plans_cells_on_both_interpreters() -> None:
+    proc = _plan("--cudnn", "9.24.0.43", "--arch", "sm90", "--python", "3.11,3.12",
+                 "--format", "json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert all(list(row) == [*JSON_KEYS[:6], "python", *JSON_KEYS[6:]] for row in rows)
+    pythons = [row["python"] for row in rows]
+    assert set(pythons) == {"3.11", "3.12"}
+    assert pythons.count("3.11") == pythons.count("3.12")
+    plain = json.loads(_plan("--cudnn", "9.24.0.43", "--arch", "sm90", "--format", "json").stdout)
+    assert len(rows) == 2 * len(plain)
+    # the same pins on another interpreter are another cell; without --python, today's ids
+    ids = {row["id"] for row in rows}
+    assert len(ids) == len(rows)
+    assert not ids & {row["id"] for row in plain}
+
+
+def test_python_selector_in_the_table_and_a_bad_value() -> None:
+    proc = _plan("--cudnn", "9.24.0.43", "--frontend", "1.27.0", "--cuda", "13.0",
+                 "--driver", "580", "--arch", "sm90", "--python", "3.12")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == [*JSON_KEYS[:6], "python", *JSON_KEYS[6:]]
+    assert lines[2].split()[1:8] == [
+        "9.24.0.43",
+        "1.27.0",
+        "13.0",
+        "580",
+        "sm90",
+        "3.12",
+        "planned",
+    ]
+    bad = _plan("--python", "3.x")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "cudnn-matrix: error: --python: invalid python '3.x' "
+        "(expected a CPython version like 3.12 or 3.12.4)"
+    )

@@ -227,3 +227,29 @@ def test_bad_input_one_line_exit_2(
     assert needle in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("selection", "expected"),
+    [
+        (["--cuda", "13"], 48),  # stored as "13.0": `plan --cuda 13` plans those cells too
+        (["--cudnn", "9.24.0.43.0"], 12),
+        (["--cudnn", "9.24.0.43,9.8.0.87", "--arch", "SM_90"], 12),
+    ],
+)
+def test_cli_selection_compares_as_the_planner_does(
+    selection: list[str], expected: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression (issue 11, 6c): report compared raw strings, so `--cuda 13` left nothing."""
+    rc = main(["report", "--results", str(EXAMPLE), *selection, "--format", "json"])
+    out = capsys.readouterr()
+    assert rc != 2, out.err
+    assert len(json.loads(out.out)["results"]) == expected
+
+
+def test_cli_selection_on_an_axis_no_result_carries_leaves_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["report", "--results", str(EXAMPLE), "--python", "3.12"]) == 2
+    err = capsys.readouterr().err
+    assert "selection leaves no stored results (--python 3.12)" in err

@@ -28,10 +28,10 @@ def _first(cell: Cell, python: str = "3.12") -> Rule | None:
     return next((rule for rule in RULES if rule.matches(facts)), None)
 
 
-def _matrix_file(tmp_path: Path, python: str = "3.12", **axes: list[str]) -> Path:
+def _matrix_file(tmp_path: Path, **axes: list[str]) -> Path:
     body = "\n".join(f"{axis} = {values!r}".replace("'", '"') for axis, values in axes.items())
     path = tmp_path / "matrix.toml"
-    path.write_text(f'python = "{python}"\n[axes]\n{body}\n', encoding="utf-8")
+    path.write_text(f"[axes]\n{body}\n", encoding="utf-8")
     return path
 
 
@@ -116,9 +116,9 @@ def test_planner_agrees_with_direct_evaluation(tmp_path: Path) -> None:
         "driver": ["520", "570.25", "570", "580.65.05", "580", "fc-610@570", "fc-610@580"],
         "arch": ["sm70", "sm75", "sm86", "sm89", "sm90", "sm100", "sm120"],
     }
-    python = "3.9"
-    matrix = load_matrix(_matrix_file(tmp_path, python, **axes))
-    plan = apply_rules(matrix, RULES)
+    python = "3.9"  # the base interpreter of these python-less cells
+    matrix = load_matrix(_matrix_file(tmp_path, **axes))
+    plan = apply_rules(matrix, RULES, python=Version(python))
     expected_planned = []
     expected_pruned = []
     for pins in itertools.product(*axes.values()):
@@ -216,3 +216,14 @@ def test_rules_loader_reports_every_bad_rule(tmp_path: Path) -> None:
 def test_default_rules_path_is_next_to_the_package() -> None:
     assert DEFAULT_RULES.parent.name == "matrix"
     assert (DEFAULT_RULES.parent / "default.toml").is_file()
+
+
+@pytest.mark.parametrize("rules", [[], RULES], ids=["no-rules", "embedded-rules"])
+def test_a_one_cell_matrix_plans_its_cell(tmp_path: Path, rules: list[Rule]) -> None:
+    path = _matrix_file(
+        tmp_path, cudnn=["9.24.0.43"], frontend=["1.27.0"], cuda=["13.0"], driver=["580"],
+        arch=["sm90"],
+    )  # fmt: skip
+    plan = apply_rules(load_matrix(path), rules)
+    assert plan.planned == [_cell("9.24.0.43", "1.27.0", "13.0", "580", "sm90")]
+    assert plan.pruned == []

@@ -19,6 +19,7 @@ from validate import __version__
 from validate.config import split_list
 from validate.errors import ConfigError, ValidateError
 from validate.log import setup_logging
+from validate.model.axes import REGISTRY
 from validate.textsafe import SafeStream
 
 if TYPE_CHECKING:
@@ -123,18 +124,12 @@ def add_selector_args(parser: argparse.ArgumentParser) -> None:
         "--matrix", metavar="FILE", help="matrix TOML (default: the embedded default)"
     )
     group.add_argument("--rules", metavar="FILE", help="rules TOML (default: the embedded rules)")
-    for axis, example in (
-        ("cudnn", "9.24.0.43"),
-        ("frontend", "1.27.0"),
-        ("cuda", "13.0"),
-        ("driver", "580"),
-        ("arch", "sm90"),
-    ):
+    for axis in REGISTRY:
         group.add_argument(
-            f"--{axis}",
+            f"--{axis.name}",
             action="append",
             metavar="V[,V]",
-            help=f"narrow or override the {axis} axis (repeatable, comma list; e.g. {example})",
+            help=f"narrow or override the {axis.name} axis (repeatable, comma list; e.g. {axis.example})",
         )
 
 

@@ -7,11 +7,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 from tabulate import tabulate
 
 from validate.cli import add_selector_args, split_list
 from validate.env.images import LOCAL_BASE_IMAGE
+from validate.model.axes import axis_named
 
 if TYPE_CHECKING:
     import argparse
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 logger = logging.getLogger(__name__)
+#: The Python the image wheels are fetched for when the cell has no python value.
+_IMAGE_PYTHON = "3.11"
 _LIST_COLUMNS = ("tag", "kind", "cudnn", "frontend", "cuda", "backend-source", "compat", "size_mb")
 
 
@@ -37,7 +40,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="base image (default nvidia/cuda:<cuda>.0-runtime-ubuntu24.04, "
         f"or {LOCAL_BASE_IMAGE} where only that one is on the daemon)",
     )
-    build.add_argument("--python", default="3.11", help="the base image's Python (default 3.11)")
     build.add_argument(
         "--backend-source", metavar="SPEC", help="backend wheel file or library folder"
     )
@@ -85,7 +87,7 @@ def _specs(args: argparse.Namespace, builder: ImageBuilder) -> list[ImageSpec]:
             backend=backend,
             frontend=frontend,
             base_image=args.base_image,
-            python=args.python,
+            python=cell.python or _IMAGE_PYTHON,  # --python (the python axis) picks the wheels
             torch=args.torch,
         )
         specs.setdefault(spec.tag, spec)  # cells differing only in driver/arch share an image
@@ -128,13 +130,6 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _same(a: str, b: str) -> bool:
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return a == b
-
-
 def _prune(args: argparse.Namespace) -> int:
     builder = _builder(args)
     wanted = {axis: split_list(getattr(args, axis)) for axis in ("cudnn", "frontend", "cuda")}
@@ -142,7 +137,7 @@ def _prune(args: argparse.Namespace) -> int:
         info
         for info in builder.list_images()
         if all(
-            not values or any(_same(info.label(axis), v) for v in values)
+            not values or any(axis_named(axis).same(info.label(axis), v) for v in values)
             for axis, values in wanted.items()
         )
     ]

@@ -12,7 +12,8 @@ from tabulate import tabulate
 
 from validate.cli import add_selector_args
 from validate.config import Selectors
-from validate.model.matrix import AXES, Cell, load_matrix
+from validate.model.axes import AXES
+from validate.model.matrix import Cell, load_matrix
 from validate.plan.rules import Plan, load_rules, plan_cells
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ __all__ = ["plan_rows", "register", "render"]
 log = logging.getLogger(__name__)
 
 Format = Literal["table", "json"]
-_COLUMNS = ("id", *AXES, "status", "reason")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,9 +57,12 @@ def render(rows: list[dict[str, str]], fmt: Format) -> str:
         case "json":
             return json.dumps(rows, indent=2)
         case "table":
+            # the axes some row carries: an optional axis no cell has gets no column
+            axes = [a for a in AXES if any(a in r for r in rows)]
+            columns = ("id", *axes, "status", "reason")
             return tabulate(
-                [[r[c] for c in _COLUMNS] for r in rows],
-                headers=_COLUMNS,
+                [[r.get(c, "") for c in columns] for r in rows],
+                headers=columns,
                 tablefmt="simple",
                 disable_numparse=True,
             )

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from validate.cli import add_selector_args, writable_dir, writable_file
-from validate.config import split_list
+from validate.config import Selectors
 from validate.errors import ConfigError
 from validate.judge.signoff import summary
-from validate.model.matrix import AXES
+from validate.model.axes import axis_named
 from validate.model.results import axis_value
 from validate.report import FORMATS, SUFFIXES, Format, render
 from validate.report.model import RunSet
@@ -39,17 +39,20 @@ log = logging.getLogger(__name__)
 
 
 def _select(runs: RunSet, args: argparse.Namespace) -> RunSet:
-    """Narrow merged results with the shared --cudnn/--frontend/... selectors."""
-    wanted = {axis: set(split_list(getattr(args, axis, None))) for axis in AXES}
+    """Narrow merged results with the shared --cudnn/--frontend/... selectors, comparing values as
+    the planner does (the registry's equality: --cuda 13 keeps cuda 13.0)."""
+    selectors = Selectors.from_args(args)  # checked and normalised as `plan` does
+    wanted = [(axis_named(axis), values) for axis, values in selectors.values.items()]
     keep = tuple(
         item
         for item in runs.items
         if all(
-            not values or axis_value(item.result, axis) in values for axis, values in wanted.items()
+            any(axis.same(axis_value(item.result, axis.name), v) for v in values)
+            for axis, values in wanted
         )
     )
     if not keep:
-        msg = "the --cudnn/--frontend/--cuda/--driver/--arch selection leaves no stored results"
+        msg = f"the selection leaves no stored results ({selectors.describe()})"
         raise ConfigError(msg)
     return RunSet(runs=runs.runs, items=keep)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.utils import parse_wheel_filename
+from packaging.version import Version
 
 from validate import __version__
 from validate.env.sources import (
@@ -97,12 +98,15 @@ class EnvSpec:
     frontend: FrontendSource
     cuda_major: int = 13
     python: str = sys.executable  # interpreter (or uv version request) the venv is made from
+    #: The cell's python axis ("3.12"): the venv is made with that CPython, wherever it is found
+    #: (`uv python find`, or python3.12 on PATH for pip); None: from `python`, as before.
+    python_version: str | None = None
     extras: tuple[str, ...] = ()  # further pins, e.g. ("torch==2.11.0",)
     base: str = "isolated"  # "isolated" | "system-site-packages" | path of a base env's python
     backend_deps: bool = True  # install the backend wheel's own deps (nvidia-cublas)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "tool": __version__,
             "backend": self.backend.pin(),
             "frontend": self.frontend.pin(),
@@ -113,6 +117,9 @@ class EnvSpec:
             "backend_deps": self.backend_deps,
             "tooling": list(TOOLING),
         }
+        if self.python_version:  # only when set: the envs of cells without one keep their hash
+            data["python_version"] = self.python_version
+        return data
 
     @property
     def hash(self) -> str:
@@ -205,6 +212,8 @@ def ensure_env(
 ) -> EnvHandle:
     """Return the environment for `spec`, building it once into `<cache>/envs/<hash>/`."""
     if spec.backend.kind == "current" and spec.frontend.kind == "current" and not spec.extras:
+        if spec.python_version:
+            _check_version(spec.python, spec.python_version, "the current environment")
         return current_env(spec.backend.version, python=Path(spec.python))
     cache = cache_root(cache_dir).resolve()
     wheelhouse = wheelhouse.resolve() if wheelhouse else None
@@ -245,12 +254,50 @@ def _run(argv: Sequence[str], what: str) -> str:
     return proc.stdout
 
 
+def _python_version(python: str) -> str:
+    code = "import platform; print(platform.python_version())"
+    return _run([python, "-c", code], f"asking {python} for its version").strip()
+
+
+def _check_version(python: str, wanted: str, what: str) -> None:
+    """A cell that asks for Python `wanted` cannot run on an interpreter of another version."""
+    found = _python_version(python)
+    if Version(found).release[: len(Version(wanted).release)] != Version(wanted).release:
+        msg = f"the cell asks for python {wanted} but {what} runs python {found} ({python})"
+        raise EnvBuildError(msg)
+
+
+def _find_python(version: str, tool: Literal["uv", "pip"]) -> str:
+    """The interpreter of CPython `version` on this host, without downloading one; a missing
+    one is an EnvBuildError in one line (the cell's cases become `error` with it)."""
+    hint = f"install it (e.g. `uv python install {version}`) or drop it from the python axis"
+    if tool == "uv":
+        argv = ["uv", "python", "find", version]
+        log.info("+ %s", shlex.join(argv))
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode == 0 and proc.stdout.strip():
+            return proc.stdout.strip().splitlines()[-1]
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        why = next((ln for ln in lines if ln.startswith("error:")), lines[0] if lines else "")
+        msg = f"python {version} is not available on this host (uv python find: {why.removeprefix('error: ') or f'exit {proc.returncode}'}); {hint}"
+        raise EnvBuildError(msg)
+    found = shutil.which(f"python{version}")
+    if found is None:
+        msg = f"python {version} is not available on this host (no python{version} on PATH); {hint}"
+        raise EnvBuildError(msg)
+    return found
+
+
 def _create_venv(spec: EnvSpec, where: Path, tool: Literal["uv", "pip"]) -> None:
     match spec.base:
         case "isolated" | "system-site-packages":
             python, site = spec.python, spec.base == "system-site-packages"
+            if spec.python_version:
+                python = _find_python(spec.python_version, tool)
         case _:  # an explicit base environment's python: layer on its packages
             python, site = spec.base, True
+            if spec.python_version:
+                _check_version(python, spec.python_version, "the base environment")
     flags = ["--system-site-packages"] if site else []
     if tool == "uv":
         _run(["uv", "venv", "--quiet", "--python", python, *flags, str(where)], "uv venv")

@@ -78,6 +78,7 @@ class BaselineDiff:
 
     changed_axes: tuple[str, ...]
     transitions: tuple[Transition, ...]
+    matched_axes: tuple[str, ...] = ()  # the unchanged axes some result carries a value for
 
     def of(self, kind: TransitionKind) -> tuple[Transition, ...]:
         return tuple(t for t in self.transitions if t.kind == kind)
@@ -167,7 +168,9 @@ def compare(current: Sequence[CaseResult], baseline: Sequence[CaseResult]) -> Ba
     for key, old in before.items():
         if key not in seen:
             out.append(Transition(kind="missing", key=result_key(old), before=old, after=None))
-    return BaselineDiff(changed_axes=changed, transitions=tuple(out))
+    carried = {a for r in (*current, *baseline) for a, v in r.cell.items() if v}
+    matched = tuple(a for a in keep if a in carried)
+    return BaselineDiff(changed_axes=changed, transitions=tuple(out), matched_axes=matched)
 
 
 def _kind(old: CaseResult, now: CaseResult) -> TransitionKind | None:
@@ -227,9 +230,7 @@ def summary(verdict: Verdict, *, limit: int = 8) -> str:
     )
     if verdict.baseline is not None:
         diff = verdict.baseline
-        out.append(
-            f"baseline: matched on case + {', '.join(a for a in AXES if a not in diff.changed_axes) or 'case only'}"
-        )
+        out.append(f"baseline: matched on case + {', '.join(diff.matched_axes) or 'case only'}")
         for kind in _TITLES:
             rows = [_line(t.subject, t.note) for t in diff.of(kind)]
             out += _section(_TITLES[kind], rows, limit)

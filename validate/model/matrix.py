@@ -1,17 +1,18 @@
-"""The matrix model: axes, cells with stable ids, and the checked TOML loader (every bad entry at once)."""
+"""The matrix model: cells with stable ids, and the checked TOML loader (every bad entry at once).
+
+Which axes exist, and how each value is parsed and compared, is the registry in `model/axes.py`.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from packaging.version import InvalidVersion, Version
-
 from validate.datafile import Key, TomlErrors, read_toml
+from validate.model.axes import ARCHES, AXES, REGISTRY, Driver, parse_value, pins_label
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -21,7 +22,7 @@ __all__ = [
     "AXES",
     "DEFAULT_MATRIX",
     "MATRIX_DIR",
-    "Axis",
+    "AxisValues",
     "Cell",
     "Driver",
     "Exclude",
@@ -31,12 +32,9 @@ __all__ = [
     "parse_value",
 ]
 
-#: Axis names in their canonical order; a cell id hashes the pins in this order.
-AXES: Final = ("cudnn", "frontend", "cuda", "driver", "arch")
-
-#: Known GPU architectures (compute capability X.Y -> smXY); anything else is an input error.
-#: sm70 (Volta) is kept so that "CUDA 13 dropped Volta" is a rule that can fire.
-ARCHES: Final = ("sm70", "sm75", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
+#: Axes every matrix declares; the others (python) are optional.
+_REQUIRED: Final = tuple(a.name for a in REGISTRY if not a.optional)
+_OPTIONAL: Final = frozenset(a.name for a in REGISTRY if a.optional)
 
 
 #: The embedded data lives next to the package in a source checkout or editable install:
@@ -52,104 +50,56 @@ def _matrix_dir() -> Path:
 MATRIX_DIR: Final = _matrix_dir()
 DEFAULT_MATRIX: Final = MATRIX_DIR / "default.toml"
 
-_DRIVER_NUM = re.compile(r"\d{3,4}(?:\.\d{1,3}){0,2}")
-_FC = re.compile(r"fc-(?P<user>[^@]+)@(?P<kernel>.+)")
-#: A bare branch ("580") stands for the newest release of that branch when compared.
-_BRANCH_TOP: Final = "99999"
-_TOP_KEYS: Final = frozenset({"python", "axes", "include", "exclude"})
+_TOP_KEYS: Final = frozenset({"axes", "include", "exclude"})
+#: The file-level `python = "3.12"` of earlier matrices: nothing ran it; the python axis replaced it.
+_OLD_PYTHON: Final = (
+    'the file-level python is gone: declare the axis in [axes], e.g. python = ["3.12"] (the'
+    " cells' environments are built with it and the rules read it), or leave it out (the cells"
+    " and the rules use the base interpreter)"
+)
 
 
 @dataclass(frozen=True, kw_only=True, order=True)
 class Cell:
-    """One combination of pins. Values are the strings as declared (versions normalised by the loader)."""
+    """One combination of pins, one field per registry axis (model/axes.py). Values are the
+    normalised strings; "" for an optional axis the cell has no value for."""
 
     cudnn: str
     frontend: str
     cuda: str
     driver: str
     arch: str
+    python: str = ""  # "" = the base interpreter (not part of the id)
 
     @property
     def id(self) -> str:
-        """Short hash of the pins: the same on every machine and Python version."""
-        text = ";".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
+        """Short hash of the pins: the same on every machine and Python version. Only the values
+        a cell carries are hashed, so a matrix without optional axes keeps its historic ids."""
+        text = ";".join(f"{axis}={value}" for axis, value in self.pins().items())
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def pins(self) -> dict[str, str]:
-        return {axis: getattr(self, axis) for axis in AXES}
+        """The values the cell carries, in registry order (an unset optional axis is left out)."""
+        return {axis: value for axis in AXES if (value := getattr(self, axis))}
 
     @property
     def label(self) -> str:
-        return f"cudnn {self.cudnn} / fe {self.frontend} / cuda {self.cuda} / drv {self.driver} / {self.arch}"
+        return pins_label(self.pins())
+
+
+def _spread(includes: Mapping[Cell, str], axis: str, values: tuple[str, ...]) -> dict[Cell, str]:
+    """Included cells that leave the optional `axis` out run on each of its `values`."""
+    out: dict[Cell, str] = {}
+    for cell, reason in includes.items():
+        spread = [replace(cell, **{axis: v}) for v in values] if not getattr(cell, axis) else [cell]
+        for one in spread:
+            out.setdefault(one, reason)
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
-class Driver:
-    """A driver pin: a branch ("580"), a release ("580.65.06") or forward compat ("fc-610@580")."""
-
-    text: str
-    user: Version
-    kernel: Version
-    forward_compat: bool
-
-    @classmethod
-    def parse(cls, text: str) -> Driver:
-        """Parse and check one driver value; raises ValueError with the reason."""
-        text = text.strip()
-        if m := _FC.fullmatch(text):
-            user, kernel = _driver_version(m["user"]), _driver_version(m["kernel"])
-            if user <= kernel:
-                msg = f"forward compat needs a user-mode driver newer than the kernel one: {text!r}"
-                raise ValueError(msg)
-            return cls(text=text, user=user, kernel=kernel, forward_compat=True)
-        version = _driver_version(text)
-        return cls(text=text, user=version, kernel=version, forward_compat=False)
-
-    @property
-    def display_user(self) -> str:
-        return self.text.split("@")[0].removeprefix("fc-")
-
-    @property
-    def display_kernel(self) -> str:
-        return self.text.rsplit("@", 1)[-1]
-
-
-def _driver_version(text: str) -> Version:
-    if not _DRIVER_NUM.fullmatch(text):
-        msg = f"invalid driver {text!r} (expected a branch like 580, a release like 580.65.06, or fc-610@580)"
-        raise ValueError(msg)
-    return Version(f"{text}.{_BRANCH_TOP}" if "." not in text else text)
-
-
-def parse_value(axis: str, raw: object) -> str:
-    """Check one axis value and return its normalised text; raises ValueError naming the problem."""
-    if not isinstance(raw, str):
-        msg = f"expected a string, got {type(raw).__name__} {raw!r}"
-        raise ValueError(msg)  # noqa: TRY004 - one error type for every bad value keeps callers simple
-    text = raw.strip()
-    match axis:
-        case "cudnn" | "frontend" | "cuda":
-            try:
-                return str(Version(text))
-            except InvalidVersion:
-                msg = f"invalid version {raw!r} (expected PEP 440, e.g. 9.24.0.43)"
-                raise ValueError(msg) from None
-        case "driver":
-            return Driver.parse(text).text
-        case "arch":
-            arch = text.lower().replace("_", "")
-            if arch not in ARCHES:
-                msg = f"unknown arch {raw!r} (known: {', '.join(ARCHES)})"
-                raise ValueError(msg)
-            return arch
-        case _:
-            msg = f"unknown axis {axis!r} (known: {', '.join(AXES)})"
-            raise ValueError(msg)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Axis:
-    """One axis of the matrix: its name and its normalised values in declared order."""
+class AxisValues:
+    """One axis of a loaded matrix: its name and its normalised values in declared order."""
 
     name: str
     values: tuple[str, ...]
@@ -166,34 +116,39 @@ class Exclude:
 
 @dataclass(frozen=True, kw_only=True)
 class Matrix:
-    """A loaded matrix file: axes, the Python the cells use, extra cells and excluded patterns."""
+    """A loaded matrix file: the declared axes, extra cells and excluded patterns."""
 
     path: Path
-    python: Version
-    axes: Mapping[str, Axis]
+    axes: Mapping[str, AxisValues]
     include: tuple[Cell, ...] = ()
     exclude: tuple[Exclude, ...] = ()
     include_reasons: Mapping[Cell, str] = field(default_factory=dict)
 
     def values(self, axis: str) -> tuple[str, ...]:
-        return self.axes[axis].values
+        """The declared values; an optional axis the matrix leaves out has the one value ""."""
+        found = self.axes.get(axis)
+        return found.values if found is not None else ("",)
 
     def with_axes(self, values: Mapping[str, tuple[str, ...]]) -> Matrix:
-        """A copy whose named axes hold exactly `values`; includes outside them are dropped."""
+        """A copy whose named axes hold exactly `values`; includes outside them are dropped
+        (an include without a value for an optional axis runs on each of its values)."""
         axes = dict(self.axes)
+        reasons = {c: self.include_reasons.get(c, "") for c in self.include}
         for name, vals in values.items():
-            axes[name] = Axis(name=name, values=vals)
-        keep = tuple(
-            c for c in self.include if all(getattr(c, a) in axes[a].values for a in values)
-        )
-        return replace(self, axes=axes, include=keep)
+            axes[name] = AxisValues(name=name, values=vals)
+            if name in _OPTIONAL:
+                reasons = _spread(reasons, name, vals)
+        keep = {
+            c: r for c, r in reasons.items() if all(getattr(c, a) in axes[a].values for a in values)
+        }
+        return replace(self, axes=axes, include=tuple(keep), include_reasons=keep)
 
 
 def expand(matrix: Matrix) -> list[Cell]:
     """The product of the axes followed by the included cells (duplicates dropped, order kept)."""
     product = (
-        Cell(cudnn=a, frontend=b, cuda=c, driver=d, arch=e)
-        for a, b, c, d, e in itertools.product(*(matrix.values(axis) for axis in AXES))
+        Cell(**dict(zip(AXES, values, strict=True)))
+        for values in itertools.product(*(matrix.values(axis) for axis in AXES))
     )
     return list(dict.fromkeys(itertools.chain(product, matrix.include)))
 
@@ -225,21 +180,28 @@ def _entries(errors: TomlErrors, name: str, raw: object) -> list[dict[str, objec
 
 
 def _includes(errors: TomlErrors, raw: object) -> dict[Cell, str]:
+    """Each include names one value per axis; an optional axis it leaves out is spread later."""
     out: dict[Cell, str] = {}
     for i, entry in enumerate(_entries(errors, "include", raw)):
         key = Key.of("include", i)
         for unknown in sorted(set(entry) - {*AXES, "reason"}):
-            errors.add(key / unknown, "unknown key (expected the five axes and reason)")
+            errors.add(
+                key / unknown, f"unknown key (expected the axes {', '.join(AXES)} and reason)"
+            )
         pins: dict[str, str] = {}
+        complete = True
         for axis in AXES:
             if axis not in entry:
-                errors.add(key, f"missing {axis!r} (an include names one value per axis)")
+                if axis in _REQUIRED:
+                    errors.add(key, f"missing {axis!r} (an include names one value per axis)")
+                    complete = False
                 continue
             try:
                 pins[axis] = parse_value(axis, entry[axis])
             except ValueError as exc:
                 errors.add(key / axis, str(exc))
-        if len(pins) == len(AXES):
+                complete = False
+        if complete:
             out[Cell(**pins)] = str(entry.get("reason", "included by the matrix"))
     return out
 
@@ -273,44 +235,35 @@ def _excludes(errors: TomlErrors, raw: object) -> tuple[Exclude, ...]:
     return tuple(out)
 
 
-def _python(errors: TomlErrors, raw: object) -> Version:
-    if isinstance(raw, str):
-        try:
-            return Version(raw)
-        except InvalidVersion:
-            pass
-    errors.add(Key.of("python"), f'invalid version {raw!r} (expected a string, e.g. "3.12")')
-    return Version("3.12")
-
-
 def load_matrix(path: Path | None = None) -> Matrix:
     """Load and check a matrix file (default: the embedded `matrix/default.toml`)."""
     path = path or DEFAULT_MATRIX
     doc = read_toml(path, what="matrix")
     data, errors = doc.data, doc.errors
     for unknown in sorted(set(data) - _TOP_KEYS):
-        errors.add(Key.of(unknown), f"unknown key (expected {', '.join(sorted(_TOP_KEYS))})")
-    python = _python(errors, data.get("python", "3.12"))
+        known = f"unknown key (expected {', '.join(sorted(_TOP_KEYS))})"
+        errors.add(Key.of(unknown), _OLD_PYTHON if unknown == "python" else known)
     raw_axes = data.get("axes")
-    axes: dict[str, Axis] = {}
+    axes: dict[str, AxisValues] = {}
     if not isinstance(raw_axes, dict):
-        errors.add(Key.of("axes"), f"missing [axes] table with {', '.join(AXES)}")
+        errors.add(Key.of("axes"), f"missing [axes] table with {', '.join(_REQUIRED)}")
         raw_axes = {}
     for unknown in sorted(set(raw_axes) - set(AXES)):
         errors.add(Key.of("axes", unknown), f"unknown axis (known: {', '.join(AXES)})")
     for axis in AXES:
         key = Key.of("axes", axis)
         if axis not in raw_axes:
-            if raw_axes:
+            if raw_axes and axis in _REQUIRED:
                 errors.add(key, "missing axis")
             continue
-        axes[axis] = Axis(name=axis, values=_values(errors, key, axis, raw_axes[axis]))
+        axes[axis] = AxisValues(name=axis, values=_values(errors, key, axis, raw_axes[axis]))
     includes = _includes(errors, data.get("include"))
+    for axis in (a for a in AXES if a in _OPTIONAL and a in axes):
+        includes = _spread(includes, axis, axes[axis].values)
     excludes = _excludes(errors, data.get("exclude"))
     errors.raise_if_any()
     return Matrix(
         path=path,
-        python=python,
         axes=axes,
         include=tuple(includes),
         exclude=excludes,

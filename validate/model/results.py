@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ResultsError
-from validate.model.matrix import AXES
+from validate.model.axes import pins_label
 from validate.model.outcome import Outcome, policy
 from validate.textsafe import redact_obj
 
@@ -339,8 +339,7 @@ def cell_label(result: CaseResult) -> str:
     """Human label of a result's cell, e.g. 'cudnn 9.24.0.43 / fe 1.27.0 / cuda 13.0 / ...'."""
     if not result.cell:
         return result.cell_id or "no cell"
-    names = {"frontend": "fe", "driver": "drv"}
-    return " / ".join(f"{names.get(a, a)} {result.cell[a]}" for a in AXES if a in result.cell)
+    return pins_label(result.cell)
 
 
 def result_key(result: CaseResult) -> str:

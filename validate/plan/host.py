@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+from validate.errors import ConfigError
 
 if TYPE_CHECKING:
     from validate.model.matrix import Cell
@@ -25,6 +29,7 @@ __all__ = [
     "detect_host",
     "gpu_skip_reason",
     "parse_nvidia_smi",
+    "python_version_of",
     "sm_of",
 ]
 
@@ -223,6 +228,21 @@ def cell_skip_reason(cell: Cell, host: HostFacts) -> str | None:
     if host.cuda_driver_version and Version(host.cuda_driver_version).major < cuda.major:
         return f"CUDA {cell.cuda} is newer than the driver's CUDA {host.cuda_driver_version}"
     return None
+
+
+def python_version_of(python: str) -> Version:
+    """The version of an interpreter (the base python cells without a python value run on)."""
+    if python == sys.executable:
+        return Version(platform.python_version())
+    code = "import platform; print(platform.python_version())"
+    try:
+        proc = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        )
+        return Version(proc.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired, InvalidVersion) as exc:
+        msg = f"--base-python {python}: cannot ask it for its version ({exc})"
+        raise ConfigError(msg) from exc
 
 
 def default_jobs(host: HostFacts) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import platform
 import string
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -14,7 +15,8 @@ from packaging.version import Version
 from validate._compat import StrEnum
 from validate.datafile import Key, TomlErrors, read_toml
 from validate.errors import MatrixError
-from validate.model.matrix import ARCHES, AXES, MATRIX_DIR, Cell, Driver, Matrix
+from validate.model.axes import ARCHES, AXES, REGISTRY, FieldKind, axis_named
+from validate.model.matrix import MATRIX_DIR, Cell, Matrix
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -30,6 +32,7 @@ __all__ = [
     "Plan",
     "Rule",
     "apply_rules",
+    "base_python",
     "cell_facts",
     "load_rules",
     "plan_cells",
@@ -37,23 +40,15 @@ __all__ = [
 
 DEFAULT_RULES: Final = MATRIX_DIR / "rules.toml"
 
-#: Condition fields a rule may test, and the axis each one is read from (None: the matrix's python).
-FIELDS: Final[Mapping[str, str | None]] = {
-    "cudnn": "cudnn",
-    "frontend": "frontend",
-    "cuda": "cuda",
-    "driver": "driver",  # the user-mode driver (what CUDA talks to)
-    "driver_kernel": "driver",  # the kernel-mode driver (differs only under forward compat)
-    "forward_compat": "driver",
-    "arch": "arch",
-    "python": None,
+#: Condition fields a rule may test, and the axis each one is read from (the registry's fields).
+FIELDS: Final[Mapping[str, str]] = {f: axis.name for axis in REGISTRY for f in axis.fields}
+_KINDS: Final[Mapping[str, FieldKind]] = {
+    f: kind for axis in REGISTRY for f, kind in axis.fields.items()
 }
-_VERSION_FIELDS: Final = frozenset(
-    {"cudnn", "frontend", "cuda", "driver", "driver_kernel", "python"}
+#: Placeholders a reason may use: the cell id and what each axis fills (its example shows the names).
+_REASON_FIELDS: Final = frozenset(
+    {"id", *(name for axis in REGISTRY for name in axis.reason_fields(axis.example))}
 )
-#: Placeholders a reason may use.
-_REASON_FIELDS: Final = frozenset({*AXES, "id", "python", "driver_user", "driver_kernel"})
-_DRIVER_FIELDS: Final = frozenset({"driver_user", "driver_kernel"})
 _RULE_KEYS: Final = frozenset({"name", "select", "when", "effect", "reason", "source", "cite"})
 
 
@@ -74,6 +69,8 @@ class Condition:
     flag: bool | None = None
 
     def test(self, value: object) -> bool:
+        if value is None:  # an optional axis the cell has no value (and no default) for
+            return False
         if self.spec is not None:
             assert isinstance(value, Version)
             return self.spec.contains(value, prereleases=True)
@@ -100,9 +97,10 @@ class Rule:
 
     def matches(self, facts: Mapping[str, object]) -> bool:
         """Direct per-cell evaluation (the planner uses precompiled per-axis sets instead)."""
-        return all(c.test(facts[c.field]) for c in self.conditions)
+        return all(c.test(facts.get(c.field)) for c in self.conditions)
 
-    def explain(self, cell: Cell, python: Version) -> str:
+    def explain(self, cell: Cell, python: Version | None = None) -> str:
+        """The reason for `cell`; `python` fills {python} for a cell without one (default: this one)."""
         return f"{self.reason.format_map(_reason_fields(cell, python))} [{self.cite}]"
 
 
@@ -114,48 +112,49 @@ class Plan:
     pruned: list[tuple[Cell, str]]
 
 
-@functools.cache
-def _driver(text: str) -> Driver:
-    return Driver.parse(text)
+def base_python() -> Version:
+    """The Python of the interpreter running the tool: what cells without a python value use."""
+    return Version(platform.python_version())
+
+
+def _defaults(python: Version | None) -> dict[str, str]:
+    """Values the rules read for an optional axis a cell leaves unset: python = the base python."""
+    return {"python": str(python or base_python())}
 
 
 @functools.cache
-def _axis_facts(axis: str, value: str) -> dict[str, object]:
+def _axis_facts(axis: str, value: str) -> Mapping[str, object]:
     """The condition fields one axis value provides; parsed once per value, not per cell."""
-    match axis:
-        case "driver":
-            d = _driver(value)
-            return {"driver": d.user, "driver_kernel": d.kernel, "forward_compat": d.forward_compat}
-        case "arch":
-            return {"arch": value}
-        case _:
-            return {axis: Version(value)}
+    return axis_named(axis).facts(value) if value else {}
 
 
-def cell_facts(cell: Cell, python: Version) -> dict[str, object]:
-    """Every condition field of one cell (for direct evaluation and tests)."""
-    facts: dict[str, object] = {"python": python}
-    for axis, value in cell.pins().items():
-        facts.update(_axis_facts(axis, value))
+def cell_facts(cell: Cell, python: Version | None = None) -> dict[str, object]:
+    """Every condition field of one cell (for direct evaluation and tests); `python` is the
+    interpreter a cell without a python value uses (default: this one)."""
+    defaults = _defaults(python)
+    facts: dict[str, object] = {}
+    for axis in AXES:
+        facts.update(_axis_facts(axis, getattr(cell, axis) or defaults.get(axis, "")))
     return facts
 
 
-def _reason_fields(cell: Cell, python: Version) -> dict[str, str]:
-    d = _driver(cell.driver)
-    return {
-        **cell.pins(),
-        "id": cell.id,
-        "python": str(python),
-        "driver_user": d.display_user,
-        "driver_kernel": d.display_kernel,
-    }
+def _reason_fields(cell: Cell, python: Version | None) -> dict[str, str]:
+    defaults = _defaults(python)
+    fields: dict[str, str] = {"id": cell.id}
+    for axis in REGISTRY:
+        if value := getattr(cell, axis.name) or defaults.get(axis.name, ""):
+            fields.update(axis.reason_fields(value))
+        else:
+            fields[axis.name] = ""
+    return fields
 
 
 def _condition(errors: TomlErrors, key: Key, name: str, raw: object) -> Condition | None:
     if name not in FIELDS:
         errors.add(key, f"unknown field (known: {', '.join(FIELDS)})")
         return None
-    if name in _VERSION_FIELDS:
+    kind = _KINDS[name]
+    if kind == "version":
         if isinstance(raw, str) and raw.strip():
             try:
                 return Condition(field=name, spec=SpecifierSet(raw))
@@ -163,7 +162,7 @@ def _condition(errors: TomlErrors, key: Key, name: str, raw: object) -> Conditio
                 pass
         errors.add(key, f"invalid specifier {raw!r} (expected PEP 440, e.g. '>=13,<14')")
         return None
-    if name == "forward_compat":
+    if kind == "flag":
         if isinstance(raw, bool):
             return Condition(field=name, flag=raw)
         errors.add(key, f"expected true or false, got {raw!r}")
@@ -268,20 +267,20 @@ def _template_axes(reason: str) -> tuple[str, ...] | None:
     names = {f for _, f, _, _ in string.Formatter().parse(reason) if f}
     if "id" in names:
         return None
-    return tuple(a for a in AXES if a in names or (a == "driver" and names & _DRIVER_FIELDS))
+    return tuple(a.name for a in REGISTRY if names & a.reason_fields(a.example).keys())
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class _Matcher:
     """A rule or exclusion compiled against one matrix: the axis values it matches, per axis."""
 
-    allowed: tuple[frozenset[str], ...]
+    allowed: Mapping[str, frozenset[str]]
     id_patterns: tuple[str, ...]
     rule: Rule | None
     text: str
     _memo: dict[tuple[str, ...], str] = field(default_factory=dict)
 
-    def explain(self, cell: Cell, python: Version) -> str:
+    def explain(self, cell: Cell, python: Version | None) -> str:
         """The reason, formatted once per distinct combination of the axes its template uses."""
         if self.rule is None:
             return self.text
@@ -296,38 +295,44 @@ class _Matcher:
     def hits_id(self, cell: Cell) -> bool:
         return not self.id_patterns or any(fnmatchcase(cell.id, p) for p in self.id_patterns)
 
+    def allows(self, pins: Mapping[str, str]) -> bool:
+        return all(pins[axis] in values for axis, values in self.allowed.items())
 
-def _compile(matrix: Matrix, rules: Sequence[Rule]) -> list[_Matcher]:
+
+def _compile(matrix: Matrix, rules: Sequence[Rule], defaults: Mapping[str, str]) -> list[_Matcher]:
     domain = {
         a: tuple(dict.fromkeys([*matrix.values(a), *(getattr(c, a) for c in matrix.include)]))
         for a in AXES
     }
+
+    def facts(axis: str, value: str) -> Mapping[str, object]:
+        return _axis_facts(axis, value or defaults.get(axis, ""))
+
     matchers: list[_Matcher] = []
     for rule in rules:
-        if not all(c.test(matrix.python) for c in rule.conditions if FIELDS[c.field] is None):
-            continue
-        allowed = tuple(
-            frozenset(
+        allowed = {
+            axis: frozenset(
                 v
                 for v in domain[axis]
                 if all(
-                    c.test(_axis_facts(axis, v)[c.field])
+                    c.test(facts(axis, v).get(c.field))
                     for c in rule.conditions
                     if FIELDS[c.field] == axis
                 )
             )
             for axis in AXES
-        )
-        matchers.append(_Matcher(allowed=allowed, id_patterns=(), rule=rule, text=""))
+        }
+        if all(allowed.values()):  # else no cell of this matrix can match it (python, often)
+            matchers.append(_Matcher(allowed=allowed, id_patterns=(), rule=rule, text=""))
     for ex in matrix.exclude:
-        allowed = tuple(
-            frozenset(
+        allowed = {
+            axis: frozenset(
                 v
                 for v in domain[axis]
                 if any(fnmatchcase(v, p) for p in ex.patterns.get(axis, ("*",)))
             )
             for axis in AXES
-        )
+        }
         text = f"excluded by the matrix: {ex.reason} [{ex.where}]"
         matchers.append(
             _Matcher(allowed=allowed, id_patterns=ex.patterns.get("id", ()), rule=None, text=text)
@@ -335,53 +340,69 @@ def _compile(matrix: Matrix, rules: Sequence[Rule]) -> list[_Matcher]:
     return matchers
 
 
-def apply_rules(matrix: Matrix, rules: Sequence[Rule]) -> Plan:
-    """Expand the matrix and split it into planned cells and pruned cells with the first reason."""
-    matchers = _compile(matrix, rules)
+def apply_rules(matrix: Matrix, rules: Sequence[Rule], *, python: Version | None = None) -> Plan:
+    """Expand the matrix and split it into planned cells and pruned cells with the first reason.
+
+    The rules read each cell's python; a cell without one runs on the base interpreter, `python`
+    (default: the interpreter running this), and the rules read that.
+    """
+    matchers = _compile(matrix, rules, _defaults(python))
     planned: list[Cell] = []
     pruned: list[tuple[Cell, str]] = []
-    py = matrix.python
 
     def place(cell: Cell, candidates: list[_Matcher]) -> None:
-        hit = next((m for m in candidates if cell.arch in m.allowed[4] and m.hits_id(cell)), None)
+        hit = next((m for m in candidates if m.hits_id(cell)), None)
         if hit is None:
             planned.append(cell)
         else:
-            pruned.append((cell, hit.explain(cell, py)))
+            pruned.append((cell, hit.explain(cell, python)))
 
-    cudnn, frontend, cuda, driver, arch = (matrix.values(a) for a in AXES)
-    seen: set[Cell] = set()
-    for a in cudnn:
-        m1 = [m for m in matchers if a in m.allowed[0]]
-        for b in frontend:
-            m2 = [m for m in m1 if b in m.allowed[1]]
-            for c in cuda:
-                m3 = [m for m in m2 if c in m.allowed[2]]
-                for d in driver:
-                    m4 = [m for m in m3 if d in m.allowed[3]]
-                    for e in arch:
-                        place(Cell(cudnn=a, frontend=b, cuda=c, driver=d, arch=e), m4)
+    # Walk the product axis by axis in registry order, keeping at each step only the matchers
+    # that still allow every value chosen so far: a rule is tested once per axis value, not per cell.
+    levels = [(axis, matrix.values(axis)) for axis in AXES]
+    # A value every remaining matcher allows keeps the list as it is (most values of most axes).
+    narrows = {
+        axis: {v: any(v not in m.allowed[axis] for m in matchers) for v in values}
+        for axis, values in levels
+    }
+    # An axis with one value that no matcher restricts is fixed once, not walked (python, often).
+    pins = {axis: values[0] for axis, values in levels if len(values) == 1}
+    pins = {axis: v for axis, v in pins.items() if not narrows[axis][v]}
+    levels = [(axis, values) for axis, values in levels if axis not in pins]
+
+    def walk(depth: int, candidates: list[_Matcher]) -> None:
+        axis, values = levels[depth]
+        last = depth == len(levels) - 1
+        for v in values:
+            pins[axis] = v
+            kept = (
+                [m for m in candidates if v in m.allowed[axis]] if narrows[axis][v] else candidates
+            )
+            if last:
+                place(Cell(**pins), kept)
+            else:
+                walk(depth + 1, kept)
+
+    if levels:
+        walk(0, matchers)
+    else:  # every axis has one value that no matcher restricts: one cell
+        place(Cell(**pins), matchers)
     if matrix.include:
-        seen.update(planned)
-        seen.update(c for c, _ in pruned)
+        seen = {*planned, *(c for c, _ in pruned)}
         for cell in matrix.include:
             if cell not in seen:
                 seen.add(cell)
-                pins = cell.pins()
-                place(
-                    cell,
-                    [
-                        m
-                        for m in matchers
-                        if all(pins[x] in m.allowed[i] for i, x in enumerate(AXES[:4]))
-                    ],
-                )
+                full = {axis: getattr(cell, axis) for axis in AXES}
+                place(cell, [m for m in matchers if m.allows(full)])
     return Plan(planned=planned, pruned=pruned)
 
 
-def plan_cells(matrix: Matrix, rules: Sequence[Rule], selectors: Selectors) -> Plan:
-    """Narrow the matrix by the selectors, apply the rules; a plan with no cell left is an error."""
-    plan = apply_rules(selectors.narrow(matrix), rules)
+def plan_cells(
+    matrix: Matrix, rules: Sequence[Rule], selectors: Selectors, *, python: Version | None = None
+) -> Plan:
+    """Narrow the matrix by the selectors, apply the rules; a plan with no cell left is an error.
+    `python` is the base interpreter's version, for cells without a python value."""
+    plan = apply_rules(selectors.narrow(matrix), rules, python=python)
     if not plan.planned:
         chosen = selectors.describe() or "no selectors"
         why = (

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from validate.model.axes import AXES
 from validate.model.outcome import policy
 from validate.report.model import cell_label
 from validate.textsafe import display, redact
@@ -81,8 +82,8 @@ def reproduce_command(result: CaseResult, meta: Mapping[str, Any] | None = None)
     one variant of a script (its name is not the file name) is selected with `--case NAME`.
     """
     argv = ["cudnn-matrix", "validate"]
-    for axis in ("cudnn", "frontend", "cuda", "driver", "arch"):
-        if axis in result.cell:
+    for axis in AXES:
+        if result.cell.get(axis):
             argv += [f"--{axis}", str(result.cell[axis])]
     env_mode = (meta or {}).get("env_mode")
     if env_mode and env_mode != "isolated":

@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Final
 
 from validate._compat import assert_never
+from validate.model.axes import REGISTRY
 from validate.model.outcome import policy
 from validate.report.model import cell_label
 from validate.textsafe import redact
@@ -50,10 +51,16 @@ def _clean(text: str) -> str:
 
 def classname(r: CaseResult) -> str:
     """Dots only between axes, so Jenkins' package tree is backend > frontend > CUDA > driver and
-    the class is the arch: `cudnn-9_24_0_43.fe-1_27_0.cuda-13_0.drv-580.sm90`."""
-    parts = [("cudnn-", "cudnn"), ("fe-", "frontend"), ("cuda-", "cuda"), ("drv-", "driver")]
-    named = [f"{tag}{str(r.cell.get(axis, '?')).replace('.', '_')}" for tag, axis in parts]
-    return ".".join([*named, str(r.cell.get("arch", "any")).replace(".", "_")])
+    the class is the arch: `cudnn-9_24_0_43.fe-1_27_0.cuda-13_0.drv-580.sm90`. An optional axis
+    adds its part only where the cell has a value (`...drv-580.sm90.py-3_12`)."""
+    parts = []
+    for axis in REGISTRY:
+        value = r.cell.get(axis.name)
+        if axis.optional and not value:
+            continue
+        text = str(value) if value else ("?" if axis.junit else "any")
+        parts.append(f"{axis.junit}{text.replace('.', '_')}")
+    return ".".join(parts)
 
 
 def _testcase(parent: ET.Element, item: StoredResult) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from validate.model.matrix import AXES
+from validate.model.axes import AXES, REGISTRY
 from validate.model.order import natural_key, parse_version, value_key
 from validate.model.results import axis_value, cell_label, is_bad, is_good, result_key
 
@@ -35,20 +35,9 @@ __all__ = [
 
 #: Axes a pivot may use: the matrix axes plus the case name.
 PSEUDO_AXES = (*AXES, "case")
-AXIS_TITLES: Mapping[str, str] = {
-    "cudnn": "cuDNN",
-    "frontend": "frontend",
-    "cuda": "CUDA",
-    "driver": "driver",
-    "arch": "arch",
-    "case": "case",
-}
-_PREFIX: Mapping[str, str] = {
-    "cudnn": "cuDNN ",
-    "frontend": "fe ",
-    "cuda": "CUDA ",
-    "driver": "drv ",
-}
+AXIS_TITLES: Mapping[str, str] = {**{a.name: a.title for a in REGISTRY}, "case": "case"}
+_PREFIX: Mapping[str, str] = {a.name: a.prefix for a in REGISTRY}
+_SORT = {a.name: a.sort_key for a in REGISTRY}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,4 +99,4 @@ def merge_runs(runs: Iterable[tuple[RunInfo, Sequence[CaseResult]]]) -> RunSet:
 
 
 def _order(result: CaseResult) -> tuple[Any, ...]:
-    return (*(value_key(axis_value(result, a)) for a in AXES), natural_key(result.case))
+    return (*(_SORT[a](axis_value(result, a)) for a in AXES), natural_key(result.case))
