@@ -7,7 +7,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.version import Version
 from tabulate import tabulate
 
 from validate.cli import add_selector_args, split_list
