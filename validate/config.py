@@ -41,7 +41,15 @@ class Selectors:
         values: dict[str, tuple[str, ...]] = {}
         problems: list[str] = []
         for axis in AXES:
-            raw = split_list(getattr(args, axis, None))
+            given = getattr(args, axis, None) or ()
+            if any(not part.strip() for text in given for part in text.split(",")):
+                shown = ", ".join(repr(text) for text in given)
+                problems.append(
+                    f"--{axis}: empty value in {shown} (an unset variable?); name the values, "
+                    "or leave the flag out to keep the matrix's"
+                )
+                continue
+            raw = split_list(given)
             if not raw:
                 continue
             good: list[str] = []

@@ -105,12 +105,24 @@ class Doc:
     errors: TomlErrors
 
 
+#: Input scale: a data file larger than this is refused before it is parsed. The shipped files
+#: are a few KiB; 2 MiB holds about 100 000 axis values, ten times the per-axis limit.
+MAX_DATA_BYTES: Final = 2 * 2**20
+
+
 def read_toml(path: Path, *, what: str, error: type[ValidateError] = MatrixError) -> Doc:
     """Read and parse a TOML file; an unreadable or malformed one raises `error` at once.
 
     `what` names the file's kind in messages ("matrix", "rules", "known-issues", ...).
     """
     try:
+        size = path.stat().st_size
+        if size > MAX_DATA_BYTES:  # checked before parsing: a huge file would take minutes
+            msg = (
+                f"{path}: {what} file is {size / 2**20:.1f} MiB, more than the limit of "
+                f"{MAX_DATA_BYTES // 2**20} MiB for a data file; split it or narrow it"
+            )
+            raise error(msg)
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         msg = f"{path}: cannot read {what} file ({type(exc).__name__}: {exc})"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from validate.datafile import Key, TomlErrors, read_toml
-from validate.model.axes import ARCHES, AXES, REGISTRY, Driver, parse_value, pins_label
+from validate.model.axes import ARCHES, AXES, REGISTRY, Driver, axis_named, parse_value, pins_label
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -153,21 +153,39 @@ def expand(matrix: Matrix) -> list[Cell]:
     return list(dict.fromkeys(itertools.chain(product, matrix.include)))
 
 
+#: Input scale: an axis longer than this is refused with this limit (a matrix of that size is a
+#: mistake or an attack, and would take minutes to plan).
+MAX_AXIS_VALUES: Final = 10_000
+
+
 def _values(errors: TomlErrors, key: Key, axis: str, raw: object) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw:
         errors.add(key, f"expected a non-empty list of strings, got {raw!r}")
         return ()
-    out: list[str] = []
+    if len(raw) > MAX_AXIS_VALUES:
+        errors.add(
+            key,
+            f"{len(raw)} values, more than the limit of {MAX_AXIS_VALUES} per axis; "
+            "split the matrix or narrow it",
+        )
+        return ()
+    spec = axis_named(axis)
+    seen: dict[object, str] = {}  # identity (13 == 13.0) -> the first spelling: O(n), not O(n^2)
     for i, item in enumerate(raw):
         try:
             value = parse_value(axis, item)
         except ValueError as exc:
             errors.add(key / i, str(exc))
             continue
-        if value in out:
-            errors.add(key / i, f"duplicate value {item!r}")
-        out.append(value)
-    return tuple(dict.fromkeys(out))
+        try:
+            ident: object = spec.key(value)
+        except ValueError:
+            ident = value
+        if ident in seen:
+            errors.add(key / i, f"duplicate value {item!r} (the same {axis} as {seen[ident]!r})")
+            continue
+        seen[ident] = value
+    return tuple(seen.values())
 
 
 def _entries(errors: TomlErrors, name: str, raw: object) -> list[dict[str, object]]:

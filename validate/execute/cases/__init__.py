@@ -45,6 +45,7 @@ class Case:
     kind: CaseKind
     requirements: Requirements = field(default_factory=Requirements)
     args: tuple[str, ...] = ()  # script argv (a case manifest can run one script as variants)
+    source: str = ""  # where it was declared: its file, or "folder/cases.toml:7 (case[2])"
 
     @property
     def slug(self) -> str:
@@ -119,8 +120,23 @@ def discover_cases(paths: Iterable[Path], *, table: RequirementTable | None = No
         kind = _kind(path)
         assert kind is not None
         req = table.for_case(path.name) if table else Requirements()
-        cases.append(Case(name=name, path=path, kind=kind, requirements=req))
-    return listed + cases
+        cases.append(Case(name=name, path=path, kind=kind, requirements=req, source=str(path)))
+    return check_unique([*listed, *cases])
+
+
+def check_unique(cases: Sequence[Case]) -> list[Case]:
+    """Refuse two cases with one name: results are keyed by cell and case name, so a second one
+    would silently replace the first's verdict (a pass hiding a fail). Names both sources."""
+    first: dict[str, Case] = {}
+    for case in cases:
+        other = first.setdefault(case.name, case)
+        if other is not case:
+            msg = (
+                f"two cases share the name {case.name!r}: {other.source or other.path} and "
+                f"{case.source or case.path}; rename one (results are keyed by case name)"
+            )
+            raise CaseError(msg)
+    return list(cases)
 
 
 #: A folder may hold a manifest listing script cases with arguments (one script, many variants).
@@ -178,6 +194,7 @@ def load_manifest(folder: Path) -> list[Case]:
                 kind="script",
                 requirements=req,
                 args=tuple(args),
+                source=f"{path}:{doc.errors.line_of(key)} ({key})",
             )
         )
     errors.raise_if_any()
