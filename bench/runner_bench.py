@@ -70,12 +70,13 @@ def _script_overhead(folder: Path, m: int) -> tuple[float, float]:
     script = folder / "tiny.py"
     script.write_text("import json, os\nprint(sum(range(100000)))\n", encoding="utf-8")
     sys.path.insert(0, str(REPO))
+    from validate.env.target import ExecTarget
     from validate.execute.cases import discover_cases
-    from validate.execute.runner import RunOptions, RunTarget, run_case
+    from validate.execute.runner import RunOptions, run_case
     from validate.model.results import ResultStore
 
     [case] = discover_cases([script])
-    target = RunTarget(python=Path(sys.executable))
+    target = ExecTarget(python=Path(sys.executable))
     options = RunOptions(timeout_s=60, results_dir=folder / "runs", api_logs=False)
     ResultStore(folder / "runs" / "results.jsonl")
     bare = through = 0.0

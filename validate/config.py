@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ConfigError
 from validate.model.axes import AXES, axis_named, parse_value
@@ -77,6 +78,21 @@ class Selectors:
             chosen[axis] = tuple(dict.fromkeys(picked))
         return matrix.with_axes(chosen) if chosen else matrix
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "matrix": str(self.matrix) if self.matrix else None,
+            "rules": str(self.rules) if self.rules else None,
+            "values": {axis: list(vals) for axis, vals in self.values.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Selectors:
+        return cls(
+            matrix=Path(data["matrix"]) if data.get("matrix") else None,
+            rules=Path(data["rules"]) if data.get("rules") else None,
+            values={axis: tuple(vals) for axis, vals in (data.get("values") or {}).items()},
+        )
+
     def describe(self) -> str:
         """The selection as flags, e.g. `--cudnn 9.24.0.43 --arch sm100`."""
         return " ".join(f"--{axis} {','.join(vals)}" for axis, vals in self.values.items())
@@ -90,7 +106,7 @@ class ValidateConfig:
     cases: tuple[Path, ...] = ()
     samples: Path | None = None
     case_names: tuple[str, ...] = ()  # --case: names or fnmatch patterns to keep
-    executor: str = "local"  # "local" | "docker"; run() resolves "auto"
+    executor: str = "local"  # a name in execute.EXECUTORS; workflow.run resolves "auto" once
     base_image: str | None = None  # docker: the cell images' base (env.builder.base_image_for)
     env_mode: str = "isolated"  # "isolated" | "current" | "system-site-packages"
     base_python: str = sys.executable
@@ -109,3 +125,57 @@ class ValidateConfig:
     api_logs: bool = True
     known_issues: Path | None = None
     argv: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types; `from_dict(to_dict())` gives an equal config."""
+        out: dict[str, Any] = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name == "selectors":
+                value = value.to_dict()
+            elif item.name in _PATHS:
+                value = str(value) if value is not None else None
+            elif isinstance(value, tuple):
+                value = [str(v) for v in value]
+            out[item.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ValidateConfig:
+        known = {item.name for item in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            msg = f"config: unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})"
+            raise ConfigError(msg)
+        values: dict[str, Any] = {}
+        for name, value in data.items():
+            if name == "selectors":
+                value = Selectors.from_dict(value)
+            elif name in _PATHS:
+                value = Path(value) if value is not None else None
+            elif name == "cases":
+                value = tuple(Path(v) for v in value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            values[name] = value
+        return cls(**values)
+
+    def to_json(self) -> str:
+        """The config as one JSON object: how it crosses into a container (execute.docker)."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ValidateConfig:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            msg = f"config: not a JSON object ({exc})"
+            raise ConfigError(msg) from exc
+        if not isinstance(data, dict):
+            msg = f"config: expected a JSON object, got {type(data).__name__}"
+            raise ConfigError(msg)
+        return cls.from_dict(data)
+
+
+#: ValidateConfig fields that hold one path (or None).
+_PATHS: Final = frozenset({"samples", "wheelhouse", "cache_dir", "results_dir", "known_issues"})

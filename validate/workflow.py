@@ -8,7 +8,6 @@ loses nothing and `--resume` completes it.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import logging
 import os
@@ -22,49 +21,28 @@ from typing import TYPE_CHECKING, Any
 
 from validate import __version__
 from validate.config import ValidateConfig
-from validate.env.sources import (
-    BackendSource,
-    FrontendSource,
-    parse_backend_source,
-    parse_frontend_source,
-    short_version,
-)
-from validate.env.venvs import EnvHandle, EnvSpec, cache_root, ensure_env
-from validate.errors import ConfigError, EnvBuildError
-from validate.execute.cases import (
-    SHIPPED_CASES,
-    Case,
-    discover_cases,
-    discover_samples,
-    select_cases,
-)
+from validate.env.sources import Sources
+from validate.errors import ConfigError
+from validate.execute import EXECUTORS, Executor, RunContext, resolve_executor
+from validate.execute.cases import SHIPPED_CASES, Case, cases_for
 from validate.execute.records import now_stamp, record_all
-from validate.execute.runner import RunOptions, RunTarget, run_cases
 from validate.judge.known_issues import KnownIssue, apply_known_issues, load_known_issues
-from validate.log import step
 from validate.model.axes import AXES
-from validate.model.matrix import Cell, load_matrix
+from validate.model.matrix import load_matrix
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, load_results, write_json
-from validate.plan.host import (
-    HostFacts,
-    cell_skip_reason,
-    default_jobs,
-    detect_host,
-    gpu_skip_reason,
-    python_version_of,
-)
+from validate.plan.host import HostFacts, detect_host, python_version_of
 from validate.plan.rules import Plan, load_rules, plan_cells
+from validate.plan.steps import plan_steps
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
-__all__ = ["SHIPPED_CASES", "ValidateConfig", "env_spec_for", "record_all", "run"]
+__all__ = ["SHIPPED_CASES", "KnownIssueStore", "ValidateConfig", "record_all", "run", "run_cells"]
 
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-_REASON_TAIL = 12  # lines of an install/build log kept in an `error` result's reason
 
 
 # --- stages -----------------------------------------------------------------------------------
@@ -80,76 +58,7 @@ def plan_stage(config: ValidateConfig) -> Plan:
 
 def cases_stage(config: ValidateConfig) -> list[Case]:
     """The cases to run: named files/folders, a frontend checkout's samples, else the shipped ones."""
-    cases: list[Case] = discover_cases(config.cases) if config.cases else []
-    if config.samples is not None:
-        cases += discover_samples(config.samples)
-    if not config.cases and config.samples is None:
-        cases = discover_cases([SHIPPED_CASES])
-    cases = select_cases(cases, config.case_names)
-    names = [c.name for c in cases]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        msg = f"two cases share the name {dupes[0]!r}; rename one (results are keyed by case name)"
-        raise ConfigError(msg)
-    return cases
-
-
-@functools.cache
-def _backend_source(text: str, declared: str) -> BackendSource:
-    """Parsed once per run and declared version (a library folder's version is read by loading it)."""
-    return parse_backend_source(text, declared=declared)
-
-
-@functools.cache
-def _frontend_source(text: str) -> FrontendSource:
-    """Parsed once per run (a checkout's ref is resolved with git)."""
-    return parse_frontend_source(text)
-
-
-def env_spec_for(cell: Cell, config: ValidateConfig) -> EnvSpec:
-    """The environment a cell needs: the axes the registry marks `env` (cudnn, frontend, cuda,
-    python) decide it; driver and arch do not change what is installed."""
-    current = config.env_mode == "current"
-    backend: BackendSource
-    if config.backend_source:
-        backend = _backend_source(config.backend_source, cell.cudnn)
-    elif current:
-        backend = BackendSource(kind="current", version=cell.cudnn)
-    else:
-        backend = BackendSource(kind="pypi", version=cell.cudnn)
-    frontend: FrontendSource = (
-        _frontend_source(config.frontend_source)
-        if config.frontend_source
-        else FrontendSource(kind="pypi", version=cell.frontend)
-    )
-    base = {"current": config.base_python, "isolated": "isolated"}.get(
-        config.env_mode, "system-site-packages"
-    )
-    return EnvSpec(
-        backend=backend,
-        frontend=frontend,
-        cuda_major=int(cell.cuda.split(".")[0]),
-        python=config.base_python,
-        python_version=cell.python or None,
-        extras=config.extras,
-        base=base,
-        backend_deps=config.backend_deps and not current,
-    )
-
-
-def _target(cell: Cell, handle: EnvHandle, host: HostFacts) -> RunTarget:
-    return RunTarget(
-        python=handle.python,
-        env=dict(handle.env),
-        cell_id=cell.id,
-        cell=cell.pins(),
-        expected_backend=handle.expected_backend or short_version(cell.cudnn),
-        expected_backend_dir=handle.backend_dir,
-        expected_frontend=handle.expected_frontend,
-        host_arch=host.arch,
-        has_gpu=host.has_gpu,
-        backend_version=cell.cudnn,
-    )
+    return cases_for(config)
 
 
 class KnownIssueStore(ResultStore):
@@ -215,76 +124,39 @@ def run_cells(
     store: ResultStore,
     run_id: str,
     *,
-    ensure: Callable[[EnvSpec], EnvHandle] | None = None,
+    executor: Executor | None = None,
 ) -> None:
-    """Build or reuse one environment per cell and run the cases there, cell by cell."""
-    if config.executor == "docker":
-        from validate.execute.docker_cells import run_cells_docker
-
-        run_cells_docker(config, plan, cases, host, store, run_id)
-        return
-    ensure = ensure or (
-        lambda spec: ensure_env(
-            spec,
-            config.cache_dir,
-            config.wheelhouse,
-            installer=config.installer,  # type: ignore[arg-type]
-        )
-    )
-    results_dir = store.path.parent
-    no_gpu = gpu_skip_reason(host)
-    ran_in: dict[str, str] = {}  # env hash -> cell id that ran the CPU parts there (no-GPU host)
-    handles: dict[str, EnvHandle | str] = {}  # env hash -> handle, or the build error
-    jobs = config.jobs or default_jobs(host)
-    options = RunOptions(
-        timeout_s=config.timeout_s,
-        jobs=jobs,
-        reruns=config.reruns,
-        results_dir=results_dir,
-        resume=True,  # the store may already hold this run's results (resume or skip records)
-        api_logs=config.api_logs,
+    """Group the cells into steps (one environment each), prepare each step's environment and
+    run its cells there, through the configured executor whichever it is."""
+    executor = executor or EXECUTORS[config.executor]()
+    context = RunContext(
+        config=config,
+        host=host,
         run_id=run_id,
-        history=cache_root(config.cache_dir) / "durations.json",
+        sources=Sources(config.backend_source, config.frontend_source),
+        store=store,
     )
-    for cell in plan.planned:
-        skip = cell_skip_reason(cell, host)
-        if skip:
+    try:
+        steps = plan_steps(plan.planned, host, lambda cell: executor.env_key(cell, context))
+        for cell, skip in steps.skipped:
             log.info("skip %s %s: %s", cell.id, cell.label, skip)
             record_all(store, cell, cases, Outcome.SKIP, skip, run_id)
-            continue
-        spec = env_spec_for(cell, config)
-        key = spec.hash
-        if no_gpu and key in ran_in:
-            reason = f"{no_gpu}: pins checked in cell {ran_in[key]} (same environment)"
-            record_all(store, cell, cases, Outcome.SKIP, reason, run_id)
-            continue
-        if key not in handles:
-            try:
-                with step(f"environment for {cell.label}"):
-                    handles[key] = ensure(spec)
-            except EnvBuildError as exc:  # the cell's cases become `error`; the run goes on
-                lines = str(exc).strip().splitlines() or ["?"]
-                handles[key] = "\n".join(
-                    [f"environment build failed: {lines[0]}", *lines[1:][-_REASON_TAIL:]]
-                )
-                log.error("%s", handles[key])
-        handle = handles[key]
-        if isinstance(handle, str):
-            record_all(store, cell, cases, Outcome.ERROR, handle, run_id)
-            continue
-        ran_in.setdefault(key, cell.id)
-        with step(f"cell {cell.id}: {cell.label} ({len(cases)} cases, {jobs} at once)"):
-            run_cases(cases, _target(cell, handle, host), options, store)
+        for step in steps.steps:
+            target = executor.prepare(step, context)
+            if isinstance(target, str):  # the environment could not be made: error, run goes on
+                for cell in step.cells:
+                    record_all(store, cell, cases, Outcome.ERROR, target, run_id)
+                continue
+            executor.run(step, target, cases, context)
+    finally:
+        executor.close()
 
 
 def run(config: ValidateConfig) -> int:
     """The whole job; returns the sign-off exit code (0 signed off, 1 regressions/errors)."""
     from validate.judge.signoff import decide, summary  # the report side is only needed at the end
 
-    if config.executor == "auto":
-        from validate.execute import docker_gpu_ready
-
-        config = replace(config, executor="docker" if docker_gpu_ready() else "local")
+    config = replace(config, executor=resolve_executor(config.executor))
     plan = plan_stage(config)
     cases = cases_stage(config)
     host = detect_host()

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING
 import docker
 import pytest
 
+from validate.config import ValidateConfig
 from validate.env.builder import BuildResult, ImageBuilder, base_image_for, docker_client
 from validate.env.images import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE, ImageSpec
 from validate.errors import DockerError, ImageBuildError
-from validate.execute import ExecRequest
+from validate.execute import ExecTarget
 from validate.execute.docker import DockerExecutor
 from validate.model.matrix import Cell
 from validate.model.results import CaseResult, load_results
@@ -148,17 +149,15 @@ def _run(
     builder: ImageBuilder, specs: dict[str, ImageSpec], tmp_path: Path, expect: str
 ) -> dict[str, CaseResult]:
     results = tmp_path / "results"
-    request = ExecRequest(
-        cell=_cell("1.27.0"),
-        cases=(CASES,),
-        results_dir=results,
-        expect_backend=expect,
-        image=specs["1.27.0"].tag,
-        runner_args=("--jobs", "2", "--timeout", "300"),
+    executor = DockerExecutor(client=builder.client)
+    outcome = executor.run_cell(
+        _cell("1.27.0"),
+        ExecTarget(image=specs["1.27.0"].tag, expected_backend=expect),
+        ValidateConfig(cases=(CASES,), jobs=2, timeout_s=300),
+        results,
         timeout_s=600,
     )
-    outcome = DockerExecutor(client=builder.client).run(request)
-    assert outcome.gpu is False  # this daemon has no NVIDIA runtime
+    assert executor.gpu is False  # this daemon has no NVIDIA runtime
     by_case = {r.case: r for r in load_results([results])}
     assert by_case, outcome.tail
     return by_case

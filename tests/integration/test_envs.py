@@ -14,6 +14,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,8 +25,11 @@ from validate.env.sources import (
     parse_frontend_source,
     same_backend,
 )
-from validate.env.venvs import EnvHandle, EnvSpec, ensure_env, probe_backend, read_manifest
+from validate.env.venvs import EnvSpec, ensure_env, probe_backend, read_manifest
 from validate.errors import EnvBuildError
+
+if TYPE_CHECKING:
+    from validate.env.target import ExecTarget
 
 pytestmark = pytest.mark.slow
 
@@ -70,12 +74,12 @@ def wheel_spec(wheelhouse: Path) -> EnvSpec:
 
 
 @pytest.fixture(scope="session")
-def wheel_env(wheel_spec: EnvSpec, cache: Path, wheelhouse: Path) -> EnvHandle:
+def wheel_env(wheel_spec: EnvSpec, cache: Path, wheelhouse: Path) -> ExecTarget:
     """Backend and frontend from wheel files, installed offline from the wheelhouse with uv."""
     return ensure_env(wheel_spec, cache, wheelhouse=wheelhouse, installer="uv")
 
 
-def _in_env(handle: EnvHandle, code: str) -> str:
+def _in_env(handle: ExecTarget, code: str) -> str:
     argv = [str(handle.python), "-c", code]
     proc = subprocess.run(
         argv, env=handle.process_env(), capture_output=True, text=True, check=True
@@ -83,7 +87,7 @@ def _in_env(handle: EnvHandle, code: str) -> str:
     return proc.stdout.strip()
 
 
-def test_wheel_files_offline_load_the_pinned_backend(wheel_env: EnvHandle) -> None:
+def test_wheel_files_offline_load_the_pinned_backend(wheel_env: ExecTarget) -> None:
     assert not wheel_env.reused
     assert wheel_env.expected_backend == "9.12.0"
     assert wheel_env.expected_frontend == FRONTEND
@@ -98,7 +102,7 @@ def test_wheel_files_offline_load_the_pinned_backend(wheel_env: EnvHandle) -> No
     assert manifest["size_bytes"] > 300_000_000
 
 
-def test_env_is_reused(wheel_env: EnvHandle, wheel_spec: EnvSpec, cache: Path) -> None:
+def test_env_is_reused(wheel_env: ExecTarget, wheel_spec: EnvSpec, cache: Path) -> None:
     start = time.monotonic()
     again = ensure_env(wheel_spec, cache, installer="uv")
     elapsed = time.monotonic() - start
@@ -108,7 +112,7 @@ def test_env_is_reused(wheel_env: EnvHandle, wheel_spec: EnvSpec, cache: Path) -
     print(f"reused in {elapsed:.3f}s")
 
 
-def test_dishonoured_pin_is_detected(wheel_env: EnvHandle, other_libdir: Path) -> None:
+def test_dishonoured_pin_is_detected(wheel_env: ExecTarget, other_libdir: Path) -> None:
     """Another backend first on LD_LIBRARY_PATH wins over the pin: the probe shows it."""
     hijacked = dataclasses.replace(wheel_env, env={"LD_LIBRARY_PATH": str(other_libdir / "lib")})
     version, path = probe_backend(hijacked)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
-from validate.execute.runner import RunOptions, RunTarget, run_cases
+from validate.execute.runner import RunOptions, run_cases
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, load_results
 
@@ -55,7 +56,7 @@ EXPECTED = {
 def all_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[CaseResult], Path]:
     out = tmp_path_factory.mktemp("run")
     cases = discover_cases([RES / "notebooks", RES / "scripts"])
-    target = RunTarget(python=Path(sys.executable))
+    target = ExecTarget(python=Path(sys.executable))
     options = RunOptions(timeout_s=4, jobs=2, results_dir=out, api_logs=False)
     return run_cases(cases, target, options, ResultStore(out / "results.jsonl")), out
 
@@ -95,7 +96,7 @@ def test_failures_rerun_with_api_logs_and_reruns(tmp_path: Path) -> None:
     cases = discover_cases([RES / "scripts" / "fail_exit1.py", RES / "scripts" / "pass_script.py"])
     options = RunOptions(timeout_s=20, jobs=2, results_dir=tmp_path, reruns=1)
     results = run_cases(
-        cases, RunTarget(python=Path(sys.executable)), options, ResultStore(tmp_path / "r.jsonl")
+        cases, ExecTarget(python=Path(sys.executable)), options, ResultStore(tmp_path / "r.jsonl")
     )
     by = {r.case: r for r in results}
     assert by["fail_exit1.py"].attempts == ("fail", "fail", "fail")
@@ -107,7 +108,7 @@ def test_failures_rerun_with_api_logs_and_reruns(tmp_path: Path) -> None:
 
 def test_pin_not_honoured_is_an_error(tmp_path: Path) -> None:
     cases = discover_cases([RES / "scripts" / "pass_script.py"])
-    target = RunTarget(python=Path(sys.executable), expected_backend="9.24.0")
+    target = ExecTarget(python=Path(sys.executable), expected_backend="9.24.0")
     options = RunOptions(timeout_s=20, results_dir=tmp_path, api_logs=False)
     [result] = run_cases(cases, target, options, ResultStore(tmp_path / "r.jsonl"))
     assert result.outcome is Outcome.ERROR

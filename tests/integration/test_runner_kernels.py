@@ -10,8 +10,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
-from validate.execute.runner import RunOptions, RunTarget, run_cases
+from validate.execute.runner import RunOptions, run_cases
 from validate.model.outcome import Outcome
 from validate.model.results import ResultStore
 
@@ -28,7 +29,7 @@ def test_parallel_kernels_use_private_ipc_sockets(tmp_path: Path) -> None:
         cases = discover_cases([folder])
         options = RunOptions(results_dir=tmp_path / "run", jobs=8, timeout_s=120, api_logs=False)
         store = ResultStore(tmp_path / "run" / "results.jsonl")
-        results = run_cases(cases, RunTarget(python=Path(sys.executable)), options, store)
+        results = run_cases(cases, ExecTarget(python=Path(sys.executable)), options, store)
     finally:
         folder.chmod(0o755)
     assert [r.outcome for r in results] == [Outcome.PASS] * 8, [r.reason for r in results]

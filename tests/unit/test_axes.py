@@ -16,16 +16,17 @@ from packaging.version import Version
 
 from validate.cli import build_parser
 from validate.config import Selectors
-from validate.env.sources import BackendSource, FrontendSource
+from validate.env.sources import BackendSource, FrontendSource, Sources
 from validate.env.venvs import EnvSpec, ensure_env
 from validate.errors import EnvBuildError, MatrixError
+from validate.execute.local import env_spec_for
 from validate.model.axes import AXES, REGISTRY, axis_named, parse_value
 from validate.model.matrix import Cell, expand, load_matrix
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, cell_label
 from validate.plan.rules import apply_rules, load_rules
 from validate.report.junit import classname
-from validate.workflow import ValidateConfig, env_spec_for
+from validate.workflow import ValidateConfig
 
 RULES = load_rules(None)
 CELL = Cell(cudnn="9.24.0.43", frontend="1.27.0", cuda="13.0", driver="580", arch="sm100")
@@ -188,7 +189,7 @@ def test_selecting_python_on_a_matrix_without_the_axis(tmp_path: Path) -> None:
 
 
 def _spec(cell: Cell) -> EnvSpec:
-    return env_spec_for(cell, ValidateConfig())
+    return env_spec_for(cell, ValidateConfig(), Sources())
 
 
 def test_env_relevant_axes_change_the_environment_and_the_others_do_not() -> None:

@@ -6,16 +6,16 @@ from typing import Any
 
 import pytest
 
-from validate.execute.classify import CaseExec, classify, classify_exception, signal_name
+from validate.execute.classify import ExecResult, classify, classify_exception, signal_name
 from validate.model.outcome import Outcome
 
 
-def _nb(**report: Any) -> CaseExec:
-    return CaseExec(kind="notebook", returncode=0, timeout_s=5, report=report)
+def _nb(**report: Any) -> ExecResult:
+    return ExecResult(kind="notebook", returncode=0, timeout_s=5, report=report)
 
 
-def _sc(returncode: int | None, **kw: Any) -> CaseExec:
-    return CaseExec(kind="script", returncode=returncode, timeout_s=5, **kw)
+def _sc(returncode: int | None, **kw: Any) -> ExecResult:
+    return ExecResult(kind="script", returncode=returncode, timeout_s=5, **kw)
 
 
 CASES = [
@@ -125,13 +125,13 @@ CASES = [
     ),
     (
         "runner killed, no report",
-        CaseExec(kind="notebook", returncode=-9),
+        ExecResult(kind="notebook", returncode=-9),
         Outcome.CRASH,
         "notebook runner killed by SIGKILL",
     ),
     (
         "runner missing nbclient",
-        CaseExec(
+        ExecResult(
             kind="notebook", returncode=1, tail="ModuleNotFoundError: No module named 'nbclient'\n"
         ),
         Outcome.ERROR,
@@ -139,7 +139,7 @@ CASES = [
     ),
     (
         "tool timeout wins",
-        CaseExec(kind="notebook", returncode=-15, timed_out=True, timeout_s=5),
+        ExecResult(kind="notebook", returncode=-15, timed_out=True, timeout_s=5),
         Outcome.TIMEOUT,
         "timed out after 5s",
     ),
@@ -180,7 +180,7 @@ CASES = [
 @pytest.mark.parametrize(
     ("run", "outcome", "reason"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
-def test_classify(run: CaseExec, outcome: Outcome, reason: str) -> None:
+def test_classify(run: ExecResult, outcome: Outcome, reason: str) -> None:
     got, why = classify(run)
     assert got is outcome
     assert reason in why

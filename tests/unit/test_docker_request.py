@@ -7,18 +7,19 @@ of `POST /containers/create` is the part we own, and it is asserted exactly.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 
+from validate.config import ValidateConfig
 from validate.errors import ConfigError
-from validate.execute import EXECUTORS, ExecRequest, pick_executor
-from validate.execute.docker import DockerExecutor
+from validate.execute import EXECUTORS, ExecTarget, pick_executor
+from validate.execute.docker import DockerExecutor, container_config
+from validate.execute.incontainer import payload, read_payload
 from validate.model.matrix import Cell
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 CELL = Cell(cudnn="9.24.0.43", frontend="1.27.0", cuda="13.0", driver="580", arch="sm100")
 
@@ -42,26 +43,36 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[dict[str, Any]]
     return client, bodies
 
 
-def _request(tmp_path: Path, gpus: tuple[int, ...] | None = None) -> ExecRequest:
+@dataclass(frozen=True, kw_only=True)
+class _Request:
+    """What one cell's container is made from: the step's target and the run's config."""
+
+    target: ExecTarget
+    config: ValidateConfig
+    results_dir: Path
+
+
+def _request(tmp_path: Path, gpus: tuple[int, ...] | None = None) -> _Request:
     case = tmp_path / "cases" / "pin_check.py"
     case.parent.mkdir()
     case.write_text("print('hi')\n")
     (tmp_path / "samples").mkdir()
-    return ExecRequest(
-        cell=CELL,
-        cases=(case,),
+    return _Request(
+        target=ExecTarget(
+            image="cudnn-matrix/cell:0123456789abcdef", expected_backend="9.24.0.43", gpus=gpus
+        ),
+        config=ValidateConfig(cases=(case,), samples=tmp_path / "samples", timeout_s=600),
         results_dir=tmp_path / "results",
-        expect_backend="9.24.0.43",
-        samples=tmp_path / "samples",
-        image="cudnn-matrix/cell:0123456789abcdef",
-        gpus=gpus,
-        runner_args=("--timeout", "600"),
     )
 
 
-def _send(client: Any, request: ExecRequest, *, gpu: bool) -> dict[str, Any]:
+def _send(client: Any, request: _Request, *, gpu: bool) -> dict[str, Any]:
     bodies: list[dict[str, Any]] = client.bodies
-    with pytest.raises(_Sent), DockerExecutor(client=client, gpu=gpu).container(request):
+    executor = DockerExecutor(client=client, gpu=gpu)
+    with (
+        pytest.raises(_Sent),
+        executor.container(CELL, request.target, request.config, request.results_dir),
+    ):
         pass
     return bodies[-1]
 
@@ -106,29 +117,31 @@ def test_container_is_locked_down_and_mounts_are_right(client: Any, tmp_path: Pa
     assert not body["User"].startswith("0:")
     assert sorted(host["Binds"]) == sorted(
         [
-            f"{request.cases[0].resolve()}:/cases/0/pin_check.py:ro",
+            f"{request.config.cases[0].resolve()}:/cases/0/pin_check.py:ro",
             f"{request.results_dir.resolve()}:/results:rw",
             f"{(tmp_path / 'samples').resolve()}:/samples:ro",
         ]
     )
     assert body["Image"] == "cudnn-matrix/cell:0123456789abcdef"
-    assert body["Cmd"] == [
-        "python",
-        "-m",
-        "validate",
-        "run",
-        "/cases/0/pin_check.py",
-        "--results",
-        "/results",
-        "--json",
-        "--expect-backend",
-        "9.24.0.43",
-        "--samples",
-        "/samples",
-        "--timeout",
-        "600",
-    ]
+    assert body["Cmd"] == ["python", "-m", "validate", "run", "--config", "/results/config.json"]
     assert body["Labels"] == {"io.cudnn-matrix.cell": CELL.id}
+
+
+def test_the_container_gets_the_config_not_an_argv(tmp_path: Path) -> None:
+    """One JSON object: the run's config with the container's paths, the pin and the run id."""
+    request = _request(tmp_path)
+    inner = container_config(request.config)
+    path = tmp_path / "config.json"
+    path.write_text(payload(inner, request.target.expected_backend, "RUN1"))
+    config, expected, run_id = read_payload(path)
+    assert config == inner
+    assert config.cases == (Path("/cases/0/pin_check.py"),)
+    assert config.samples == Path("/samples")
+    assert config.results_dir == Path("/results")
+    assert config.timeout_s == 600
+    assert config.resume  # the cell folder may hold some results already
+    assert config.jobs == (os.cpu_count() or 1)
+    assert (expected, run_id) == ("9.24.0.43", "RUN1")
 
 
 def test_pick_executor_names() -> None:

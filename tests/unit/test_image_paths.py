@@ -13,18 +13,21 @@ from validate.cli import build_parser
 from validate.cli.images import _specs
 from validate.config import Selectors, ValidateConfig
 from validate.env.builder import ImageBuilder
-from validate.execute import ExecRequest, ExecResult
+from validate.execute import ExecResult
 from validate.execute.cases import SHIPPED_CASES, discover_cases
-from validate.execute.docker_cells import run_cells_docker
+from validate.execute.docker import DockerExecutor
 from validate.model.matrix import load_matrix
 from validate.model.results import ResultStore
 from validate.plan.host import HostFacts
 from validate.plan.rules import load_rules, plan_cells
+from validate.workflow import run_cells
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from validate.env.images import ImageSpec
+    from validate.env.target import ExecTarget
+    from validate.model.matrix import Cell
 
 WHEELS = (
     "nvidia_cudnn_cu13-9.24.0.43-py3-none-manylinux_2_27_x86_64.whl",
@@ -49,20 +52,25 @@ class RecordingBuilder(ImageBuilder):
         return spec.tag
 
 
-class NoContainer:
-    """FAKE executor: runs nothing (the cases then read as errors; only the specs matter here)."""
+class NoContainer(DockerExecutor):
+    """FAKE container: runs nothing (the cases then read as errors; only the specs matter here)."""
 
-    name = "docker"
+    def __init__(self, builder: ImageBuilder) -> None:
+        super().__init__(client=object(), gpu=False, builder=builder)
 
-    def run(self, request: ExecRequest) -> ExecResult:
-        return ExecResult(
-            returncode=0,
-            timed_out=False,
-            duration_s=0.0,
-            log_path=None,
-            tail="",
-            results_dir=request.results_dir,
-        )
+    def close(self) -> None:
+        """No SDK client to close."""
+
+    def run_container(
+        self,
+        cell: Cell,  # noqa: ARG002 - the real signature
+        target: ExecTarget,  # noqa: ARG002
+        config: ValidateConfig,  # noqa: ARG002
+        results_dir: Path,  # noqa: ARG002
+        *,
+        timeout_s: float | None = None,  # noqa: ARG002
+    ) -> ExecResult:
+        return ExecResult(kind="runner", returncode=0)
 
 
 def test_cli_and_docker_path_give_each_cell_one_spec(tmp_path: Path) -> None:
@@ -79,15 +87,14 @@ def test_cli_and_docker_path_give_each_cell_one_spec(tmp_path: Path) -> None:
     selectors = Selectors.from_args(args)
     plan = plan_cells(load_matrix(selectors.matrix), load_rules(selectors.rules), selectors)
     assert sorted(cell.driver for cell in plan.planned) == ["580", "fc-610@580"]
-    run_cells_docker(
+    run_cells(
         ValidateConfig(base_image=BASE, wheelhouse=wheelhouse),
         plan,
         discover_cases([SHIPPED_CASES]),
         HostFacts(),
         ResultStore(tmp_path / "run" / "results.jsonl"),
         "RUN1",
-        builder=builder,
-        executor=NoContainer(),  # type: ignore[arg-type]
+        executor=NoContainer(builder),
     )
     docker = {spec.tag: spec for spec in builder.asked}
 

@@ -5,16 +5,28 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
-from validate.errors import ConfigError
-from validate.execute import ExecRequest, Executor, pick_executor
+from validate.config import ValidateConfig
+from validate.env.sources import Sources
+from validate.execute import ExecTarget, Executor, RunContext, pick_executor
+from validate.execute.cases import cases_for
 from validate.execute.local import LocalExecutor
 from validate.model.matrix import Cell
-from validate.model.results import load_results
+from validate.model.results import ResultStore, load_results
+from validate.plan.host import HostFacts
+from validate.plan.steps import Step
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 CELL = Cell(cudnn="9.12.0.46", frontend="1.27.0", cuda="13.0", driver="580", arch="sm90")
+
+
+def _context(config: ValidateConfig, out: Path) -> RunContext:
+    return RunContext(
+        config=config,
+        host=HostFacts(),
+        run_id="RUN1",
+        sources=Sources(),
+        store=ResultStore(out / "results.jsonl"),
+    )
 
 
 def test_pick_local_gives_a_local_executor() -> None:
@@ -26,25 +38,49 @@ def test_pick_local_gives_a_local_executor() -> None:
 
 
 def test_runs_cases_and_writes_results(tmp_path: Path) -> None:
-    request = ExecRequest(
-        cell=CELL,
+    config = ValidateConfig(
         cases=(SCRIPTS / "pass_script.py", SCRIPTS / "fail_exit1.py"),
-        results_dir=tmp_path / "out",
-        python=Path(sys.executable),
-        runner_args=("--jobs", "2", "--timeout", "60", "--no-api-logs"),
+        jobs=2,
+        timeout_s=60,
+        api_logs=False,
+        cache_dir=tmp_path / "cache",
     )
-    ran = LocalExecutor().run(request)
-    assert ran.returncode == 1  # one case failed
-    assert "2 cases, 1 failing" in ran.tail
+    run = _context(config, tmp_path / "out")
+    target = ExecTarget(python=Path(sys.executable))
+    LocalExecutor().run(Step(key="env", cells=(CELL,)), target, cases_for(config), run)
     by_case = {r.case: r for r in load_results([tmp_path / "out"])}
+    assert len(by_case) == 2  # one case failed
     assert by_case["pass_script.py"].outcome == "pass"
     assert by_case["fail_exit1.py"].outcome == "fail"
     assert {r.cell_id for r in by_case.values()} == {CELL.id}
+    assert {r.run_id for r in by_case.values()} == {"RUN1"}
 
 
-def test_unknown_runner_flag_is_a_config_error(tmp_path: Path) -> None:
-    request = ExecRequest(
-        cell=CELL, cases=(), results_dir=tmp_path, runner_args=("--frobnicate", "1")
+def test_options_come_from_the_config(tmp_path: Path) -> None:
+    """The case limit is the config's (no argv round trip): a hanging script times out at 1s."""
+    config = ValidateConfig(
+        cases=(SCRIPTS / "hang.py",), timeout_s=1, api_logs=False, cache_dir=tmp_path / "cache"
     )
-    with pytest.raises(ConfigError, match="--frobnicate"):
-        LocalExecutor().run(request)
+    run = _context(config, tmp_path / "out")
+    target = ExecTarget(python=Path(sys.executable))
+    LocalExecutor().run(Step(key="env", cells=(CELL,)), target, cases_for(config), run)
+    (result,) = load_results([tmp_path / "out"])
+    assert result.outcome == "timeout"
+    assert result.reason == "timed out after 1s; process group killed"
+
+
+def test_no_gpu_host_runs_one_cell_per_environment(tmp_path: Path) -> None:
+    """Without a GPU every cell of a step checks the same pins: only the first runs."""
+    config = ValidateConfig(
+        cases=(SCRIPTS / "pass_script.py",), api_logs=False, cache_dir=tmp_path / "cache"
+    )
+    other = Cell(cudnn=CELL.cudnn, frontend=CELL.frontend, cuda="13.0", driver="575", arch="sm90")
+    run = _context(config, tmp_path / "out")
+    target = ExecTarget(python=Path(sys.executable))
+    LocalExecutor().run(Step(key="env", cells=(CELL, other)), target, cases_for(config), run)
+    by_cell = {r.cell_id: r for r in load_results([tmp_path / "out"])}
+    assert by_cell[CELL.id].outcome == "pass"
+    assert by_cell[other.id].outcome == "skip"
+    assert by_cell[other.id].reason == (
+        f"no NVIDIA driver: pins checked in cell {CELL.id} (same environment)"
+    )

@@ -6,8 +6,9 @@ import json
 import sys
 from pathlib import Path
 
+from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
-from validate.execute.runner import RunOptions, RunTarget, _longest_first, run_cases
+from validate.execute.runner import RunOptions, _longest_first, run_cases
 from validate.model.results import ResultStore
 
 
@@ -33,7 +34,7 @@ def test_resume_reruns_only_what_changed(tmp_path: Path) -> None:
     store = ResultStore(tmp_path / "run" / "results.jsonl")
     history = tmp_path / "durations.json"
     options = RunOptions(results_dir=tmp_path / "run", resume=True, history=history, jobs=2)
-    target = RunTarget(python=Path(sys.executable), cell_id="cell1", cell={"cudnn": "9.24.0.43"})
+    target = ExecTarget(python=Path(sys.executable), cell_id="cell1", cell={"cudnn": "9.24.0.43"})
 
     first = run_cases(discover_cases(paths), target, options, store)
     assert [r.outcome.value for r in first] == ["pass", "pass", "pass"]
@@ -53,6 +54,8 @@ def test_resume_reruns_only_what_changed(tmp_path: Path) -> None:
         "c.py": "pass",
     }
 
-    other_pins = RunTarget(python=Path(sys.executable), cell_id="cell2", cell={"cudnn": "9.25.1.1"})
+    other_pins = ExecTarget(
+        python=Path(sys.executable), cell_id="cell2", cell={"cudnn": "9.25.1.1"}
+    )
     run_cases(discover_cases(paths), other_pins, options, store)
     assert len(store.path.read_text().splitlines()) == 4 + 3  # a new pin set runs everything

@@ -1,30 +1,31 @@
 """validate --executor docker, the pure logic: build failures, collection and stamping.
 
-The builder and executor are small labelled fakes (Protocol fakes for logic only); the real
-daemon path is tests/integration/test_validate_docker.py.
+The builder and the container are small labelled fakes (Protocol fakes for logic only); the
+real daemon path is tests/integration/test_validate_docker.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from validate.config import ValidateConfig
 from validate.env.builder import base_image_for
 from validate.env.images import LOCAL_BASE_IMAGE
 from validate.errors import ImageBuildError
-from validate.execute import ExecRequest, ExecResult
-from validate.execute.cases import SHIPPED_CASES, discover_cases
-from validate.execute.docker_cells import run_cells_docker
+from validate.execute import ExecResult, ExecTarget
+from validate.execute.cases import SHIPPED_CASES, cases_for
+from validate.execute.docker import DockerExecutor, container_config, container_kwargs
+from validate.execute.incontainer import CONFIG_FILE, payload, read_payload, run_payload
 from validate.model.matrix import Cell
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, load_results
 from validate.plan.host import HostFacts
 from validate.plan.rules import Plan
-
-if TYPE_CHECKING:
-    from pathlib import Path
+from validate.workflow import run_cells
 
 CELLS = [
     Cell(cudnn="9.12.0.46", frontend=fe, cuda="13.0", driver="580", arch="sm90")
@@ -63,17 +64,47 @@ class FakeBuilder:
         return spec.tag
 
 
-class FakeExecutor:
-    """FAKE: writes the results an in-container runner would (container paths, no cell id)."""
+@dataclass(frozen=True, kw_only=True)
+class _Started:
+    """What one container was started with."""
 
-    name = "docker"
+    cell: Cell
+    target: ExecTarget
+    kwargs: dict[str, Any]
+    inner: ValidateConfig  # the config the container read from /results/config.json
+    timeout_s: float | None
 
-    def __init__(self) -> None:
-        self.requests: list[ExecRequest] = []
 
-    def run(self, request: ExecRequest) -> ExecResult:
-        self.requests.append(request)
-        store = ResultStore(request.results_dir / "results.jsonl")
+class FakeDocker(DockerExecutor):
+    """FAKE container: writes the results an in-container runner would (container paths, no
+    cell id); everything before the container (images, the config file) is the real executor."""
+
+    def __init__(self, builder: FakeBuilder) -> None:
+        super().__init__(client=object(), gpu=False, builder=builder)  # type: ignore[arg-type]
+        self.started: list[_Started] = []
+
+    def close(self) -> None:
+        """No SDK client to close."""
+
+    def run_container(
+        self,
+        cell: Cell,
+        target: ExecTarget,
+        config: ValidateConfig,
+        results_dir: Path,
+        *,
+        timeout_s: float | None = None,
+    ) -> ExecResult:
+        kwargs = container_kwargs(cell, target, config, results_dir, gpu=False)
+        inner, _, _ = read_payload(results_dir / CONFIG_FILE)
+        started = _Started(
+            cell=cell, target=target, kwargs=kwargs, inner=inner, timeout_s=timeout_s
+        )
+        self.started.append(started)
+        return self.inside(started, results_dir)
+
+    def inside(self, started: _Started, results_dir: Path) -> ExecResult:  # noqa: ARG002 - canned
+        store = ResultStore(results_dir / "results.jsonl")
         store.append(
             CaseResult(
                 case="pin_check.py",
@@ -81,30 +112,36 @@ class FakeExecutor:
                 log_path="/results/cases/x/pin_check.log",
             )
         )
-        return ExecResult(
-            returncode=0,
-            timed_out=False,
-            duration_s=1.0,
-            log_path=None,
-            tail="runner crashed: Killed\n",
-            results_dir=request.results_dir,
+        return ExecResult(kind="runner", returncode=0, tail="runner crashed: Killed\n")
+
+
+class HostRunner(FakeDocker):
+    """FAKE container, real runner: the real in-container entry (`run --config`) runs on this
+    host, on the payload with the container's mount paths mapped back to the host's."""
+
+    def inside(self, started: _Started, results_dir: Path) -> ExecResult:
+        inner = started.inner
+        volumes = started.kwargs["volumes"]
+        mounts = {Path(bind["bind"]): Path(host) for host, bind in volumes.items()}
+        mapped = dataclasses.replace(
+            inner,
+            cases=tuple(mounts[path] for path in inner.cases),
+            samples=mounts[inner.samples] if inner.samples is not None else None,
+            results_dir=mounts[Path("/results")],
         )
+        (results_dir / "host.json").write_text(payload(mapped, "9.12.0", "RUN1"))
+        code = run_payload(results_dir / "host.json")
+        return ExecResult(kind="runner", returncode=code, tail="")
 
 
 def test_build_failure_is_an_error_and_results_are_collected(tmp_path: Path) -> None:
-    cases = discover_cases([SHIPPED_CASES])
+    config = ValidateConfig(executor="docker")
+    cases = cases_for(config)
     store = ResultStore(tmp_path / "results.jsonl")
-    builder, executor = FakeBuilder({LOCAL_BASE_IMAGE}), FakeExecutor()
-    run_cells_docker(
-        ValidateConfig(),
-        Plan(planned=list(CELLS), pruned=[]),
-        cases,
-        HostFacts(),
-        store,
-        "RUN1",
-        builder=builder,  # type: ignore[arg-type]
-        executor=executor,  # type: ignore[arg-type]
-    )
+    builder = FakeBuilder({LOCAL_BASE_IMAGE})
+    executor = FakeDocker(builder)
+    plan = Plan(planned=list(CELLS), pruned=[])
+    run_cells(config, plan, cases, HostFacts(), store, "RUN1", executor=executor)
     results = load_results([tmp_path])
     broken = [r for r in results if r.cell_id == CELLS[0].id]
     assert {r.outcome for r in broken} == {Outcome.ERROR}
@@ -113,11 +150,14 @@ def test_build_failure_is_an_error_and_results_are_collected(tmp_path: Path) -> 
     assert reason.startswith("image build failed: building cudnn-matrix/cell:1.26.0")
     assert "Step 39/40" in reason
     assert "Step 20/40" not in reason  # only the tail of the build log
-    (request,) = executor.requests  # the failed cell never ran
-    assert request.image == "cudnn-matrix/cell:1.27.0"
-    assert request.expect_backend == "9.12.0"
-    assert request.cases == (SHIPPED_CASES,)
-    assert "--resume" in request.runner_args
+    (started,) = executor.started  # the failed cell never ran
+    assert started.target.image == "cudnn-matrix/cell:1.27.0"
+    assert started.target.expected_backend == "9.12.0"
+    assert started.kwargs["volumes"][str(SHIPPED_CASES.resolve())]["bind"] == "/cases/0/cases"
+    assert started.inner == container_config(config)
+    assert started.inner.cases == (Path("/cases/0/cases"),)
+    assert started.inner.resume  # the cell folder may hold some results already
+    assert started.timeout_s == 600 * len(cases) + 300  # every case's limit, plus start-up
     ran = {r.case: r for r in results if r.cell_id == CELLS[1].id}
     pin = ran.pop("pin_check.py")
     assert pin.outcome is Outcome.PASS
@@ -131,6 +171,26 @@ def test_build_failure_is_an_error_and_results_are_collected(tmp_path: Path) -> 
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
     assert len(lines) == 2 * len(cases)
     assert all(json.loads(line)["run_id"] == "RUN1" for line in lines)
+
+
+def test_case_selection_reaches_the_container(tmp_path: Path) -> None:
+    """Issue 11 item 6(a): `--case pin_check.py` ran every case in the container, and all were
+    stored. The container now reads the run's config, so only the selected case runs."""
+    config = ValidateConfig(executor="docker", case_names=("pin_check.py",), api_logs=False)
+    cases = cases_for(config)
+    assert [c.name for c in cases] == ["pin_check.py"]
+    store = ResultStore(tmp_path / "results.jsonl")
+    executor = HostRunner(FakeBuilder({LOCAL_BASE_IMAGE}))
+    plan = Plan(planned=[CELLS[1]], pruned=[])
+    run_cells(config, plan, cases, HostFacts(), store, "RUN1", executor=executor)
+    (started,) = executor.started
+    assert started.inner.case_names == ("pin_check.py",)
+    in_cell = load_results([tmp_path / "cells" / CELLS[1].id])
+    assert [r.case for r in in_cell] == ["pin_check.py"]  # the runner ran only that case
+    stored = [json.loads(line) for line in store.path.read_text().splitlines()]
+    assert [(r["case"], r["cell_id"], r["run_id"]) for r in stored] == [
+        ("pin_check.py", CELLS[1].id, "RUN1")
+    ]
 
 
 def test_base_image_default() -> None:

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from validate.cli import positive, writable_dir
+from validate.env.target import ExecTarget
 from validate.errors import ConfigError
 from validate.execute.cases import discover_cases, discover_samples, select_cases
 from validate.execute.progress import progress
-from validate.execute.runner import FAILING, RunOptions, RunTarget, run_cases
+from validate.execute.runner import FAILING, RunOptions, run_cases
 from validate.model.results import ResultStore
 from validate.plan.host import default_jobs, detect_host
 
@@ -87,10 +88,26 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="store_false",
         help="do not re-run failures with FE/BE API logging",
     )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="run what a `validate` run config names, with its options (the docker executor's "
+        "entry point inside a cell's container); no other argument is taken with it",
+    )
     parser.set_defaults(func=_cmd_run)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.config is not None:
+        if args.cases or args.samples is not None or args.case_names:
+            msg = (
+                "run --config: the config names the cases; pass no CASE_OR_DIR, --samples or --case"
+            )
+            raise ConfigError(msg)
+        from validate.execute.incontainer import run_payload
+
+        return run_payload(args.config)
     cases = discover_cases(args.cases) if args.cases else []
     if args.samples is not None:
         cases += discover_samples(args.samples)
@@ -105,7 +122,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     results_dir = writable_dir("--results", args.results or Path("reports") / "runs" / run_id)
     jobs = args.jobs or default_jobs(host)
-    target = RunTarget(
+    target = ExecTarget(
         python=Path(sys.executable),
         expected_backend=args.expect_backend,
         host_arch=host.arch,

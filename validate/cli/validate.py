@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from validate.cli import add_selector_args, positive, split_list, writable_dir
 from validate.config import Selectors
 from validate.errors import ConfigError
+from validate.execute import EXECUTORS
 
 if TYPE_CHECKING:
     import argparse
@@ -50,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     env = parser.add_argument_group("environments")
     env.add_argument(
         "--executor",
-        choices=("local", "docker", "auto"),
+        choices=(*EXECUTORS, "auto"),
         default="local",
         help="local venvs (default); docker: each cell in its image; auto: docker when the "
         "daemon has an NVIDIA runtime, else local",

@@ -24,6 +24,7 @@ __all__ = [
     "BackendSource",
     "FrontendKind",
     "FrontendSource",
+    "Sources",
     "backend_package",
     "build_frontend_wheel",
     "decode_backend_version",
@@ -254,6 +255,34 @@ def parse_frontend_source(
         msg = f"{flag}: ref {ref!r} not found in {checkout}"
         raise ConfigError(msg)
     return FrontendSource(kind="git", path=checkout.resolve(), ref=ref, commit=proc.stdout.strip())
+
+
+class Sources:
+    """--backend-source / --frontend-source of one run, each parsed once on first use.
+
+    A backend source is checked against the cell's declared cudnn, so it is parsed once per
+    declared version (one for most runs); the frontend source once. Every executor asks here.
+    """
+
+    def __init__(self, backend: str | None = None, frontend: str | None = None) -> None:
+        self._backend_text = backend
+        self._frontend_text = frontend
+        self._backends: dict[str, BackendSource] = {}
+        self._frontend: FrontendSource | None = None
+
+    def backend(self, declared: str) -> BackendSource | None:
+        """The parsed --backend-source for a cell declaring `declared`; None when not given."""
+        if not self._backend_text:
+            return None
+        if declared not in self._backends:
+            self._backends[declared] = parse_backend_source(self._backend_text, declared=declared)
+        return self._backends[declared]
+
+    def frontend(self) -> FrontendSource | None:
+        """The parsed --frontend-source; None when not given."""
+        if self._frontend_text and self._frontend is None:
+            self._frontend = parse_frontend_source(self._frontend_text)
+        return self._frontend
 
 
 def find_backend_libdir(path: Path) -> Path | None:

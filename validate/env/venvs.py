@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,6 +31,7 @@ from validate.env.sources import (
     read_libdir_version,
     short_version,
 )
+from validate.env.target import ExecTarget
 from validate.errors import EnvBuildError
 from validate.model.results import write_json
 
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TOOLING",
-    "EnvHandle",
     "EnvSpec",
     "Installer",
     "cache_root",
@@ -128,33 +128,9 @@ class EnvSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True, kw_only=True)
-class EnvHandle:
-    """A ready environment: run `python` with `process_env()` to get the pinned libraries."""
-
-    python: Path
-    env: Mapping[str, str] = field(default_factory=dict)  # overlay onto the caller's environment
-    backend_dir: Path | None = None  # the folder the pinned libcudnn.so.9 must come from
-    expected_backend: str | None = None  # "9.24.0": what cudnn.backend_version() must say
-    expected_frontend: str | None = None  # "1.27.0": what cudnn.__version__ must say
-    torch_cudnn: str | None = None  # the cuDNN torch itself pins, when torch is visible
-    reused: bool = False
-    root: Path | None = None  # the cached env folder; None for the current environment
-
-    def process_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Full environment for a case process: `base` plus the overlay (paths prepended)."""
-        out = dict(os.environ if base is None else base)
-        for key, value in self.env.items():
-            if key in ("LD_LIBRARY_PATH", "PATH") and out.get(key):
-                out[key] = f"{value}{os.pathsep}{out[key]}"
-            else:
-                out[key] = value
-        return out
-
-
-def current_env(expected_backend: str | None = None, python: Path | None = None) -> EnvHandle:
+def current_env(expected_backend: str | None = None, python: Path | None = None) -> ExecTarget:
     """`--env current`: the interpreter as it is (e.g. an NGC container), nothing installed."""
-    return EnvHandle(
+    return ExecTarget(
         python=python or Path(sys.executable),
         expected_backend=short_version(expected_backend) if expected_backend else None,
     )
@@ -179,9 +155,9 @@ def env_dirs(cache_dir: Path | None = None) -> list[Path]:
     return sorted(found, key=lambda p: str(read_manifest(p).get("last_used", "")))
 
 
-def _handle_from(root: Path, manifest: Mapping[str, Any], *, reused: bool) -> EnvHandle:
+def _handle_from(root: Path, manifest: Mapping[str, Any], *, reused: bool) -> ExecTarget:
     backend_dir = manifest.get("backend_dir")
-    return EnvHandle(
+    return ExecTarget(
         python=root / "bin" / "python",
         env={"LD_LIBRARY_PATH": backend_dir} if backend_dir else {},
         backend_dir=Path(backend_dir) if backend_dir else None,
@@ -209,7 +185,7 @@ def ensure_env(
     cache_dir: Path | None = None,
     wheelhouse: Path | None = None,
     installer: Installer = "auto",
-) -> EnvHandle:
+) -> ExecTarget:
     """Return the environment for `spec`, building it once into `<cache>/envs/<hash>/`."""
     if spec.backend.kind == "current" and spec.frontend.kind == "current" and not spec.extras:
         if spec.python_version:
@@ -429,7 +405,7 @@ def _tree_size(root: Path) -> int:
     return total
 
 
-def probe_backend(handle: EnvHandle, timeout: float = 120) -> tuple[int, str]:
+def probe_backend(handle: ExecTarget, timeout: float = 120) -> tuple[int, str]:
     """(cudnn.backend_version(), mapped libcudnn.so.9 path) as seen by a process in the env."""
     argv = [str(handle.python), "-c", _PROBE]
     proc = subprocess.run(

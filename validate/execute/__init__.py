@@ -1,69 +1,69 @@
-"""Executors run the in-environment runner for one cell: locally or inside the cell's container."""
+"""Executors: where and how a step's cases run (this host's venvs, a cell's container, ...).
+
+`validate` calls every executor the same way (workflow.run_cells): the cells are grouped into
+steps by `env_key` (plan.steps), each step's environment is made ready by `prepare` (never
+while holding a case slot: a scheduler may build the next step's environment while another
+step's cases run), and `run` runs the step's cells there, appending each case's result to
+`RunContext.store` as it lands. Adding an executor (CI pipeline, Slurm, ...) is one module
+here and one line in `EXECUTORS`; the CLI's `--executor` choices follow the registry.
+"""
 
 from __future__ import annotations
 
 import importlib
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
+from validate.env.target import ExecTarget
 from validate.errors import ConfigError
+from validate.execute.classify import ExecResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
+    from validate.config import ValidateConfig
+    from validate.env.sources import Sources
+    from validate.execute.cases import Case
     from validate.model.matrix import Cell
+    from validate.model.results import ResultStore
+    from validate.plan.host import HostFacts
+    from validate.plan.steps import Step
 
 __all__ = [
     "EXECUTORS",
-    "ExecRequest",
     "ExecResult",
+    "ExecTarget",
     "Executor",
-    "ExecutorName",
+    "RunContext",
     "docker_gpu_ready",
     "pick_executor",
+    "resolve_executor",
 ]
 
 logger = logging.getLogger(__name__)
 
-ExecutorName = Literal["auto", "local", "docker"]
-
 
 @dataclass(frozen=True, kw_only=True)
-class ExecRequest:
-    """Run these cases for one cell; the runner writes its results into `results_dir`."""
+class RunContext:
+    """What every step of one run shares: its config (built once), host, id, sources and store."""
 
-    cell: Cell
-    cases: tuple[Path, ...]  # case files/folders on the host
-    results_dir: Path  # host folder, written by the runner (mounted rw in a container)
-    expect_backend: str | None = None  # the backend pin the runner verifies in each case process
-    samples: Path | None = None  # a cudnn-frontend checkout (mounted read-only in a container)
-    image: str | None = None  # docker: the cell image tag (ImageBuilder.ensure); local: unused
-    python: Path | None = None  # local: the cell environment's interpreter; docker: unused
-    env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the runner
-    runner_args: tuple[str, ...] = ()  # extra `validate run` flags (e.g. ("--timeout", "600"))
-    gpus: tuple[int, ...] | None = None  # None: all GPUs; a tuple: only these device ids
-    timeout_s: float | None = None  # wall clock for the whole runner invocation
-    log_path: Path | None = None  # full runner output; defaults to results_dir/runner.log
+    config: ValidateConfig
+    host: HostFacts
+    run_id: str
+    sources: Sources  # --backend-source / --frontend-source, parsed once for the run
+    store: ResultStore  # results go here as they land (the workflow's judges known issues)
 
-
-@dataclass(frozen=True, kw_only=True)
-class ExecResult:
-    """How the runner process ended; the case results are in the runner's files, not here."""
-
-    returncode: int
-    timed_out: bool
-    duration_s: float
-    log_path: Path | None
-    tail: str
-    results_dir: Path
-    gpu: bool = False  # whether GPUs were made visible to the runner
+    @property
+    def results_dir(self) -> Path:
+        """The run folder (the store's folder): evidence goes below it."""
+        return self.store.path.parent
 
 
 @runtime_checkable
 class Executor(Protocol):
-    """Runs `python -m validate run CASES --results DIR --json` in a cell's environment."""
+    """Runs the steps of a `validate` run; a failing case is a result, never an exception."""
 
     name: str
 
@@ -71,8 +71,21 @@ class Executor(Protocol):
         """Whether this executor can run here (e.g. a docker daemon answers)."""
         ...
 
-    def run(self, request: ExecRequest) -> ExecResult:
-        """Run the runner once; infra failures raise ValidateError subclasses, never a result."""
+    def env_key(self, cell: Cell, run: RunContext) -> str:
+        """The identity of the environment `cell` needs: cells with equal keys share a step."""
+        ...
+
+    def prepare(self, step: Step, run: RunContext) -> ExecTarget | str:
+        """Build or reuse the step's environment; a string is why it could not be (then every
+        case of every cell of the step is stored as `error` with that reason)."""
+        ...
+
+    def run(self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext) -> None:
+        """Run `cases` for each cell of `step` in `target`, appending results to `run.store`."""
+        ...
+
+    def close(self) -> None:
+        """Release what the executor holds (SDK clients); called once, after the last step."""
         ...
 
 
@@ -85,7 +98,7 @@ def _load(module: str, attr: str) -> Callable[[], Executor]:
 
 
 #: Executor factories by name; the docker SDK is only imported when the docker one is built.
-EXECUTORS: Final[Mapping[str, Callable[[], Executor]]] = {
+EXECUTORS: Final[dict[str, Callable[[], Executor]]] = {
     "local": _load("validate.execute.local", "LocalExecutor"),
     "docker": _load("validate.execute.docker", "DockerExecutor"),
 }
@@ -99,15 +112,20 @@ def docker_gpu_ready() -> bool:
     return info is not None and info.nvidia
 
 
+def resolve_executor(name: str) -> str:
+    """The one place `auto` is decided: docker when a daemon with an NVIDIA runtime answers,
+    else local. Any other name must be in EXECUTORS."""
+    if name == "auto":
+        chosen = "docker" if docker_gpu_ready() else "local"
+        logger.info("executor auto -> %s", chosen)
+        return chosen
+    if name not in EXECUTORS:
+        known = ", ".join(["auto", *EXECUTORS])
+        msg = f"--executor: unknown executor {name!r}; expected one of {known}"
+        raise ConfigError(msg)
+    return name
+
+
 def pick_executor(name: str) -> Executor:
-    """`auto`: docker when a daemon with an NVIDIA runtime answers, else local."""
-    match name:
-        case "auto":
-            chosen = "docker" if docker_gpu_ready() else "local"
-            logger.info("executor auto -> %s", chosen)
-            return EXECUTORS[chosen]()
-        case "local" | "docker":
-            return EXECUTORS[name]()
-        case _:
-            msg = f"--executor: unknown executor {name!r}; expected auto, local or docker"
-            raise ConfigError(msg)
+    """A new executor for `name` (`auto` resolved first)."""
+    return EXECUTORS[resolve_executor(name)]()

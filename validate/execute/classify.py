@@ -11,8 +11,9 @@ from validate.model.outcome import Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from pathlib import Path
 
-__all__ = ["CaseExec", "classify", "classify_exception", "signal_name"]
+__all__ = ["ExecResult", "classify", "classify_exception", "signal_name"]
 
 #: CUDA errors that poison the context: the process is as good as dead (DOMAIN.md §6).
 _POISON: Final = re.compile(
@@ -36,13 +37,19 @@ _ANSI: Final = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @dataclass(frozen=True, kw_only=True)
-class CaseExec:
-    """What the runner observed for one case process (the input of `classify`)."""
+class ExecResult:
+    """How one process ended: a case process (the input of `classify`) or a container's runner.
 
-    kind: Literal["notebook", "script"]
+    One type for what used to be three (the classifier's CaseExec, the runner's per-attempt
+    record and the executors' ExecResult). A failing case is data here, never an exception.
+    """
+
+    kind: Literal["notebook", "script", "runner"]  # runner: a whole runner, never classified
     returncode: int | None  # of the process the tool started; negative = killed by that signal
     timed_out: bool = False
     timeout_s: float = 0.0
+    duration_s: float = 0.0
+    log_path: Path | None = None  # its full output; only a bounded tail is kept below
     tail: str = ""  # bounded tail of stdout+stderr
     report: Mapping[str, Any] | None = None  # JSON written by run_notebook.py / run_script.py
     result_file: tuple[Outcome, str] | str | None = None  # script's own result file (see script.py)
@@ -85,11 +92,11 @@ def classify_exception(ename: str, evalue: str, context: str = "") -> tuple[Outc
     return Outcome.FAIL, head
 
 
-def _timeout(run: CaseExec) -> tuple[Outcome, str]:
+def _timeout(run: ExecResult) -> tuple[Outcome, str]:
     return Outcome.TIMEOUT, f"timed out after {run.timeout_s:g}s; process group killed"
 
 
-def _classify_notebook(run: CaseExec, report: Mapping[str, Any]) -> tuple[Outcome, str]:
+def _classify_notebook(run: ExecResult, report: Mapping[str, Any]) -> tuple[Outcome, str]:
     cell = report.get("cell_index")
     where = f" (cell {cell})" if cell is not None else ""
     match report.get("status"):
@@ -122,7 +129,7 @@ def _own_verdict(verdict: tuple[Outcome, str]) -> tuple[Outcome, str]:
     return verdict
 
 
-def _classify_script(run: CaseExec, report: Mapping[str, Any] | None) -> tuple[Outcome, str]:
+def _classify_script(run: ExecResult, report: Mapping[str, Any] | None) -> tuple[Outcome, str]:
     if isinstance(run.result_file, str):
         return Outcome.ERROR, run.result_file
     if run.result_file is not None:
@@ -145,7 +152,7 @@ def _classify_script(run: CaseExec, report: Mapping[str, Any] | None) -> tuple[O
     return Outcome.ERROR, f"script exited with status {code} (contract: 0 pass, 1 fail)"
 
 
-def classify(run: CaseExec, *, pin_error: str | None = None) -> tuple[Outcome, str]:
+def classify(run: ExecResult, *, pin_error: str | None = None) -> tuple[Outcome, str]:
     """The verdict for one case process. A pin that was not honoured overrides everything."""
     if pin_error:
         return Outcome.ERROR, pin_error

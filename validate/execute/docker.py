@@ -1,22 +1,55 @@
-"""DockerExecutor: the runner inside the cell's container; the only docker-SDK run code."""
+"""DockerExecutor: each step's cell image built (or reused), each cell's cases in a container.
+
+The only docker-SDK run code. The container gets the run's config as one JSON object
+(`<run>/cells/<cell id>/config.json`, mounted with the results as /results/config.json) and
+runs `python -m validate run --config /results/config.json` (validate.execute.incontainer):
+the cases the config names and selects (--case), nothing else. Its results are stamped with
+the cell and run, then appended to the run's store (where known issues apply). A failed image
+build is an `error` for that step's cases, with the build log's tail, never a product failure.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final
 
-from validate.errors import DockerError
-from validate.execute import ExecRequest, ExecResult
+from validate.env.images import compat_for
+from validate.env.sources import short_version
+from validate.env.target import ExecTarget
+from validate.errors import DockerError, EnvBuildError, ImageBuildError
+from validate.execute.cases import SHIPPED_CASES
+from validate.execute.classify import ExecResult
+from validate.execute.incontainer import CONFIG_FILE, payload
+from validate.execute.records import record_all
+from validate.log import step as log_step
+from validate.model.outcome import Outcome
+from validate.model.results import load_results
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
-__all__ = ["CONTAINER_UID", "DaemonInfo", "DockerExecutor", "container_kwargs", "daemon_info"]
+    from validate.config import ValidateConfig
+    from validate.env.builder import ImageBuilder
+    from validate.execute import RunContext
+    from validate.execute.cases import Case
+    from validate.model.matrix import Cell
+    from validate.model.results import CaseResult, ResultStore
+    from validate.plan.steps import Step
+
+__all__ = [
+    "CONTAINER_UID",
+    "DaemonInfo",
+    "DockerExecutor",
+    "container_config",
+    "container_kwargs",
+    "daemon_info",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +59,8 @@ _RESULTS: Final = "/results"
 _CASES: Final = PurePosixPath("/cases")
 _SAMPLES: Final = "/samples"
 _TAIL_CHARS: Final = 4000
+_REASON_LINES: Final = 12  # of the build log's tail, in an error result's reason
+_GRACE_S: Final = 300  # container start and the runner's own start-up, on top of the cases
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,41 +99,58 @@ def _user() -> str:
     return f"{CONTAINER_UID}:{CONTAINER_UID}" if uid == 0 else f"{uid}:{gid}"
 
 
-def _case_mounts(request: ExecRequest) -> tuple[dict[str, dict[str, str]], list[str]]:
+def _case_roots(config: ValidateConfig) -> tuple[Path, ...]:
+    """The case files/folders on the host: the config's, else the shipped ones (not with samples)."""
+    return tuple(config.cases) or (() if config.samples else (SHIPPED_CASES,))
+
+
+def _case_mounts(config: ValidateConfig) -> tuple[dict[str, dict[str, str]], list[Path]]:
     """Each case path is mounted read-only under /cases/<n>/; returns binds and container paths."""
     binds: dict[str, dict[str, str]] = {}
-    paths: list[str] = []
-    for index, case in enumerate(request.cases):
+    paths: list[Path] = []
+    for index, case in enumerate(_case_roots(config)):
         host = case.resolve()
         target = _CASES / str(index) / host.name
         binds[str(host)] = {"bind": str(target), "mode": "ro"}
-        paths.append(str(target))
+        paths.append(Path(target))
     return binds, paths
 
 
-def container_kwargs(request: ExecRequest, *, gpu: bool) -> dict[str, Any]:
+def container_config(config: ValidateConfig) -> ValidateConfig:
+    """The run's config as the container sees it: its mounts' paths, this host's job count, and
+    resume on (the cell folder may hold some results already)."""
+    _, case_paths = _case_mounts(config)
+    return dataclasses.replace(
+        config,
+        cases=tuple(case_paths),
+        samples=Path(_SAMPLES) if config.samples is not None else None,
+        results_dir=Path(_RESULTS),
+        jobs=config.jobs or os.cpu_count() or 1,
+        resume=True,
+    )
+
+
+def container_kwargs(
+    cell: Cell, target: ExecTarget, config: ValidateConfig, results_dir: Path, *, gpu: bool
+) -> dict[str, Any]:
     """Arguments for `containers.create`: non-root, unprivileged, no network, GPUs only if asked."""
     from docker.types import DeviceRequest
 
-    binds, case_paths = _case_mounts(request)
-    binds[str(request.results_dir.resolve())] = {"bind": _RESULTS, "mode": "rw"}
-    command = ["python", "-m", "validate", "run", *case_paths, "--results", _RESULTS, "--json"]
-    if request.expect_backend:
-        command += ["--expect-backend", request.expect_backend]
-    if request.samples is not None:
-        binds[str(request.samples.resolve())] = {"bind": _SAMPLES, "mode": "ro"}
-        command += ["--samples", _SAMPLES]
-    command += list(request.runner_args)
+    binds, _ = _case_mounts(config)
+    binds[str(results_dir.resolve())] = {"bind": _RESULTS, "mode": "rw"}
+    if config.samples is not None:
+        binds[str(config.samples.resolve())] = {"bind": _SAMPLES, "mode": "ro"}
+    command = ["python", "-m", "validate", "run", "--config", f"{_RESULTS}/{CONFIG_FILE}"]
     devices: list[DeviceRequest] = []
     if gpu:
         devices = [
             DeviceRequest(count=-1, capabilities=[["gpu"]])
-            if request.gpus is None
-            else DeviceRequest(device_ids=[str(i) for i in request.gpus], capabilities=[["gpu"]])
+            if target.gpus is None
+            else DeviceRequest(device_ids=[str(i) for i in target.gpus], capabilities=[["gpu"]])
         ]
-    environment = {"HOME": "/tmp", **dict(request.env)}
+    environment = {"HOME": "/tmp", **dict(target.env)}
     return {
-        "image": request.image,
+        "image": target.image,
         "command": command,
         "user": _user(),
         "privileged": False,
@@ -111,7 +163,7 @@ def container_kwargs(request: ExecRequest, *, gpu: bool) -> dict[str, Any]:
         "device_requests": devices,
         "init": True,  # reaps orphaned kernel processes
         "shm_size": "2g",  # torch and NCCL want more than docker's 64 MB default
-        "labels": {"io.cudnn-matrix.cell": request.cell.id},
+        "labels": {"io.cudnn-matrix.cell": cell.id},
     }
 
 
@@ -147,20 +199,24 @@ class _Container(contextlib.AbstractContextManager["_Container"]):
 
 
 class DockerExecutor:
-    """Runs the cell's runner in its image (ExecRequest.image) with the container rules above."""
+    """One image per distinct pin set (ImageBuilder), then each cell's cases in a container."""
 
     name = "docker"
 
-    def __init__(self, *, client: Any = None, gpu: bool | None = None) -> None:
+    def __init__(
+        self, *, client: Any = None, gpu: bool | None = None, builder: ImageBuilder | None = None
+    ) -> None:
         self._client = client
         self._gpu = gpu  # None: ask the daemon for an NVIDIA runtime
+        self._builder = builder  # None: one on the run's wheelhouse, sharing this client
+        self._images: dict[str, str | ImageBuildError] = {}  # spec tag -> built tag, or why not
 
     @property
     def client(self) -> Any:
         if self._client is None:
             from validate.env.builder import docker_client
 
-            self._client = docker_client()
+            self._client = docker_client()  # DockerError: no daemon
         return self._client
 
     def available(self) -> bool:
@@ -181,47 +237,165 @@ class DockerExecutor:
                 logger.warning("docker daemon has no NVIDIA runtime: cells run CPU-only")
         return self._gpu
 
-    def container(self, request: ExecRequest) -> _Container:
-        """The cell's container as a context manager (created on enter, removed on exit)."""
-        if not request.image:
-            msg = f"cell {request.cell.id}: the docker executor needs an image tag (ExecRequest.image)"
-            raise DockerError(msg)
-        return _Container(self.client, container_kwargs(request, gpu=self.gpu))
+    def _builder_for(self, config: ValidateConfig) -> ImageBuilder:
+        if self._builder is None:
+            from validate.env.builder import ImageBuilder
 
-    def run(self, request: ExecRequest) -> ExecResult:
-        """Start, wait (kill on timeout), keep the full log on disk and a tail in the result."""
+            self._builder = ImageBuilder(wheelhouse=config.wheelhouse, client=self.client)
+        return self._builder
+
+    def env_key(self, cell: Cell, run: RunContext) -> str:  # noqa: ARG002 - the protocol's
+        """The pins an image is made of (driver only for forward compatibility, arch never)."""
+        compat = compat_for(cell)
+        return f"cudnn={cell.cudnn};frontend={cell.frontend};cuda={cell.cuda};compat={compat}"
+
+    def prepare(self, step: Step, run: RunContext) -> ExecTarget | str:
+        """The step's image, built or refreshed (cached layers); a build failure is the reason."""
+        cell = step.first
+        builder = self._builder_for(run.config)
+        backend, frontend = run.sources.backend(cell.cudnn), run.sources.frontend()
+        try:
+            spec = builder.spec_for(
+                cell,
+                backend=backend,
+                frontend=frontend,
+                base_image=run.config.base_image,  # None: env.builder.base_image_for chooses
+            )
+        except EnvBuildError as exc:  # a wheel the wheelhouse could not provide
+            return f"image inputs: {exc}".splitlines()[0]
+        cell_dir = run.results_dir / "cells" / cell.id
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        if spec.tag not in self._images:
+            with log_step(f"image for {cell.label}"):
+                try:
+                    self._images[spec.tag] = builder.ensure(spec, log_path=cell_dir / "build.log")
+                except ImageBuildError as exc:
+                    self._images[spec.tag] = exc
+        image = self._images[spec.tag]
+        if not isinstance(image, str):
+            lines = str(image).strip().splitlines()
+            return "image build failed: " + "\n".join([lines[0], *lines[1:][-_REASON_LINES:]])
+        return ExecTarget(image=image, expected_backend=short_version(cell.cudnn))
+
+    def run(self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext) -> None:
+        """Each cell in its own container from the step's image; its results are collected."""
+        config = run.config
+        limit = config.timeout_s * max(1, len(cases)) * (config.reruns + 1) + _GRACE_S
+        for cell in step.cells:
+            cell_dir = run.results_dir / "cells" / cell.id
+            title = f"cell {cell.id}: {cell.label} in {target.image} ({len(cases)} cases)"
+            with log_step(title):
+                try:
+                    ended = self.run_cell(
+                        cell, target, config, cell_dir, timeout_s=limit, run_id=run.run_id
+                    )
+                except DockerError as exc:
+                    reason = f"container: {exc}".splitlines()[0]
+                    record_all(run.store, cell, cases, Outcome.ERROR, reason, run.run_id)
+                    continue
+            if ended.timed_out:
+                logger.warning("cell %s: the container ran out of time and was killed", cell.id)
+            _collect(run.store, cell, cases, cell_dir, run.run_id, ended.tail)
+
+    def container(
+        self, cell: Cell, target: ExecTarget, config: ValidateConfig, results_dir: Path
+    ) -> _Container:
+        """The cell's container as a context manager (created on enter, removed on exit)."""
+        if not target.image:
+            msg = f"cell {cell.id}: the docker executor needs an image tag (ExecTarget.image)"
+            raise DockerError(msg)
+        kwargs = container_kwargs(cell, target, config, results_dir, gpu=self.gpu)
+        return _Container(self.client, kwargs)
+
+    def run_cell(
+        self,
+        cell: Cell,
+        target: ExecTarget,
+        config: ValidateConfig,
+        results_dir: Path,
+        *,
+        timeout_s: float | None = None,
+        run_id: str = "",
+    ) -> ExecResult:
+        """One cell's container: the run's config goes in as `results_dir/config.json`."""
+        results_dir.mkdir(parents=True, exist_ok=True)
+        if os.getuid() == 0:  # the container's user must be able to write the results
+            results_dir.chmod(0o777)
+        inner = payload(container_config(config), target.expected_backend, run_id)
+        (results_dir / CONFIG_FILE).write_text(inner, encoding="utf-8")
+        return self.run_container(cell, target, config, results_dir, timeout_s=timeout_s)
+
+    def run_container(
+        self,
+        cell: Cell,
+        target: ExecTarget,
+        config: ValidateConfig,
+        results_dir: Path,
+        *,
+        timeout_s: float | None = None,
+    ) -> ExecResult:
+        """Start, wait (kill on timeout), keep the full log on disk (results_dir/runner.log)
+        and a tail in the result."""
         import docker
         import requests
 
-        request.results_dir.mkdir(parents=True, exist_ok=True)
-        if os.getuid() == 0:  # the container's user must be able to write the results
-            request.results_dir.chmod(0o777)
-        log_path = request.log_path or request.results_dir / "runner.log"
+        log_path = results_dir / "runner.log"
         start = time.monotonic()
         timed_out = False
-        with self.container(request) as box:
+        with self.container(cell, target, config, results_dir) as box:
             try:
                 box.obj.start()
-                status = box.obj.wait(timeout=request.timeout_s)
+                status = box.obj.wait(timeout=timeout_s)
                 returncode = int(status.get("StatusCode", -1))
             except requests.exceptions.ConnectionError:  # read timeout while waiting
                 timed_out, returncode = True, -9
                 with contextlib.suppress(docker.errors.DockerException):
                     box.obj.kill()
             except docker.errors.DockerException as exc:
-                msg = f"cell {request.cell.id}: container in {request.image} failed to run: {exc}"
+                msg = f"cell {cell.id}: container in {target.image} failed to run: {exc}"
                 raise DockerError(msg) from exc
             text = _decode(box.obj.logs(stdout=True, stderr=True))
         log_path.write_text(text, encoding="utf-8")
         return ExecResult(
+            kind="runner",
             returncode=returncode,
             timed_out=timed_out,
+            timeout_s=timeout_s or 0.0,
             duration_s=time.monotonic() - start,
             log_path=log_path,
             tail=text[-_TAIL_CHARS:],
-            results_dir=request.results_dir,
-            gpu=self.gpu,
         )
+
+
+def _host_path(path: str, cell_dir: Path) -> str:
+    """A container path under /results as the same file on the host."""
+    if path and (path == _RESULTS or path.startswith(_RESULTS + "/")):
+        return str(cell_dir) + path[len(_RESULTS) :]
+    return path
+
+
+def _collect(
+    store: ResultStore, cell: Cell, cases: Sequence[Case], cell_dir: Path, run_id: str, tail: str
+) -> None:
+    """Stamp the container's results with cell and run, append them; missing cases are errors."""
+    done = store.done_keys()
+    seen: set[str] = set()
+    for result in load_results([cell_dir]):
+        stamped: CaseResult = result.with_(
+            cell_id=cell.id,
+            cell=cell.pins(),
+            run_id=run_id,
+            log_path=_host_path(result.log_path, cell_dir),
+        )
+        seen.add(stamped.case)
+        if stamped.key not in done:
+            store.append(stamped)
+            done.add(stamped.key)
+    missing = [case for case in cases if case.name not in seen]
+    if missing:
+        last = tail.strip().splitlines()[-1:] or ["no output"]
+        reason = f"runner in the container recorded no result: {last[0][:200]}"
+        record_all(store, cell, missing, Outcome.ERROR, reason, run_id)
 
 
 def _decode(data: bytes | Iterator[bytes]) -> str:

@@ -1,93 +1,134 @@
-"""LocalExecutor: the runner on this host, each case in the cell environment's interpreter.
+"""LocalExecutor: each step's pinned venv built (or reused) on this host, its cases run there.
 
-A thin adapter over `validate.execute.runner.run_cases` (what `validate run` does), so the cell
-environment needs only the case's own packages: orchestration stays in this process, and each
-case runs in `ExecRequest.python` (default: this interpreter) with `ExecRequest.env` added.
+Orchestration stays in this process (validate.execute.runner); each case runs in the step's
+interpreter (`ExecTarget.python`) with the environment's overlay added, so a cell environment
+needs only the case's own packages.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import logging
-import sys
-import time
-from pathlib import Path
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final
 
-from validate.errors import ConfigError
-from validate.execute import ExecRequest, ExecResult
+from validate.env.sources import BackendSource, FrontendSource, short_version
+from validate.env.venvs import EnvSpec, cache_root, ensure_env
+from validate.errors import EnvBuildError
+from validate.execute.records import record_all
+from validate.execute.runner import RunOptions, run_cases
+from validate.log import step as log_step
+from validate.model.outcome import Outcome
+from validate.plan.host import default_jobs, gpu_skip_reason
 
-__all__ = ["LocalExecutor"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
-logger = logging.getLogger(__name__)
+    from validate.config import ValidateConfig
+    from validate.env.sources import Sources
+    from validate.env.target import ExecTarget
+    from validate.execute import RunContext
+    from validate.execute.cases import Case
+    from validate.model.matrix import Cell
+    from validate.plan.steps import Step
+
+__all__ = ["LocalExecutor", "env_spec_for"]
+
+log = logging.getLogger(__name__)
+
+_REASON_TAIL: Final = 12  # lines of an install log kept in an `error` result's reason
 
 
-def _runner_flags(args: tuple[str, ...]) -> argparse.Namespace:
-    """The `validate run` flags an ExecRequest may carry (runner_args); others are refused."""
-    parser = argparse.ArgumentParser(prog="validate run", add_help=False)
-    parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--timeout", type=float, default=600.0)
-    parser.add_argument("--reruns", type=int, default=0)
-    parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--no-api-logs", dest="api_logs", action="store_false")
-    known, unknown = parser.parse_known_args(list(args))
-    if unknown:
-        msg = f"local executor: unsupported runner flags {' '.join(unknown)!r}"
-        raise ConfigError(msg)
-    return known
+def env_spec_for(cell: Cell, config: ValidateConfig, sources: Sources) -> EnvSpec:
+    """The environment a cell needs: the axes the registry marks `env` (cudnn, frontend, cuda,
+    python) decide it; driver and arch do not change what is installed."""
+    current = config.env_mode == "current"
+    backend: BackendSource
+    if parsed := sources.backend(cell.cudnn):
+        backend = parsed
+    elif current:
+        backend = BackendSource(kind="current", version=cell.cudnn)
+    else:
+        backend = BackendSource(kind="pypi", version=cell.cudnn)
+    frontend = sources.frontend() or FrontendSource(kind="pypi", version=cell.frontend)
+    base = {"current": config.base_python, "isolated": "isolated"}.get(
+        config.env_mode, "system-site-packages"
+    )
+    return EnvSpec(
+        backend=backend,
+        frontend=frontend,
+        cuda_major=int(cell.cuda.split(".")[0]),
+        python=config.base_python,
+        python_version=cell.python or None,
+        extras=config.extras,
+        base=base,
+        backend_deps=config.backend_deps and not current,
+    )
 
 
 class LocalExecutor:
-    """Runs the cases of one request on this host; results go to `results_dir/results.jsonl`."""
+    """One venv per distinct EnvSpec (cached across runs by its hash); cases run on this host."""
 
     name = "local"
+
+    def __init__(self, *, ensure: Callable[[EnvSpec], ExecTarget] | None = None) -> None:
+        self._ensure = ensure  # None: ensure_env with the run's cache, wheelhouse and installer
 
     def available(self) -> bool:
         return True
 
-    def run(self, request: ExecRequest) -> ExecResult:
-        """Run every case once (plus reruns); a failing case is data in the results, not here."""
-        from validate.execute.cases import discover_cases, discover_samples
-        from validate.execute.runner import FAILING, RunOptions, RunTarget, run_cases
-        from validate.model.results import ResultStore
-        from validate.plan.host import detect_host
+    def close(self) -> None:
+        """Nothing is held between steps."""
 
-        flags = _runner_flags(request.runner_args)
-        cases = discover_cases(list(request.cases)) if request.cases else []
-        if request.samples is not None:
-            cases += discover_samples(request.samples)
-        host = detect_host()
-        target = RunTarget(
-            python=request.python or Path(sys.executable),
-            env=dict(request.env),
-            cell_id=request.cell.id,
-            cell=request.cell.pins(),
-            expected_backend=request.expect_backend,
-            host_arch=host.arch,
-            has_gpu=host.has_gpu,
-            backend_version=request.cell.cudnn,
+    def env_key(self, cell: Cell, run: RunContext) -> str:
+        return env_spec_for(cell, run.config, run.sources).hash
+
+    def prepare(self, step: Step, run: RunContext) -> ExecTarget | str:
+        config = run.config
+        spec = env_spec_for(step.first, config, run.sources)
+        try:
+            with log_step(f"environment for {step.first.label}"):
+                target = (
+                    self._ensure(spec)
+                    if self._ensure is not None
+                    else ensure_env(
+                        spec,
+                        config.cache_dir,
+                        config.wheelhouse,
+                        installer=config.installer,  # type: ignore[arg-type]
+                    )
+                )
+        except EnvBuildError as exc:  # the step's cases become `error`; the run goes on
+            lines = str(exc).strip().splitlines() or ["?"]
+            reason = "\n".join(
+                [f"environment build failed: {lines[0]}", *lines[1:][-_REASON_TAIL:]]
+            )
+            log.error("%s", reason)
+            return reason
+        # every case process must load the cell's backend (the step's cells share it)
+        return replace(
+            target, expected_backend=target.expected_backend or short_version(step.first.cudnn)
         )
-        request.results_dir.mkdir(parents=True, exist_ok=True)
+
+    def run(self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext) -> None:
+        """Each cell's cases in the step's environment. Without a GPU the pins are all a cell
+        checks, and they are the same for every cell of the step: only the first one runs."""
+        config = run.config
+        jobs = config.jobs or default_jobs(run.host)
         options = RunOptions(
-            timeout_s=flags.timeout,
-            jobs=flags.jobs,
-            reruns=flags.reruns,
-            results_dir=request.results_dir,
-            resume=flags.resume,
-            api_logs=flags.api_logs,
-            run_id=dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
+            timeout_s=config.timeout_s,
+            jobs=jobs,
+            reruns=config.reruns,
+            results_dir=run.results_dir,
+            resume=True,  # the store may already hold this run's results (resume or skip records)
+            api_logs=config.api_logs,
+            run_id=run.run_id,
+            history=cache_root(config.cache_dir) / "durations.json",
         )
-        start = time.monotonic()
-        store = ResultStore(request.results_dir / "results.jsonl")
-        results = run_cases(cases, target, options, store)
-        bad = sum(r.outcome in FAILING for r in results)
-        tail = f"{len(results)} cases, {bad} failing; results in {store.path}"
-        return ExecResult(
-            returncode=1 if bad else 0,
-            timed_out=False,  # each case has its own limit; request.timeout_s is not enforced here
-            duration_s=time.monotonic() - start,
-            log_path=None,  # each case keeps its own log under results_dir
-            tail=tail,
-            results_dir=request.results_dir,
-            gpu=target.has_gpu,
-        )
+        no_gpu = gpu_skip_reason(run.host)
+        for cell in step.cells:
+            if no_gpu and cell is not step.first:
+                reason = f"{no_gpu}: pins checked in cell {step.first.id} (same environment)"
+                record_all(run.store, cell, cases, Outcome.SKIP, reason, run.run_id)
+                continue
+            with log_step(f"cell {cell.id}: {cell.label} ({len(cases)} cases, {jobs} at once)"):
+                run_cases(cases, target.for_cell(cell, run.host), options, run.store)

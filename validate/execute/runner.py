@@ -17,11 +17,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.execute.cases.script import RESULT_FILE_ENV, read_result_file, verdict_line
-from validate.execute.classify import CaseExec, classify, signal_name
+from validate.execute.classify import ExecResult, classify, signal_name
 from validate.execute.resources.capture import verify_pins
 from validate.execute.resources.guard import PARENT_ENV
 from validate.model.outcome import POLICY, Outcome, policy
@@ -32,9 +32,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
+    from validate.env.target import ExecTarget
     from validate.execute.cases import Case
 
-__all__ = ["FAILING", "RunOptions", "RunTarget", "run_case", "run_cases"]
+__all__ = ["FAILING", "RunOptions", "run_case", "run_cases"]
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +44,6 @@ FAILING: Final = frozenset(o for o, p in POLICY.items() if p.blocking)
 _TAIL_BYTES: Final = 8192
 _TERM_GRACE_S: Final = 5.0
 _NOTEBOOK_GRACE_S: Final = 30.0  # kernel start-up and env capture on top of the cell timeout
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunTarget:
-    """Where cases run: the case environment's interpreter, its env vars and the pins to verify."""
-
-    python: Path
-    env: Mapping[str, str] = field(default_factory=dict)
-    cell_id: str = ""
-    cell: Mapping[str, str] = field(default_factory=dict)
-    expected_backend: str | None = None  # "9.24.0" -> pin check inside the case process
-    expected_backend_dir: Path | None = None  # libcudnn.so.9 must be mapped from here
-    expected_frontend: str | None = None
-    host_arch: str | None = None  # "sm90"; None = no GPU
-    has_gpu: bool = False
-    backend_version: str | None = None  # declared backend for requirement checks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,17 +61,7 @@ class RunOptions:
     history: Path | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Attempt:
-    outcome: Outcome
-    reason: str
-    exec: CaseExec
-    env: Mapping[str, Any]
-    log_path: Path
-    duration_s: float
-
-
-def _case_dir(case: Case, target: RunTarget, options: RunOptions) -> Path:
+def _case_dir(case: Case, target: ExecTarget, options: RunOptions) -> Path:
     return options.results_dir / "cases" / (target.cell_id or "local") / case.slug
 
 
@@ -199,7 +174,7 @@ def _spawn(
     return proc.returncode, timed_out
 
 
-def _case_env(target: RunTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
+def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
     env = {**os.environ, **target.env, "PYTHONFAULTHANDLER": "1", RESULT_FILE_ENV: str(result_file)}
     env[PARENT_ENV] = str(os.getpid())  # resources/guard.py: the case dies with this process
     env.pop("CUDNN_FRONTEND_LOG_FILE", None)
@@ -213,20 +188,20 @@ def _case_env(target: RunTarget, result_file: Path, api_dir: Path | None) -> dic
     return env
 
 
-def _pin_error(target: RunTarget, env: Mapping[str, Any]) -> str | None:
+def _pin_error(target: ExecTarget, env: Mapping[str, Any]) -> str | None:
     if not env or env.get("captured_in") != "case":
         return None
     expected = {
         "backend": target.expected_backend,
-        "backend_dir": str(target.expected_backend_dir) if target.expected_backend_dir else None,
+        "backend_dir": str(target.backend_dir) if target.backend_dir else None,
         "frontend": target.expected_frontend,
     }
     return verify_pins(env, expected) if any(expected.values()) else None
 
 
 def _attempt(
-    case: Case, target: RunTarget, options: RunOptions, folder: Path, n: int, *, api_logs: bool
-) -> _Attempt:
+    case: Case, target: ExecTarget, options: RunOptions, folder: Path, n: int, *, api_logs: bool
+) -> ExecResult:
     suffix = "" if n == 1 else f".{n}"
     log_path = folder / f"output{suffix}.log"
     report_path = folder / f"report{suffix}.json"
@@ -246,29 +221,30 @@ def _attempt(
             report = json.loads(report_path.read_text(encoding="utf-8", errors="replace"))
         except ValueError:
             report = None
-    run = CaseExec(
+    return ExecResult(
         kind=case.kind,
         returncode=returncode,
         timed_out=timed_out,
         timeout_s=options.timeout_s,
+        duration_s=duration,
+        log_path=log_path,
         tail=tail,
         report=report,
         result_file=read_result_file(result_file) if case.kind == "script" else None,
         verdict=verdict_line(tail) if case.kind == "script" else None,
     )
-    captured = (report or {}).get("env") or {}
-    outcome, reason = classify(run, pin_error=_pin_error(target, captured))
-    return _Attempt(
-        outcome=outcome,
-        reason=reason,
-        exec=run,
-        env=captured,
-        log_path=log_path,
-        duration_s=duration,
-    )
 
 
-def _exception(run: CaseExec) -> dict[str, Any] | None:
+def _captured(run: ExecResult) -> Mapping[str, Any]:
+    """The environment the case process captured about itself (capture.py), if any."""
+    return (run.report or {}).get("env") or {}
+
+
+def _verdict(run: ExecResult, target: ExecTarget) -> tuple[Outcome, str]:
+    return classify(run, pin_error=_pin_error(target, _captured(run)))
+
+
+def _exception(run: ExecResult) -> dict[str, Any] | None:
     report = run.report or {}
     source: Mapping[str, Any] = report if run.kind == "notebook" else report.get("exception") or {}
     if not source.get("ename") and not source.get("traceback"):
@@ -277,7 +253,7 @@ def _exception(run: CaseExec) -> dict[str, Any] | None:
     return {k: source[k] for k in keys if source.get(k) is not None}
 
 
-def _skip_result(case: Case, target: RunTarget, options: RunOptions, reason: str) -> CaseResult:
+def _skip_result(case: Case, target: ExecTarget, options: RunOptions, reason: str) -> CaseResult:
     return CaseResult(
         case=case.name,
         outcome=Outcome.SKIP,
@@ -291,7 +267,7 @@ def _skip_result(case: Case, target: RunTarget, options: RunOptions, reason: str
     )
 
 
-def run_case(case: Case, target: RunTarget, options: RunOptions) -> CaseResult:
+def run_case(case: Case, target: ExecTarget, options: RunOptions) -> CaseResult:
     """Check requirements, run the case, re-run failures (API logs, then --reruns), build a result."""
     req = case.requirements
     missing = missing_modules(target.python, req.imports) if req.imports else frozenset()
@@ -308,36 +284,36 @@ def run_case(case: Case, target: RunTarget, options: RunOptions) -> CaseResult:
     folder = _case_dir(case, target, options)
     folder.mkdir(parents=True, exist_ok=True)
     first = _attempt(case, target, options, folder, 1, api_logs=False)
-    attempts = [first]
+    outcome, reason = _verdict(first, target)
+    outcomes = [str(outcome)]
     api_logs: dict[str, str] = {}
-    if policy(first.outcome).rerun:
+    if policy(outcome).rerun:
         extra = options.reruns + (1 if options.api_logs else 0)
         for n in range(2, 2 + extra):
             with_logs = options.api_logs and n == 2
-            attempts.append(_attempt(case, target, options, folder, n, api_logs=with_logs))
+            again = _attempt(case, target, options, folder, n, api_logs=with_logs)
+            outcomes.append(str(_verdict(again, target)[0]))
             if with_logs:
                 logs = {"frontend": folder / "fe.log", "backend": folder / "be.log"}
                 api_logs = {k: str(v) for k, v in logs.items() if v.exists()}
-    run = first.exec
-    kernel_sig = (run.report or {}).get("kernel_signal")
-    kernel_code = (run.report or {}).get("kernel_exit_code")
-    outcomes = tuple(str(a.outcome) for a in attempts)
+    kernel_sig = (first.report or {}).get("kernel_signal")
+    kernel_code = (first.report or {}).get("kernel_exit_code")
     result = CaseResult(
         case=case.name,
-        outcome=first.outcome,
-        reason=first.reason,
+        outcome=outcome,
+        reason=reason,
         duration_s=round(first.duration_s, 3),
         cell_id=target.cell_id,
         cell=dict(target.cell),
         case_path=str(case.path),
-        exit_code=kernel_code if kernel_code is not None else run.returncode,
-        signal=kernel_sig or signal_name(run.returncode),
-        exception=_exception(run),
-        tail=run.tail,
+        exit_code=kernel_code if kernel_code is not None else first.returncode,
+        signal=kernel_sig or signal_name(first.returncode),
+        exception=_exception(first),
+        tail=first.tail,
         log_path=str(first.log_path),
         api_logs=api_logs,
-        env=first.env,
-        attempts=outcomes,
+        env=_captured(first),
+        attempts=tuple(outcomes),
         flaky=len(set(outcomes)) > 1,
         started_at=started,
         run_id=options.run_id,
@@ -351,7 +327,7 @@ def run_case(case: Case, target: RunTarget, options: RunOptions) -> CaseResult:
 
 def run_cases(
     cases: Sequence[Case],
-    target: RunTarget,
+    target: ExecTarget,
     options: RunOptions,
     store: ResultStore,
     *,

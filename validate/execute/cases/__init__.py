@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
 from validate.datafile import Key, read_toml
-from validate.errors import CaseError
+from validate.errors import CaseError, ConfigError
 from validate.execute.cases import notebook, script
 from validate.execute.resources import RESOURCES
 from validate.plan.requirements import DEFAULT_CASES_TOML, Requirements, RequirementTable
@@ -18,11 +18,14 @@ from validate.plan.requirements import DEFAULT_CASES_TOML, Requirements, Require
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
+    from validate.config import ValidateConfig
+
 __all__ = [
     "MANIFEST",
     "SHIPPED_CASES",
     "Case",
     "CaseKind",
+    "cases_for",
     "discover_cases",
     "discover_samples",
     "load_manifest",
@@ -237,3 +240,20 @@ def select_cases(
         msg = f"{flag} {' '.join(patterns)}: matches none of the {len(cases)} cases ({names})"
         raise CaseError(msg)
     return kept
+
+
+def cases_for(config: ValidateConfig) -> list[Case]:
+    """The cases a config names: its files/folders, a frontend checkout's samples, else the
+    shipped ones; kept by --case. The same on the host and inside a cell's container."""
+    cases: list[Case] = discover_cases(config.cases) if config.cases else []
+    if config.samples is not None:
+        cases += discover_samples(config.samples)
+    if not config.cases and config.samples is None:
+        cases = discover_cases([SHIPPED_CASES])
+    cases = select_cases(cases, config.case_names)
+    names = [c.name for c in cases]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        msg = f"two cases share the name {dupes[0]!r}; rename one (results are keyed by case name)"
+        raise ConfigError(msg)
+    return cases
