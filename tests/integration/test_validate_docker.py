@@ -41,14 +41,15 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture
-def cell_tags(wheelhouse: Path, tmp_path: Path) -> Iterator[set[str]]:
-    """The cell's image tags; those absent before the test are removed after it."""
+@pytest.fixture(scope="module")
+def cell_tags(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
+    """The cell's image tags; those absent before this module's tests are removed after them."""
     try:
         client = docker_client(timeout=600)
     except DockerError as exc:
         _unavailable(f"no docker daemon: {exc}")
-    builder = ImageBuilder(wheelhouse=wheelhouse, cache_dir=tmp_path / "ctx", client=client)
+    ctx = tmp_path_factory.mktemp("ctx")
+    builder = ImageBuilder(wheelhouse=wheelhouse, cache_dir=ctx, client=client)
     if not builder.image_exists(LOCAL_BASE_IMAGE):
         _unavailable(f"no {LOCAL_BASE_IMAGE}; run `sudo nox -s base_image` first")
     spec = builder.spec_for(
@@ -131,3 +132,27 @@ def test_forward_compat_cell_on_the_local_base_is_an_error_with_one_line(
         assert not builder.image_exists(spec.backend_tag)
     finally:
         builder.close()
+
+
+def test_case_selects_what_runs_in_the_container(
+    wheelhouse: Path, cell_tags: set[str], tmp_path: Path
+) -> None:
+    """Issue 11 item 6(a): `--case` reached only the host; the container ran every case and all
+    of them were stored. The container reads the run's config now: only pin_check.py runs."""
+    assert cell_tags
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "validate", "validate", "--executor", "docker", *SELECT]
+    argv += ["--wheelhouse", str(wheelhouse), "--results", str(run_dir), "--case", "pin_check.py"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    stored = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert [(r["case"], r["outcome"], r["cell_id"]) for r in stored] == [
+        ("pin_check.py", "pass", CELL.id)
+    ]
+    cell_dir = run_dir / "cells" / CELL.id
+    ran = [
+        json.loads(line)["case"] for line in (cell_dir / "results.jsonl").read_text().splitlines()
+    ]
+    assert ran == ["pin_check.py"]  # the container itself ran nothing else
+    inner = json.loads((cell_dir / "config.json").read_text())
+    assert inner["config"]["case_names"] == ["pin_check.py"]

@@ -246,7 +246,10 @@ class DockerExecutor:
 
     def env_key(self, cell: Cell, run: RunContext) -> str:  # noqa: ARG002 - the protocol's
         """The pins an image is made of (driver only for forward compatibility, arch never)."""
-        compat = compat_for(cell)
+        try:
+            compat = compat_for(cell)
+        except ValueError:  # a driver specifier (">=575") is never forward compatibility
+            compat = None
         return f"cudnn={cell.cudnn};frontend={cell.frontend};cuda={cell.cuda};compat={compat}"
 
     def prepare(self, step: Step, run: RunContext) -> ExecTarget | str:
