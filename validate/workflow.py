@@ -127,7 +127,7 @@ def run_cells(
     executor: Executor | None = None,
 ) -> None:
     """Group the cells into steps (one environment each), prepare each step's environment and
-    run its cells there, through the configured executor whichever it is."""
+    run its cells there, through the configured executor whichever it is; closes it at the end."""
     executor = executor or EXECUTORS[config.executor]()
     context = RunContext(
         config=config,
@@ -157,6 +157,8 @@ def run(config: ValidateConfig) -> int:
     from validate.judge.signoff import decide, summary  # the report side is only needed at the end
 
     config = replace(config, executor=resolve_executor(config.executor))
+    executor = EXECUTORS[config.executor]()
+    executor.check(config)  # before any work: options the executor cannot honour are bad input
     plan = plan_stage(config)
     cases = cases_stage(config)
     host = detect_host()
@@ -183,7 +185,7 @@ def run(config: ValidateConfig) -> int:
     )
     start = time.monotonic()
     store = KnownIssueStore(results_dir / "results.jsonl", load_known_issues(config.known_issues))
-    run_cells(config, plan, cases, host, store, meta["run_id"])
+    run_cells(config, plan, cases, host, store, meta["run_id"], executor=executor)
     store.seal()  # every case has ended: the folder's lines verify wherever it is read
     results = list({r.key: r for r in load_results([results_dir])}.values())  # later wins
     write_json(meta_path, {**meta, "finished_at": now_stamp(), "wall_s": time.monotonic() - start})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +55,9 @@ class FakeExecutor:
 
     def close(self) -> None:
         self.log.append("close")
+
+    def check(self, config: ValidateConfig) -> None:
+        self.log.append(f"check {config.executor}")
 
     def env_key(self, cell: Cell, run: RunContext) -> str:  # noqa: ARG002 - the protocol's
         return f"fe-{cell.frontend}"
@@ -117,6 +121,7 @@ def test_validate_runs_a_registered_executor_end_to_end(
     assert json.loads((run_dir / "run.json").read_text())["executor"] == "fake"
     # one prepare per environment, every cell of a step run in it, closed once at the end
     assert [entry for entry in FakeExecutor.log if not entry.startswith("run")] == [
+        "check fake",
         "prepare fe-1.26.0 2",
         "prepare fe-1.27.0 2",
         "close",
@@ -133,6 +138,24 @@ def test_workflow_names_no_executor() -> None:
         if isinstance(node, ast.Constant) and node.value in names
     ]
     assert found == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "shown"), [(["--env", "current"], "--env current"), (["--with", "torch"], "--with")]
+)
+def test_docker_refuses_what_an_image_cannot_honour(flags: list[str], shown: str) -> None:
+    """Checked by the executor itself, before any work (one line, exit 2)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "validate", "validate", "--executor", "docker", *flags],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        f"cudnn-matrix: error: --executor docker: {shown} is not supported "
+        "(a cell's image holds its pins)\n"
+    )
 
 
 def test_resolve_executor() -> None:

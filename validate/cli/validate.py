@@ -121,10 +121,6 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         if not path.exists():
             msg = f"--cases {path}: no such file or folder"
             raise ConfigError(msg)
-    if args.executor == "docker" and (args.env_mode != "isolated" or args.extras):
-        flag = f"--env {args.env_mode}" if args.env_mode != "isolated" else "--with"
-        msg = f"--executor docker: {flag} is not supported (a cell's image holds its pins)"
-        raise ConfigError(msg)
     if args.samples is not None and not (args.samples / "samples" / "python").is_dir():
         msg = f"--samples {args.samples}: no samples/python folder (expected a cudnn-frontend checkout)"
         raise ConfigError(msg)

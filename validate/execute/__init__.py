@@ -1,6 +1,7 @@
 """Executors: where and how a step's cases run (this host's venvs, a cell's container, ...).
 
-`validate` calls every executor the same way (workflow.run_cells): the cells are grouped into
+`validate` calls every executor the same way (workflow.run_cells): `check` refuses options it
+cannot honour, the cells are grouped into
 steps by `env_key` (plan.steps), each step's environment is made ready by `prepare` (never
 while holding a case slot: a scheduler may build the next step's environment while another
 step's cases run), and `run` runs the step's cells there, appending each case's result to
@@ -69,6 +70,10 @@ class Executor(Protocol):
 
     def available(self) -> bool:
         """Whether this executor can run here (e.g. a docker daemon answers)."""
+        ...
+
+    def check(self, config: ValidateConfig) -> None:
+        """Refuse, with a ConfigError, options this executor cannot honour (before any work)."""
         ...
 
     def env_key(self, cell: Cell, run: RunContext) -> str:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from validate.env.images import compat_for
 from validate.env.sources import short_version
 from validate.env.target import ExecTarget
-from validate.errors import DockerError, EnvBuildError, ImageBuildError
+from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildError
 from validate.execute.cases import SHIPPED_CASES
 from validate.execute.classify import ExecResult
 from validate.execute.incontainer import CONFIG_FILE, payload
@@ -226,6 +226,13 @@ class DockerExecutor:
         """Close the SDK client (its HTTP connection pool)."""
         if self._client is not None:
             self._client.close()
+
+    def check(self, config: ValidateConfig) -> None:
+        """A cell's image holds its pins: no layering on this host's Python, no extra pins."""
+        if config.env_mode != "isolated" or config.extras:
+            flag = f"--env {config.env_mode}" if config.env_mode != "isolated" else "--with"
+            msg = f"--executor docker: {flag} is not supported (a cell's image holds its pins)"
+            raise ConfigError(msg)
 
     @property
     def gpu(self) -> bool:

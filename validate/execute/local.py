@@ -79,6 +79,9 @@ class LocalExecutor:
     def close(self) -> None:
         """Nothing is held between steps."""
 
+    def check(self, config: ValidateConfig) -> None:
+        """Every option applies here."""
+
     def env_key(self, cell: Cell, run: RunContext) -> str:
         return env_spec_for(cell, run.config, run.sources).hash
 
