@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from validate.env.images import ImageSpec
     from validate.env.target import ExecTarget
     from validate.model.matrix import Cell
+    from validate.model.results import RunKey
 
 WHEELS = (
     "nvidia_cudnn_cu13-9.24.0.43-py3-none-manylinux_2_27_x86_64.whl",
@@ -69,6 +70,7 @@ class NoContainer(DockerExecutor):
         results_dir: Path,  # noqa: ARG002
         *,
         timeout_s: float | None = None,  # noqa: ARG002
+        key: RunKey | None = None,  # noqa: ARG002
     ) -> ExecResult:
         return ExecResult(kind="runner", returncode=0)
 

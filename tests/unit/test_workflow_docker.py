@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from validate.execute.docker import DockerExecutor, container_config, container_
 from validate.execute.incontainer import CONFIG_FILE, payload, read_payload, run_payload
 from validate.model.matrix import Cell
 from validate.model.outcome import Outcome
-from validate.model.results import CaseResult, ResultStore, load_results
+from validate.model.results import RUN_KEY_ENV, CaseResult, ResultStore, RunKey, load_results
 from validate.plan.host import HostFacts
 from validate.plan.rules import Plan
 from validate.workflow import run_cells
@@ -94,8 +95,9 @@ class FakeDocker(DockerExecutor):
         results_dir: Path,
         *,
         timeout_s: float | None = None,
+        key: RunKey | None = None,
     ) -> ExecResult:
-        kwargs = container_kwargs(cell, target, config, results_dir, gpu=False)
+        kwargs = container_kwargs(cell, target, config, results_dir, gpu=False, key=key)
         inner, _, _ = read_payload(results_dir / CONFIG_FILE)
         started = _Started(
             cell=cell, target=target, kwargs=kwargs, inner=inner, timeout_s=timeout_s
@@ -103,8 +105,9 @@ class FakeDocker(DockerExecutor):
         self.started.append(started)
         return self.inside(started, results_dir)
 
-    def inside(self, started: _Started, results_dir: Path) -> ExecResult:  # noqa: ARG002 - canned
-        store = ResultStore(results_dir / "results.jsonl")
+    def inside(self, started: _Started, results_dir: Path) -> ExecResult:
+        handed = RunKey(bytes.fromhex(started.kwargs["environment"][RUN_KEY_ENV]))
+        store = ResultStore(results_dir / "results.jsonl", key=handed)
         store.append(
             CaseResult(
                 case="pin_check.py",
@@ -112,6 +115,9 @@ class FakeDocker(DockerExecutor):
                 log_path="/results/cases/x/pin_check.log",
             )
         )
+        forged = {"case": "repro_fusion_uid[backward]", "outcome": "pass", "schema": 2, "mac": "0"}
+        with store.path.open("a") as fh:  # a line a case wrote itself: never collected
+            fh.write(json.dumps(forged) + "\n")
         return ExecResult(kind="runner", returncode=0, tail="runner crashed: Killed\n")
 
 
@@ -130,6 +136,7 @@ class HostRunner(FakeDocker):
             results_dir=mounts[Path("/results")],
         )
         (results_dir / "host.json").write_text(payload(mapped, "9.12.0", "RUN1"))
+        os.environ[RUN_KEY_ENV] = started.kwargs["environment"][RUN_KEY_ENV]  # as docker hands it
         code = run_payload(results_dir / "host.json")
         return ExecResult(kind="runner", returncode=code, tail="")
 
@@ -166,7 +173,7 @@ def test_build_failure_is_an_error_and_results_are_collected(tmp_path: Path) -> 
     assert pin.log_path == str(tmp_path / "cells" / CELLS[1].id / "cases/x/pin_check.log")
     # cases the container did not report are errors naming the runner's last words
     assert ran
-    assert {r.outcome for r in ran.values()} == {Outcome.ERROR}
+    assert {r.outcome for r in ran.values()} == {Outcome.ERROR}  # the forged pass among them
     assert all("runner crashed: Killed" in r.reason for r in ran.values())
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
     assert len(lines) == 2 * len(cases)

@@ -29,7 +29,7 @@ from validate.execute.incontainer import CONFIG_FILE, payload
 from validate.execute.records import record_all
 from validate.log import step as log_step
 from validate.model.outcome import Outcome
-from validate.model.results import load_results
+from validate.model.results import RUN_KEY_ENV, RunKey, read_results
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -131,9 +131,17 @@ def container_config(config: ValidateConfig) -> ValidateConfig:
 
 
 def container_kwargs(
-    cell: Cell, target: ExecTarget, config: ValidateConfig, results_dir: Path, *, gpu: bool
+    cell: Cell,
+    target: ExecTarget,
+    config: ValidateConfig,
+    results_dir: Path,
+    *,
+    gpu: bool,
+    key: RunKey | None = None,
 ) -> dict[str, Any]:
-    """Arguments for `containers.create`: non-root, unprivileged, no network, GPUs only if asked."""
+    """Arguments for `containers.create`: non-root, unprivileged, no network, GPUs only if asked.
+    `key` signs the runner's results lines (handed in the environment, which the runner's store
+    pops before any case starts); it is never in a folder the container can read."""
     from docker.types import DeviceRequest
 
     binds, _ = _case_mounts(config)
@@ -149,6 +157,8 @@ def container_kwargs(
             else DeviceRequest(device_ids=[str(i) for i in target.gpus], capabilities=[["gpu"]])
         ]
     environment = {"HOME": "/tmp", **dict(target.env)}
+    if key is not None:
+        environment[RUN_KEY_ENV] = key.secret.hex()
     return {
         "image": target.image,
         "command": command,
@@ -297,7 +307,12 @@ class DockerExecutor:
             with log_step(title):
                 try:
                     ended = self.run_cell(
-                        cell, target, config, cell_dir, timeout_s=limit, run_id=run.run_id
+                        cell,
+                        target,
+                        config,
+                        cell_dir,
+                        timeout_s=limit,
+                        run_id=run.run_id,
                     )
                 except DockerError as exc:
                     reason = f"container: {exc}".splitlines()[0]
@@ -306,15 +321,22 @@ class DockerExecutor:
             if ended.timed_out:
                 logger.warning("cell %s: the container ran out of time and was killed", cell.id)
             _collect(run.store, cell, cases, cell_dir, run.run_id, ended.tail)
+            RunKey.for_run(cell_dir).seal(cell_dir)  # the cell folder verifies on its own
 
     def container(
-        self, cell: Cell, target: ExecTarget, config: ValidateConfig, results_dir: Path
+        self,
+        cell: Cell,
+        target: ExecTarget,
+        config: ValidateConfig,
+        results_dir: Path,
+        *,
+        key: RunKey | None = None,
     ) -> _Container:
         """The cell's container as a context manager (created on enter, removed on exit)."""
         if not target.image:
             msg = f"cell {cell.id}: the docker executor needs an image tag (ExecTarget.image)"
             raise DockerError(msg)
-        kwargs = container_kwargs(cell, target, config, results_dir, gpu=self.gpu)
+        kwargs = container_kwargs(cell, target, config, results_dir, gpu=self.gpu, key=key)
         return _Container(self.client, kwargs)
 
     def run_cell(
@@ -326,14 +348,18 @@ class DockerExecutor:
         *,
         timeout_s: float | None = None,
         run_id: str = "",
+        key: RunKey | None = None,
     ) -> ExecResult:
-        """One cell's container: the run's config goes in as `results_dir/config.json`."""
+        """One cell's container: the run's config goes in as `results_dir/config.json`, and
+        its lines are signed with `key` (default: the cell folder's own, kept on this host; the
+        run's key never leaves this process)."""
         results_dir.mkdir(parents=True, exist_ok=True)
         if os.getuid() == 0:  # the container's user must be able to write the results
             results_dir.chmod(0o777)
         inner = payload(container_config(config), target.expected_backend, run_id)
         (results_dir / CONFIG_FILE).write_text(inner, encoding="utf-8")
-        return self.run_container(cell, target, config, results_dir, timeout_s=timeout_s)
+        key = key or RunKey.for_run(results_dir, create=True)
+        return self.run_container(cell, target, config, results_dir, timeout_s=timeout_s, key=key)
 
     def run_container(
         self,
@@ -343,6 +369,7 @@ class DockerExecutor:
         results_dir: Path,
         *,
         timeout_s: float | None = None,
+        key: RunKey | None = None,
     ) -> ExecResult:
         """Start, wait (kill on timeout), keep the full log on disk (results_dir/runner.log)
         and a tail in the result."""
@@ -352,7 +379,7 @@ class DockerExecutor:
         log_path = results_dir / "runner.log"
         start = time.monotonic()
         timed_out = False
-        with self.container(cell, target, config, results_dir) as box:
+        with self.container(cell, target, config, results_dir, key=key) as box:
             try:
                 box.obj.start()
                 status = box.obj.wait(timeout=timeout_s)
@@ -387,10 +414,14 @@ def _host_path(path: str, cell_dir: Path) -> str:
 def _collect(
     store: ResultStore, cell: Cell, cases: Sequence[Case], cell_dir: Path, run_id: str, tail: str
 ) -> None:
-    """Stamp the container's results with cell and run, append them; missing cases are errors."""
+    """Stamp the container's results with cell and run, append them; missing cases are errors.
+    Only lines signed with the cell's key count (one a case wrote itself is skipped, and named)."""
     done = store.done_keys()
     seen: set[str] = set()
-    for result in load_results([cell_dir]):
+    read = read_results(cell_dir / "results.jsonl", RunKey.for_run(cell_dir))
+    for line in read.skipped:
+        logger.warning("cell %s: skipped %s", cell.id, line)
+    for result in read.results:
         stamped: CaseResult = result.with_(
             cell_id=cell.id,
             cell=cell.pins(),

@@ -75,6 +75,7 @@ def run_payload(path: Path) -> int:
     )
     store = ResultStore(config.results_dir / "results.jsonl")
     results: list[CaseResult] = run_cases(cases, target, options, store)
+    store.seal()  # every case has ended: the folder's lines verify wherever it is read
     bad = sum(r.outcome in FAILING for r in results)
     print(f"{len(results)} cases, {bad} failing; results in {store.path}", file=sys.stderr)
     return 1 if bad else 0
