@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
 from validate.datafile import Key, read_toml
-from validate.errors import CaseError, ConfigError
+from validate.errors import CaseError
 from validate.execute.cases import notebook, script
 from validate.execute.resources import RESOURCES
 from validate.plan.requirements import DEFAULT_CASES_TOML, Requirements, RequirementTable
@@ -250,10 +250,4 @@ def cases_for(config: ValidateConfig) -> list[Case]:
         cases += discover_samples(config.samples)
     if not config.cases and config.samples is None:
         cases = discover_cases([SHIPPED_CASES])
-    cases = select_cases(cases, config.case_names)
-    names = [c.name for c in cases]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        msg = f"two cases share the name {dupes[0]!r}; rename one (results are keyed by case name)"
-        raise ConfigError(msg)
-    return cases
+    return select_cases(check_unique(cases), config.case_names)
