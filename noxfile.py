@@ -4,6 +4,7 @@ Sessions:
     tests     pytest (posargs go to pytest)
     lint      ruff check + ruff format --check + mypy
     plan      `cudnn-matrix plan ...` (posargs go to the CLI unchanged)
+    cli       any command: `nox -s cli -- COMMAND ...` (works right after the README's set-up)
     validate  the main job: `cudnn-matrix validate ...` (posargs go to the CLI unchanged)
     images    `cudnn-matrix images build|list|prune ...` (posargs go to the CLI)
     base_image  local Python base image from Debian packages (debootstrap + docker import)
@@ -46,6 +47,13 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+
+
+@nox.session(reuse_venv=True)
+def cli(session: nox.Session) -> None:
+    """Any `cudnn-matrix` command: `nox -s cli -- COMMAND ...` (posargs go to the CLI unchanged)."""
+    _install(session)
+    session.run("cudnn-matrix", *session.posargs)
 
 
 @nox.session(reuse_venv=True)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 __all__ = [
+    "EXIT_CODES",
     "OneLineParser",
     "add_selector_args",
     "build_parser",
@@ -47,8 +48,24 @@ _COMMAND_MODULES: Final = (
 )
 
 
+#: The exit-code table, in every command's --help epilogue and in the README.
+EXIT_CODES: Final = """exit codes:
+  0    signed off / command succeeded
+  1    not signed off: regressions (fail, crash, timeout) or infra errors in the results
+  2    bad input: a flag, a data file, a path; one line on stderr, nothing run or written
+  3    an environment could not be built (outside a run; inside one it is the cell's `error`)
+  4    docker daemon unreachable, image build or pull failed
+  130  interrupted (Ctrl-C): finished results are kept, --resume completes the run"""
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line on stderr and exit code 2 (no usage dump)."""
+    """ArgumentParser whose errors are one line on stderr and exit code 2 (no usage dump); every
+    command's --help ends with the exit-code table and shows each option's default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")

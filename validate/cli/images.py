@@ -48,7 +48,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     build.add_argument("--log-dir", metavar="DIR", type=Path, help="keep each build log here")
     build.set_defaults(func=_build)
     listing = sub.add_parser("list", help="list the cell images on the docker daemon")
-    listing.add_argument("--format", choices=("table", "json"), default="table")
+    listing.add_argument(
+        "--format", choices=("table", "json"), default="table", help="output (default: table)"
+    )
     listing.set_defaults(func=_list)
     prune = sub.add_parser("prune", help="remove cell images (all, or those matching the filters)")
     for axis in ("cudnn", "frontend", "cuda"):

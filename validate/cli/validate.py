@@ -71,7 +71,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "from this interpreter, frontend per cell; 'system-site-packages': venv layered on "
         "--base-python's packages",
     )
-    env.add_argument("--base-python", default=sys.executable, metavar="PYTHON")
+    env.add_argument(
+        "--base-python",
+        default=sys.executable,
+        metavar="PYTHON",
+        help="interpreter the cell venvs are made from (default: the one running the tool)",
+    )
     env.add_argument(
         "--backend-source", metavar="SRC", help="wheel file or library folder instead of PyPI"
     )
@@ -88,7 +93,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     env.add_argument("--wheelhouse", type=Path, metavar="DIR", help="install offline from here")
     env.add_argument("--cache-dir", type=Path, metavar="DIR", help="environment cache")
-    env.add_argument("--installer", choices=("auto", "uv", "pip"), default="auto")
+    env.add_argument(
+        "--installer",
+        choices=("auto", "uv", "pip"),
+        default="auto",
+        help="package installer for the cell venvs (default: auto, uv when on PATH, else pip)",
+    )
     env.add_argument(
         "--no-backend-deps",
         dest="backend_deps",
@@ -97,13 +107,40 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "load it and build graphs without a GPU, e.g. from a small offline wheelhouse",
     )
     run = parser.add_argument_group("running")
-    run.add_argument("--jobs", type=positive(int, 1), metavar="N")
-    run.add_argument("--timeout", type=positive(float, 0.1), default=600.0, metavar="S")
-    run.add_argument("--reruns", type=positive(int, 0), default=0, metavar="N")
+    run.add_argument(
+        "--jobs",
+        type=positive(int, 1),
+        metavar="N",
+        help="cases at once (default: cores; on a GPU host up to 2 per core, bounded by GPU memory)",
+    )
+    run.add_argument(
+        "--timeout",
+        type=positive(float, 0.1),
+        default=600.0,
+        metavar="S",
+        help="per-case limit in seconds; the whole process group is killed (default: 600)",
+    )
+    run.add_argument(
+        "--reruns",
+        type=positive(int, 0),
+        default=0,
+        metavar="N",
+        help="repeat each failing case N more times; differing outcomes = flaky (default: 0)",
+    )
     run.add_argument("--results", type=Path, metavar="DIR", help="run folder")
     run.add_argument("--resume", action="store_true", help="complete the run in --results DIR")
-    run.add_argument("--no-api-logs", dest="api_logs", action="store_false")
-    run.add_argument("--known-issues", type=Path, metavar="FILE")
+    run.add_argument(
+        "--no-api-logs",
+        dest="api_logs",
+        action="store_false",
+        help="do not re-run failures with FE/BE API logging (default: re-run once with logs)",
+    )
+    run.add_argument(
+        "--known-issues",
+        type=Path,
+        metavar="FILE",
+        help="known-issues TOML (default: matrix/known_issues.toml, embedded in the package)",
+    )
     parser.set_defaults(func=_handle)
 
 

@@ -1,0 +1,68 @@
+"""The README's commands work as written: after its set-up line (`pip install nox uv` in a fresh
+venv), every `nox -s` session it names exists, and every `nox -s cli -- COMMAND` it shows answers
+`--help`. Real nox, real uv, a fresh venv; marked slow (it installs the package once)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+pytestmark = pytest.mark.slow
+
+
+def _shell_lines() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"```(?:sh|bash)\n(.*?)```", text, flags=re.DOTALL)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_readme_names_setup_commands() -> None:
+    setup = [line for line in _shell_lines() if not line.startswith("#")]
+    assert any(
+        line.startswith("python3 -m pip install nox uv && nox -s validate") for line in setup
+    )
+    assert any(line.endswith("nox -s lint tests") for line in setup)
+
+
+def test_every_readme_command_works_after_the_setup(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "nox", "uv"]
+    subprocess.run(pip, check=True, timeout=600)
+    nox = [
+        str(venv / "bin" / "nox"),
+        "--envdir",
+        str(tmp_path / "nox"),
+        "-f",
+        str(REPO / "noxfile.py"),
+    ]
+    listed = subprocess.run([*nox, "--list"], capture_output=True, text=True, check=True).stdout
+    sessions = set(re.findall(r"^[*-] (\w+)", listed, flags=re.MULTILINE))
+    text = README.read_text(encoding="utf-8")
+    for match in re.finditer(r"nox -s ((?:[a-z_]+ ?)+)", text):
+        for name in match[1].split():
+            assert name in sessions, f"README names `nox -s {name}`, which the noxfile lacks"
+    first = subprocess.run(
+        [*nox, "-s", "cli", "--", "--help"], capture_output=True, text=True, check=False
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    tool = tmp_path / "nox" / "cli" / "bin" / "cudnn-matrix"  # what `nox -s cli --` runs
+    commands = sorted(
+        set(re.findall(r"nox -s cli -- ([a-z][\w-]*(?: (?:list|prune|build|suggest))?)", text))
+    )
+    assert commands, "the README shows no `nox -s cli -- COMMAND`"
+    for command in commands:
+        proc = subprocess.run(
+            [str(tool), *shlex.split(command), "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, f"`nox -s cli -- {command} --help`: {proc.stderr}"

@@ -1,0 +1,34 @@
+"""Every option of every command has help text, and every --help ends with the exit-code table."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from validate.cli import EXIT_CODES, build_parser
+
+
+def _commands(
+    parser: argparse.ArgumentParser | None = None, prefix: str = "cudnn-matrix"
+) -> dict[str, argparse.ArgumentParser]:
+    """Every parser, nested sub-commands (envs list, images build) included."""
+    parser = parser or build_parser()
+    found = {prefix: parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                found.update(_commands(child, f"{prefix} {name}"))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_every_option_has_help_and_the_exit_codes(name: str) -> None:
+    parser = _commands()[name]
+    missing = [
+        "/".join(action.option_strings)
+        for action in parser._actions
+        if action.option_strings and not action.help and action.help != argparse.SUPPRESS
+    ]
+    assert missing == [], f"{name}: options without help text"
+    assert parser.format_help().rstrip().endswith(EXIT_CODES.splitlines()[-1])
