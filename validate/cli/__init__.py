@@ -44,6 +44,7 @@ _COMMAND_MODULES: Final = (
     "validate.cli.envs",
     "validate.cli.run",
     "validate.cli.report",
+    "validate.cli.known_issues",
     "validate.cli.images",
 )
 

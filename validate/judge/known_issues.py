@@ -27,6 +27,7 @@ __all__ = [
     "apply_known_issues",
     "case_matches",
     "load_known_issues",
+    "result_pins",
 ]
 
 #: The embedded database: matrix/known_issues.toml (see validate.model.matrix.MATRIX_DIR).
@@ -291,3 +292,8 @@ def _symptom(errors: TomlErrors, key: Key, raw: object) -> Symptom | None:
     if not outcomes:
         return None
     return Symptom(outcomes=frozenset(outcomes), match=pattern)
+
+
+def result_pins(result: CaseResult) -> dict[str, str]:
+    """backend/frontend/arch of the cell a result ran in, as the check compares them."""
+    return _pins(result)

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 
     from validate.judge.known_issues import KnownIssue
     from validate.judge.signoff import Verdict
+    from validate.report.ki_table import KITable
     from validate.report.model import RunInfo, RunSet
     from validate.report.table import CompatTable
 
@@ -28,11 +29,12 @@ SUFFIXES: Final[dict[str, str]] = {
 
 @dataclass(frozen=True, kw_only=True)
 class Report:
-    """Everything a renderer needs: merged results, the table, the verdict and where links point from."""
+    """Everything a renderer needs: merged results, the tables, the verdict and where links point from."""
 
     runs: RunSet
     table: CompatTable
     verdict: Verdict
+    ki_table: KITable  # the known-issues section (report/ki_table.py)
     known_issues: tuple[KnownIssue, ...] = ()
     baseline_runs: tuple[RunInfo, ...] = ()
     link_base: Path | None = None  # folder of the output file; log links are made relative to it

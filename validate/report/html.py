@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from validate.judge.signoff import summary
 from validate.model.outcome import policy
+from validate.report.ki_table import KI_LEGEND, KI_SYMBOLS, KIState
 from validate.report.model import cell_label, result_key
 from validate.report.text import LEGEND, provenance_lines
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from validate.report import Report
+    from validate.report.ki_table import KITable
     from validate.report.model import StoredResult
 
 __all__ = ["render_html"]
@@ -29,6 +31,14 @@ _COLOURS: Final = {
     "pass": ("#34d058", "all ran cases passed"),
     "skip": ("#d1d5da", "only skipped"),
     "empty": ("#ffffff", "not run"),
+}
+#: Known-issues table colours, one per state.
+_KI_COLOURS: Final = {
+    KIState.AFFECTED: "#f9c513",
+    KIState.OUTSIDE: "#d73a49",
+    KIState.FIXED: "#34d058",
+    KIState.NOT_REPRODUCED: "#c8e1ff",
+    KIState.NOT_COVERED: "#ffffff",
 }
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px;color:#24292e;background:#fafbfc}
@@ -133,6 +143,39 @@ def _result(item: StoredResult, base: Path | None) -> dict[str, Any]:
     }
 
 
+def _ki_section(ki: KITable) -> str:
+    """The known-issues table: one coloured cell per issue x column, its evidence as a tooltip."""
+    if not ki.rows:
+        return "<p>No known-issue database was given.</p>"
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ki.headers())
+    rows = []
+    for row in ki.rows:
+        tds = f'<th title="{html.escape(row.issue.title)}">{html.escape(row.issue.id)}</th>'
+        tds += f"<td>{html.escape(row.declared)}</td>"
+        for cell in row.cells:
+            tip = "\n".join(cell.evidence) or "no case the issue names ran here"
+            tip = f"{cell.note}\n{tip}" if cell.note else tip
+            tds += (
+                f'<td class="ki ki-{cell.state}" title="{html.escape(tip)}" '
+                f'style="background:{_KI_COLOURS[cell.state]}">{html.escape(cell.text)}</td>'
+            )
+        rows.append(f"<tr>{tds}</tr>")
+    scope = f"<p>{html.escape('In every column: ' + ', '.join(ki.common))}</p>" if ki.common else ""
+    titles = "".join(f"<li>{html.escape(t)}</li>" for t in ki.title_lines())
+    outside = "".join(f"<li>{html.escape(t)}</li>" for t in ki.outside_lines())
+    outside = f"<p>Reproduced outside the declared range:</p><ul>{outside}</ul>" if outside else ""
+    legend = "".join(
+        f'<span class="sw" style="background:{_KI_COLOURS[state]}"></span>'
+        f"{html.escape(KI_SYMBOLS[state] + ' ' + text)}"
+        for state, text in KI_LEGEND
+    )
+    return (
+        f'{scope}<table class="matrix known-issues"><thead><tr>{head}</tr></thead><tbody>'
+        f"{''.join(rows)}</tbody></table><ul>{titles}</ul>{outside}"
+        f'<p class="legend">{legend}</p>'
+    )
+
+
 def render_html(report: Report) -> str:
     """Render the page; all data is inline JSON, all styling and script inline."""
     table = report.table
@@ -186,6 +229,8 @@ def render_html(report: Report) -> str:
 <p>{html.escape(LEGEND)}</p>
 <ul class="notes">{notes}</ul>
 <div id="detail">Click a cell for its results.</div>
+<h2>Known issues</h2>
+{_ki_section(report.ki_table)}
 <h2>Sign-off</h2>
 <pre>{html.escape(summary(report.verdict))}</pre>
 <script type="application/json" id="report-data">{blob}</script>

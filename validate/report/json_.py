@@ -15,7 +15,12 @@ Top-level object:
                 notices: [key], flaky: [key], baseline: null | {changed_axes: [axis],
                 transitions: [{kind, key, before, after, note}]}}; before/after are outcomes or null;
                 kind is new_failure, unsupported, new_error, new_pass, ki_fixed, still_failing, missing
-``known_issues`` list of {id, title, backend, frontend, archs, cases, fixed_in}
+``known_issues`` list of {id, title, backend, frontend, archs, cases, fixed_in, declared, cells}:
+                declared = {backend, frontend, archs, fixed_in}; cells = one per backend x frontend x
+                arch seen, {cudnn, frontend, arch, label, state, symbol, in_declared_range, note,
+                evidence: [result key]}; state is affected, outside_range, fixed, not_reproduced or
+                not_covered (report/ki_table.py says when each applies)
+``known_issue_states`` list of {state, symbol, meaning}, the legend of those states
 ``results``     list of CaseResult dicts (validate.model.results schema) plus ``key``, ``cell_label``, ``run_dir``
 
 A result key is ``<cell_id>::<case>``. Readers must ignore unknown keys (additions keep v1).
@@ -26,12 +31,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.report.ki_table import KI_LEGEND, KI_SYMBOLS
 from validate.report.model import cell_label, natural_key, result_key
 
 if TYPE_CHECKING:
     from validate.judge.signoff import Verdict
     from validate.model.results import CaseResult
     from validate.report import Report
+    from validate.report.ki_table import KITableRow
     from validate.report.model import RunInfo
 
 __all__ = ["REPORT_SCHEMA", "render_json", "report_dict"]
@@ -75,6 +82,40 @@ def _verdict(verdict: Verdict) -> dict[str, Any]:
     }
 
 
+def _ki(row: KITableRow) -> dict[str, Any]:
+    ki = row.issue
+    archs = sorted(ki.archs, key=natural_key)  # a frozenset: sorted for stable output
+    return {
+        "id": ki.id,
+        "title": ki.title,
+        "backend": str(ki.backend),
+        "frontend": str(ki.frontend),
+        "archs": archs,
+        "cases": list(ki.cases),
+        "fixed_in": ki.fixed_in,
+        "declared": {
+            "backend": str(ki.backend),
+            "frontend": str(ki.frontend),
+            "archs": archs,
+            "fixed_in": ki.fixed_in,
+        },
+        "cells": [
+            {
+                "cudnn": c.column.cudnn,
+                "frontend": c.column.frontend,
+                "arch": c.column.arch,
+                "label": c.column.label,
+                "state": str(c.state),
+                "symbol": KI_SYMBOLS[c.state],
+                "in_declared_range": c.in_declared_range,
+                "note": c.note,
+                "evidence": list(c.evidence),
+            }
+            for c in row.cells
+        ],
+    }
+
+
 def report_dict(report: Report) -> dict[str, Any]:
     """The v1 document as plain data (what render_json serialises)."""
     table = report.table
@@ -107,17 +148,10 @@ def report_dict(report: Report) -> dict[str, Any]:
             for n in table.footnotes
         ],
         "verdict": _verdict(report.verdict),
-        "known_issues": [
-            {
-                "id": ki.id,
-                "title": ki.title,
-                "backend": str(ki.backend),
-                "frontend": str(ki.frontend),
-                "archs": sorted(ki.archs, key=natural_key),  # a frozenset: sorted for stable output
-                "cases": list(ki.cases),
-                "fixed_in": ki.fixed_in,
-            }
-            for ki in report.known_issues
+        "known_issues": [_ki(row) for row in report.ki_table.rows],
+        "known_issue_states": [
+            {"state": str(state), "symbol": KI_SYMBOLS[state], "meaning": meaning}
+            for state, meaning in KI_LEGEND
         ],
         "results": [
             {

@@ -1,4 +1,8 @@
-"""JUnit XML that GitLab and Jenkins read: one testsuite per cell, one testcase per cell x case."""
+"""JUnit XML that GitLab and Jenkins read: one testsuite per cell, one testcase per cell x case.
+
+Each testsuite carries <properties>: the known-issue state of its backend x frontend x arch, one
+property per known issue, e.g. `ki.KI-1.9_24_0_43.fe-1_27_0.sm90` = `affected` (report/ki_table.py).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Final
 
 from validate._compat import assert_never
+from validate.judge.known_issues import result_pins
+from validate.judge.suggest import normal_arch
 from validate.model.axes import REGISTRY
 from validate.model.outcome import policy
 from validate.report.model import cell_label
@@ -17,6 +23,7 @@ if TYPE_CHECKING:
     from validate.model.outcome import JUnitElement
     from validate.model.results import CaseResult
     from validate.report import Report
+    from validate.report.ki_table import KITable
     from validate.report.model import StoredResult
 
 __all__ = ["render_junit"]
@@ -91,6 +98,22 @@ def _testcase(parent: ET.Element, item: StoredResult) -> str:
     return _COUNTERS[element]
 
 
+def _properties(suite: ET.Element, ki: KITable, result: CaseResult) -> None:
+    """The known-issue states of the suite's backend x frontend x arch, one property per issue."""
+    p = result_pins(result)
+    key = (p["backend"] or "?", p["frontend"] or "?", normal_arch(p["arch"]) or "?")
+    index = next(
+        (i for i, c in enumerate(ki.columns) if (c.cudnn, c.frontend, c.arch) == key), None
+    )
+    if index is None or not ki.rows:
+        return
+    props = ET.SubElement(suite, "properties")
+    for row in ki.rows:
+        cell = row.cells[index]
+        name = _clean(f"ki.{row.issue.id}.{cell.column.junit}")
+        ET.SubElement(props, "property", name=name, value=str(cell.state))
+
+
 def render_junit(report: Report) -> str:
     """One <testsuite> per cell (name = cell label) inside <testsuites>; totals on both levels."""
     root = ET.Element("testsuites", name="cudnn-matrix")
@@ -101,6 +124,7 @@ def render_junit(report: Report) -> str:
     total_time = 0.0
     for label, items in suites.items():
         suite = ET.SubElement(root, "testsuite", name=label)
+        _properties(suite, report.ki_table, items[0].result)
         counts = {"tests": len(items), "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
         for item in items:
             counts[_testcase(suite, item)] += 1

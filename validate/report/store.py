@@ -12,6 +12,7 @@ from validate.judge.known_issues import load_known_issues
 from validate.judge.signoff import decide
 from validate.model.results import CaseResult, load_results
 from validate.report import Report
+from validate.report.ki_table import build_ki_table
 from validate.report.model import (
     RunInfo,
     RunSet,
@@ -115,11 +116,12 @@ def build_report(
     baseline: RunSet | None = None,
     link_base: Path | None = None,
 ) -> Report:
-    """Table + verdict for merged runs (and an optional baseline)."""
+    """Tables + verdict for merged runs (and an optional baseline)."""
     return Report(
         runs=runs,
         table=build_table(runs.items, pivot, known_issues),
         verdict=decide(runs.results, None if baseline is None else baseline.results),
+        ki_table=build_ki_table(runs.items, known_issues),
         known_issues=tuple(known_issues),
         baseline_runs=() if baseline is None else baseline.runs,
         link_base=link_base,

@@ -1,0 +1,239 @@
+"""The known-issues table: one row per known issue, one column per backend (split by frontend and
+arch where those differ), each cell one state. Every renderer reads this model.
+
+A cell's state, from the results of the cases the issue names in that column (judge/suggest.py
+`evidence_kind` says which results count):
+affected        reproduced inside the declared range (an xfail, or a fail/crash/timeout)
+outside_range   reproduced with the issue's symptom where its range, frontends or archs say it does not
+fixed           passed, at or after `fixed_in` (frontend and arch inside the declared ones)
+not_reproduced  passed (anywhere else)
+not_covered     no case the issue names ran to an outcome there (absent, skipped, harness error)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from validate._compat import StrEnum
+from validate.judge.known_issues import result_pins
+from validate.judge.suggest import evidence_kind, normal_arch, spec_text
+from validate.model.order import natural_key, parse_version, value_key
+from validate.report.model import result_key
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from validate.judge.known_issues import KnownIssue
+    from validate.report.model import StoredResult
+
+__all__ = [
+    "KI_LEGEND",
+    "KI_SYMBOLS",
+    "KIColumn",
+    "KIState",
+    "KITable",
+    "KITableCell",
+    "KITableRow",
+    "build_ki_table",
+]
+
+
+class KIState(StrEnum):
+    """What the results of one column say about one known issue."""
+
+    AFFECTED = "affected"
+    OUTSIDE = "outside_range"
+    FIXED = "fixed"
+    NOT_REPRODUCED = "not_reproduced"
+    NOT_COVERED = "not_covered"
+
+
+KI_SYMBOLS: Final[Mapping[KIState, str]] = {
+    KIState.AFFECTED: "⚠",
+    KIState.OUTSIDE: "✕",
+    KIState.FIXED: "✓",
+    KIState.NOT_REPRODUCED: "○",
+    KIState.NOT_COVERED: "—",
+}
+_WORDS: Final[Mapping[KIState, str]] = {
+    KIState.AFFECTED: "affected",
+    KIState.OUTSIDE: "outside range",
+    KIState.FIXED: "fixed",
+    KIState.NOT_REPRODUCED: "not reproduced",
+    KIState.NOT_COVERED: "",
+}
+#: (state, what it means) in legend order.
+KI_LEGEND: Final[tuple[tuple[KIState, str], ...]] = (
+    (KIState.AFFECTED, "affected: reproduced inside the declared range"),
+    (
+        KIState.OUTSIDE,
+        (
+            "outside range: reproduced outside the declared range, frontends or archs "
+            "(the database is wrong there: `cudnn-matrix known-issues suggest`)"
+        ),
+    ),
+    (KIState.FIXED, "fixed: passed at or after fixed_in"),
+    (KIState.NOT_REPRODUCED, "not reproduced: a case the issue names ran and passed"),
+    (KIState.NOT_COVERED, "not covered: no case the issue names ran there"),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KIColumn:
+    """One backend x frontend x arch seen in the results, and its header."""
+
+    cudnn: str
+    frontend: str
+    arch: str
+    label: str
+
+    @property
+    def junit(self) -> str:
+        """`9_24_0_43.fe-1_27_0.sm90`: the column part of a JUnit property name."""
+        return ".".join(
+            (
+                self.cudnn.replace(".", "_"),
+                f"fe-{self.frontend.replace('.', '_')}",
+                self.arch.replace(".", "_"),
+            )
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class KITableCell:
+    column: KIColumn
+    state: KIState
+    evidence: tuple[str, ...]  # result keys behind the state
+    in_declared_range: bool
+    note: str = ""  # why the column lies outside the declared range (outside_range cells)
+
+    @property
+    def text(self) -> str:
+        word = _WORDS[self.state]
+        return f"{KI_SYMBOLS[self.state]} {word}" if word else KI_SYMBOLS[self.state]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KITableRow:
+    issue: KnownIssue
+    cells: tuple[KITableCell, ...]
+
+    @property
+    def declared(self) -> str:
+        ki = self.issue
+        parts = [f"cuDNN {spec_text(ki.backend) or 'any'}"]
+        parts += [f"fe {spec_text(ki.frontend)}"] if str(ki.frontend) else []
+        parts += [", ".join(sorted(ki.archs, key=natural_key))] if ki.archs else []
+        parts += [f"fixed in {ki.fixed_in}"] if ki.fixed_in else []
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KITable:
+    """Rows in database order, columns in version order (packaging Version, never string)."""
+
+    columns: tuple[KIColumn, ...]
+    rows: tuple[KITableRow, ...]
+    common: tuple[str, ...]  # axis labels shared by every column and so left out of the headers
+
+    def headers(self) -> list[str]:
+        return ["known issue", "declared", *(c.label for c in self.columns)]
+
+    def body(self) -> list[list[str]]:
+        return [[r.issue.id, r.declared, *(c.text for c in r.cells)] for r in self.rows]
+
+    def title_lines(self) -> list[str]:
+        return [f"{r.issue.id}: {r.issue.title}" for r in self.rows]
+
+    def outside_lines(self) -> list[str]:
+        """One line per outside-range cell: where, why, and which cases."""
+        return [
+            f"{r.issue.id} at {c.column.label}: {c.note} ({', '.join(_cases(c.evidence))})"
+            for r in self.rows
+            for c in r.cells
+            if c.state is KIState.OUTSIDE
+        ]
+
+    def legend(self) -> str:
+        return " · ".join(f"{KI_SYMBOLS[s]} {text}" for s, text in KI_LEGEND)
+
+
+def _cases(keys: Sequence[str]) -> list[str]:
+    return sorted({k.split("::", 1)[-1] for k in keys}, key=natural_key)
+
+
+def _columns(items: Sequence[StoredResult]) -> tuple[tuple[KIColumn, ...], tuple[str, ...]]:
+    seen = {
+        (p["backend"] or "?", p["frontend"] or "?", normal_arch(p["arch"]) or "?")
+        for p in (result_pins(item.result) for item in items)
+    }
+    keys = sorted(seen, key=lambda k: [value_key(v) for v in k])
+    show_fe = len({k[1] for k in keys}) > 1
+    show_arch = len({k[2] for k in keys}) > 1
+    common = []
+    if keys and not show_fe:
+        common.append(f"fe {keys[0][1]}")
+    if keys and not show_arch:
+        common.append(keys[0][2])
+    columns = []
+    for cudnn, fe, arch in keys:
+        parts = [cudnn, *([f"fe {fe}"] if show_fe else []), *([arch] if show_arch else [])]
+        columns.append(KIColumn(cudnn=cudnn, frontend=fe, arch=arch, label=" · ".join(parts)))
+    return tuple(columns), tuple(common)
+
+
+def _cell(ki: KnownIssue, column: KIColumn, items: Sequence[StoredResult]) -> KITableCell:
+    pins = {"backend": column.cudnn, "frontend": column.frontend, "arch": column.arch}
+    why = ki.out_of_range(pins)
+    bad, good = [], []
+    for item in items:
+        kind = evidence_kind(ki, item.result)
+        if kind == "bad":
+            bad.append(result_key(item.result))
+        elif kind == "good":
+            good.append(result_key(item.result))
+    inside = why is None
+    if bad:
+        state = KIState.AFFECTED if inside else KIState.OUTSIDE
+        return KITableCell(
+            column=column,
+            state=state,
+            evidence=tuple(bad),
+            in_declared_range=inside,
+            note=why or "",
+        )
+    if not good:
+        return KITableCell(
+            column=column, state=KIState.NOT_COVERED, evidence=(), in_declared_range=inside
+        )
+    fixed_in = parse_version(ki.fixed_in or "")
+    version = parse_version(column.cudnn)
+    fixed = (
+        fixed_in is not None
+        and version is not None
+        and version >= fixed_in
+        and ki.out_of_range(pins, check_backend=False) is None
+    )
+    state = KIState.FIXED if fixed else KIState.NOT_REPRODUCED
+    return KITableCell(column=column, state=state, evidence=tuple(good), in_declared_range=inside)
+
+
+def build_ki_table(items: Sequence[StoredResult], known_issues: Sequence[KnownIssue]) -> KITable:
+    """One row per known issue over the backend x frontend x arch columns the results hold."""
+    columns, common = _columns(items)
+    by_column: dict[tuple[str, str, str], list[StoredResult]] = {}
+    for item in items:
+        p = result_pins(item.result)
+        key = (p["backend"] or "?", p["frontend"] or "?", normal_arch(p["arch"]) or "?")
+        by_column.setdefault(key, []).append(item)
+    rows = tuple(
+        KITableRow(
+            issue=ki,
+            cells=tuple(
+                _cell(ki, c, by_column.get((c.cudnn, c.frontend, c.arch), [])) for c in columns
+            ),
+        )
+        for ki in known_issues
+    )
+    return KITable(columns=columns, rows=rows, common=common)
