@@ -109,10 +109,11 @@ FE = "1.27.0"
             "9.26.0.51",
             [
                 (
-                    "backend upper bound: reproduces above <9.25, last bad 9.25.1.1 "
-                    "(repro.py @ cudnn 9.25.1.1 · fe 1.27.0 · sm90 (crash, run run-1))"
+                    "#   backend upper bound: reproduces above <9.25; last bad 9.25.1.1:\n"
+                    "#     - repro.py @ cudnn 9.25.1.1 · fe 1.27.0 · sm90 (crash, run run-1)\n"
+                    "#   first good after it: 9.26.0.51:\n"
+                    "#     - repro.py @ cudnn 9.26.0.51 · fe 1.27.0 · sm90 (pass, run run-1)\n"
                 ),
-                "first good after it: 9.26.0.51 (repro.py @ cudnn 9.26.0.51",
                 "fixed_in 9.25.0: reproduces at 9.25.1.1, after it",
             ],
             id="upper-widened-to-first-good",
@@ -139,8 +140,13 @@ FE = "1.27.0"
             ">=9.24.0.43,<9.25",
             "9.25.0",
             [
-                "backend lower bound: passes at the lower end of >=9.20,<9.25: last good 9.22.0.52",
-                "first bad 9.24.0.43 (repro.py @ cudnn 9.24.0.43",
+                (
+                    "#   backend lower bound: passes at the lower end of >=9.20,<9.25; "
+                    "last good 9.22.0.52:\n"
+                    "#     - repro.py @ cudnn 9.22.0.52 · fe 1.27.0 · sm90 (pass, run run-0)\n"
+                    "#   first bad 9.24.0.43:\n"
+                    "#     - repro.py @ cudnn 9.24.0.43 · fe 1.27.0 · sm90 (crash, run run-0)\n"
+                ),
             ],
             id="lower-tightened",
         ),
@@ -149,7 +155,7 @@ FE = "1.27.0"
             {},
             ">=9.19.0.56,<9.25",
             "9.25.0",
-            ["reproduces below >=9.24, first bad 9.19.0.56", "last good before it: unknown"],
+            ["reproduces below >=9.24; first bad 9.19.0.56:", "last good before it: unknown"],
             id="lower-widened-unknown",
         ),
     ],
@@ -179,7 +185,10 @@ def test_archs_widened(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     entry = _entry(tmp_path, out)
     assert entry["archs"] == ["sm100", "sm90"]
     assert str(entry["backend"]) == "<9.25,>=9.24"  # the range held
-    assert "archs: reproduces on sm90, outside sm100 (repro.py @ cudnn 9.24.0.43" in out
+    assert (
+        "archs: reproduces on sm90, outside sm100:\n#     - repro.py @ cudnn 9.24.0.43 · fe 1.27.0 · sm90"
+        in out
+    )
 
 
 def test_frontend_widened(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -187,8 +196,8 @@ def test_frontend_widened(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     rc, out = _suggest(tmp_path, capsys, runs, frontend=">=1.27")
     assert rc == 1
     assert str(_entry(tmp_path, out)["frontend"]) == ">=1.26.0"
-    assert "frontend lower bound: reproduces below >=1.27, first bad 1.26.0" in out
-    assert "last good before it: 1.25.0" in out
+    assert "frontend lower bound: reproduces below >=1.27; first bad 1.26.0:" in out
+    assert "last good before it: 1.25.0:" in out
 
 
 def test_versions_compare_as_versions_not_strings(

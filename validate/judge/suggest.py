@@ -241,9 +241,10 @@ class Suggestion:
 
 
 def _named(evidence: Sequence[Evidence]) -> str:
-    shown = "; ".join(e.describe() for e in evidence[:_MAX_NAMED])
+    """The evidence as indented list lines (each after a newline), at most a few named."""
+    shown = "".join(f"\n  - {e.describe()}" for e in evidence[:_MAX_NAMED])
     more = len(evidence) - _MAX_NAMED
-    return shown + (f"; and {more} more" if more > 0 else "")
+    return shown + (f"\n  - and {more} more" if more > 0 else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,30 +285,30 @@ def _dimension(
     lower, upper = interval.lower_text(), interval.upper_text()
     before = "last good before it: unknown (no pass seen below it)"
     if last_good is not None:
-        before = f"last good before it: {last_good} ({_named(good_at[last_good])})"
+        before = f"last good before it: {last_good}:{_named(good_at[last_good])}"
     after = "first good after it: unknown (no pass seen above it), so the upper bound is left open"
     if first_good is not None:
-        after = f"first good after it: {first_good} ({_named(good_at[first_good])})"
+        after = f"first good after it: {first_good}:{_named(good_at[first_good])}"
     if not interval.above_lower(lo):
         reasons.append(
-            f"{name} lower bound: reproduces below {lower}, first bad {lo} ({_named(bad_at[lo])}); {before}"
+            f"{name} lower bound: reproduces below {lower}; first bad {lo}:{_named(bad_at[lo])}\n{before}"
         )
         lower = f">={lo}"
     elif last_good is not None and interval.above_lower(last_good):
         reasons.append(
-            f"{name} lower bound: passes at the lower end of {spec_text(declared)}: last good {last_good} "
-            f"({_named(good_at[last_good])}); first bad {lo} ({_named(bad_at[lo])})"
+            f"{name} lower bound: passes at the lower end of {spec_text(declared)}; "
+            f"last good {last_good}:{_named(good_at[last_good])}\nfirst bad {lo}:{_named(bad_at[lo])}"
         )
         lower = f">={lo}"
     if not interval.below_upper(hi):
         reasons.append(
-            f"{name} upper bound: reproduces above {upper}, last bad {hi} ({_named(bad_at[hi])}); {after}"
+            f"{name} upper bound: reproduces above {upper}; last bad {hi}:{_named(bad_at[hi])}\n{after}"
         )
         upper = "" if first_good is None else f"<{first_good}"
     elif first_good is not None and interval.below_upper(first_good):
         reasons.append(
-            f"{name} upper bound: passes at the upper end of {spec_text(declared)}: last bad {hi} "
-            f"({_named(bad_at[hi])}); first good {first_good} ({_named(good_at[first_good])})"
+            f"{name} upper bound: passes at the upper end of {spec_text(declared)}; "
+            f"last bad {hi}:{_named(bad_at[hi])}\nfirst good {first_good}:{_named(good_at[first_good])}"
         )
         upper = f"<{first_good}"
     if not reasons:
@@ -335,8 +336,8 @@ def suggest(ki: KnownIssue, results: Iterable[tuple[CaseResult, str]]) -> Sugges
         if not inside:
             return None
         why = (
-            f"never reproduced, and passes inside the declared range ({_named(inside)}); the "
-            "evidence gives no bound (unknown): check that the cases provoke it, or whether it is fixed"
+            "never reproduced; the evidence gives no bound (unknown): check that the cases provoke "
+            f"it, or whether it is fixed. Passes inside the declared range:{_named(inside)}"
         )
         return Suggestion(
             issue=ki,
@@ -353,8 +354,8 @@ def suggest(ki: KnownIssue, results: Iterable[tuple[CaseResult, str]]) -> Sugges
     if outside:
         on = [e for e in bads if e.arch in outside]
         reasons.append(
-            f"archs: reproduces on {', '.join(outside)}, outside {', '.join(sorted(archs, key=natural_key))} "
-            f"({_named(on)})"
+            f"archs: reproduces on {', '.join(outside)}, outside "
+            f"{', '.join(sorted(archs, key=natural_key))}:{_named(on)}"
         )
         archs |= set(outside)
     # A pass speaks about one axis only where the other axes lie in the range that holds every
@@ -429,7 +430,7 @@ def render_suggestion(s: Suggestion) -> str:
     """Comment lines naming the evidence, then the whole `[[issue]]` entry in the database format."""
     ki = s.issue
     lines = [f"# {ki.id}: the evidence contradicts the declared entry"]
-    lines += [f"#   {reason}" for reason in s.reasons]
+    lines += [f"#   {line}" for reason in s.reasons for line in reason.splitlines()]
     if not s.derivable:
         lines.append(f"#   no corrected range can be derived; the entry below is {ki.id} unchanged")
     lines += [
