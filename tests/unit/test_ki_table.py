@@ -121,7 +121,7 @@ def test_json_carries_states_and_evidence() -> None:
     doc = json.loads(render(_report(), "json"))
     (ki,) = doc["known_issues"]
     assert ki["declared"] == {
-        "backend": "<9.25,>=9.24",
+        "backend": ">=9.24,<9.25",
         "frontend": "",
         "archs": ["sm100"],
         "fixed_in": "9.25.0",

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.judge.suggest import spec_text
 from validate.report.ki_table import KI_LEGEND, KI_SYMBOLS
 from validate.report.model import cell_label, natural_key, result_key
 
@@ -93,9 +94,9 @@ def _ki(row: KITableRow) -> dict[str, Any]:
         "archs": archs,
         "cases": list(ki.cases),
         "fixed_in": ki.fixed_in,
-        "declared": {
-            "backend": str(ki.backend),
-            "frontend": str(ki.frontend),
+        "declared": {  # lower bound first, as the database writes it
+            "backend": spec_text(ki.backend),
+            "frontend": spec_text(ki.frontend),
             "archs": archs,
             "fixed_in": ki.fixed_in,
         },
