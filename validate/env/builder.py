@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import tarfile
 import time
 from dataclasses import dataclass
@@ -67,6 +68,17 @@ def docker_client(timeout: int = _CLIENT_TIMEOUT_S) -> Any:
     """A docker SDK client for the daemon of DOCKER_HOST, or DockerError naming the next step."""
     import docker
 
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://"):
+        # docker-py's unix transport leaks its socket when connect() fails (a ResourceWarning in
+        # every caller); a plain connect here, closed either way, answers "is a daemon there".
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(min(timeout, 10))
+            try:
+                probe.connect(host.removeprefix("unix://"))
+            except OSError as exc:
+                msg = f"docker daemon not reachable at {host} ({exc.strerror or exc}); start dockerd or set DOCKER_HOST"
+                raise DockerError(msg) from exc
     client = None
     try:
         client = docker.from_env(timeout=timeout)
@@ -74,7 +86,6 @@ def docker_client(timeout: int = _CLIENT_TIMEOUT_S) -> Any:
     except docker.errors.DockerException as exc:
         if client is not None:
             client.close()  # its connection pool holds a socket: no ResourceWarning on this path
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         msg = f"docker daemon not reachable at {host} ({exc}); start dockerd or set DOCKER_HOST"
         raise DockerError(msg) from exc
     return client
