@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -187,5 +188,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return exc.return_code
     except KeyboardInterrupt:
         print("cudnn-matrix: interrupted", file=sys.stderr)
-        return 130
+        # Exit now: the running cases were killed and every finished result is fsynced; a worker
+        # thread still unwinding must not hold the exit (interpreter shutdown joins them all).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     return rc
