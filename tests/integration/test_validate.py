@@ -8,7 +8,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -208,9 +208,15 @@ def test_backend_store_gives_each_cell_its_version_and_a_missing_one_is_an_error
         result = by_backend[declared]
         assert result["outcome"] == "pass", result
         assert result["reason"] == f"frontend 1.27.0, backend {number}"
-        libs = [str(p) for p in result["env"]["cudnn_libs"]]
-        assert libs, result["env"]
-        assert all(p.startswith(str(backend_store / folder / "lib") + "/") for p in libs), libs
+        env = result["env"]
+        libs = [str(p) for p in env["cudnn_libs"]]
+        lib_dir = str(backend_store / folder / "lib")
+        assert libs, env
+        assert all(p.startswith(lib_dir + "/") for p in libs), libs
+        # every consumer is bound to the store's copy: preloaded, first on the library path
+        assert env["env"]["LD_PRELOAD"].split(":")[0] == f"{lib_dir}/libcudnn.so.9"
+        assert env["env"]["LD_LIBRARY_PATH"].split(":")[0] == lib_dir
+        assert env["bound"]["frontend"].startswith(f"{number} from {lib_dir}/libcudnn.so.9")
     missing = by_backend["9.14.0.64"]
     assert missing["outcome"] == "error"
     reason = str(missing["reason"])
@@ -252,9 +258,15 @@ def test_backend_store_with_env_current_binds_the_store_copy(
     result = _results(run_dir)["pin_check.py"]
     assert result["outcome"] == "pass", result
     assert result["reason"] == "frontend 1.27.0, backend 91200"
-    libs = [str(p) for p in result["env"]["cudnn_libs"]]  # type: ignore[index]
+    env: dict[str, Any] = result["env"]  # type: ignore[assignment]
+    lib_dir = str(backend_store / OTHER_BACKEND / "lib")
+    libs = [str(p) for p in env["cudnn_libs"]]
     assert libs
-    assert all(p.startswith(str(backend_store / OTHER_BACKEND / "lib") + "/") for p in libs), libs
+    assert all(p.startswith(lib_dir + "/") for p in libs), libs
+    assert env["bound"] == {"frontend": f"91200 from {lib_dir}/libcudnn.so.9"}
+    manifest = json.loads(next((tmp_path / "envs" / "envs").glob("*/manifest.json")).read_text())
+    assert manifest["backend_dir"] == lib_dir
+    assert manifest["missing_sublibraries"] == []  # the wheel's tree is complete
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -31,6 +31,7 @@ __all__ = [
     "build_frontend_wheel",
     "decode_backend_version",
     "find_backend_libdir",
+    "missing_sublibraries",
     "parse_backend_source",
     "parse_frontend_source",
     "read_libdir_version",
@@ -47,6 +48,18 @@ FrontendKind = Literal["pypi", "wheel", "git", "current"]
 _DISPATCHER = "libcudnn.so.9"
 _BUILD_CAUSE = re.compile(r"CMake Error|fatal:|error:|Could not|not found", re.IGNORECASE)
 _FRONTEND_PACKAGE = "nvidia-cudnn-frontend"
+#: Sub-libraries every cuDNN 9 backend has (DOMAIN.md §2); newer ones (_engines_tensor_ir,
+#: _ext) count where the dispatcher or libcudnn_graph names them (they dlopen them by name).
+_SUBLIBRARIES: Final = (
+    "libcudnn_graph",
+    "libcudnn_heuristic",
+    "libcudnn_engines_precompiled",
+    "libcudnn_engines_runtime_compiled",
+    "libcudnn_ops",
+    "libcudnn_cnn",
+    "libcudnn_adv",
+)
+_SUBLIB_NAME = re.compile(rb"(libcudnn_[a-z_]+)\.so")
 #: NVIDIA's redist archive folder: cudnn-linux-x86_64-9.24.0.43_cuda13-archive (version, CUDA major).
 _REDIST_RE = re.compile(r"^cudnn-linux-[A-Za-z0-9_]+-(\d+(?:\.\d+)+)_cuda(\d+)-archive$")
 _HEADER_RE = re.compile(r"^#define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)", re.MULTILINE)
@@ -304,6 +317,7 @@ class BackendStore:
             found = f" (skipped: {'; '.join(skipped)})" if skipped else " (it is empty)"
             msg = f"{self.flag} {root}: holds no backend folder{found}"
             raise ConfigError(msg)
+        entries.sort(key=lambda e: (Version(e.version), e.cuda_major or 0))
         self.entries: tuple[_StoreEntry, ...] = tuple(entries)
 
     def versions(self) -> list[str]:
@@ -413,6 +427,23 @@ def find_backend_libdir(path: Path) -> Path | None:
         if (candidate / _DISPATCHER).is_file():
             return candidate
     return None
+
+
+def missing_sublibraries(libdir: Path) -> list[str]:
+    """The sub-libraries a backend folder lacks (['libcudnn_ops', ...]; [] when complete): the
+    fixed cuDNN 9 set plus any the dispatcher or libcudnn_graph names. The frontend loads them
+    lazily, so a partial folder breaks only the cases that reach a missing one, and the loader
+    may then map another copy from the system (../shared/ENGINES.md)."""
+    wanted = dict.fromkeys(_SUBLIBRARIES)
+    for loader in (_DISPATCHER, "libcudnn_graph.so.9"):
+        try:
+            data = (libdir / loader).read_bytes()
+        except OSError:
+            continue
+        for name in _SUBLIB_NAME.findall(data):
+            wanted.setdefault(name.decode(), None)
+    present = {p.name.split(".so", 1)[0] for p in libdir.glob("libcudnn_*.so*")}
+    return [name for name in wanted if name not in present]
 
 
 def read_libdir_version(libdir: Path) -> str:
