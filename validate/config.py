@@ -111,6 +111,7 @@ class ValidateConfig:
     env_mode: str = "isolated"  # "isolated" | "current" | "system-site-packages"
     base_python: str = sys.executable
     backend_source: str | None = None
+    backend_store: Path | None = None  # unpacked backends, one subfolder per version
     frontend_source: str | None = None
     extras: tuple[str, ...] = ()
     wheelhouse: Path | None = None
@@ -178,4 +179,6 @@ class ValidateConfig:
 
 
 #: ValidateConfig fields that hold one path (or None).
-_PATHS: Final = frozenset({"samples", "wheelhouse", "cache_dir", "results_dir", "known_issues"})
+_PATHS: Final = frozenset(
+    {"samples", "wheelhouse", "backend_store", "cache_dir", "results_dir", "known_issues"}
+)

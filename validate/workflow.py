@@ -133,7 +133,7 @@ def run_cells(
         config=config,
         host=host,
         run_id=run_id,
-        sources=Sources(config.backend_source, config.frontend_source),
+        sources=Sources(config.backend_source, config.frontend_source, store=config.backend_store),
         store=store,
     )
     try:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 pytestmark = pytest.mark.slow
 
@@ -23,6 +29,31 @@ def _validate(*args: str) -> subprocess.CompletedProcess[str]:
         check=False,
         timeout=600,
     )
+
+
+def _unpack_backend(wheel: Path, dest: Path) -> None:
+    """The wheel's nvidia/cudnn tree (lib/, include/) unpacked as `dest`."""
+    prefix = "nvidia/cudnn/"
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.infolist():
+            if member.filename.startswith(prefix) and not member.is_dir():
+                out = dest / member.filename.removeprefix(prefix)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(member) as src, out.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+
+
+@pytest.fixture(scope="module")
+def backend_store(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two real backends: OTHER_BACKEND as a wheel's tree named by its version, BACKEND in
+    NVIDIA's redist archive layout."""
+    store = tmp_path_factory.mktemp("backend-store")
+    for version, name in (
+        (OTHER_BACKEND, OTHER_BACKEND),
+        (BACKEND, f"cudnn-linux-x86_64-{BACKEND}_cuda13-archive"),
+    ):
+        _unpack_backend(min(wheelhouse.glob(f"nvidia_cudnn_cu13-{version}-*.whl")), store / name)
+    return store
 
 
 def _results(run_dir: Path) -> dict[str, dict[str, object]]:
@@ -151,4 +182,108 @@ def test_python_axis_builds_the_cell_with_that_interpreter(
     reason = str(missing["reason"])
     assert reason.startswith("environment build failed: python 3.99 is not available on this host")
     assert "\n" not in reason
+    assert "Traceback" not in proc.stderr
+
+
+def test_backend_store_gives_each_cell_its_version_and_a_missing_one_is_an_error(
+    wheelhouse: Path, env_cache: Path, backend_store: Path, tmp_path: Path
+) -> None:
+    """Both layouts of --backend-store, each cell pin-checked against its own folder; the
+    version the store lacks is `error` naming the store, and the run goes on. BACKEND is asked
+    for as BACKEND.0: the axis registry's equality finds its folder."""
+    run_dir = tmp_path / "run"
+    proc = _validate(
+        *["--cudnn", f"{OTHER_BACKEND},{BACKEND}.0,9.14.0.64", "--frontend", "1.27.0", *CELL],
+        *["--backend-store", str(backend_store), "--wheelhouse", str(wheelhouse)],
+        *["--cache-dir", str(env_cache), "--case", "pin_check.py", "--results", str(run_dir)],
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    by_backend = {line["cell"]["cudnn"]: line for line in lines}
+    assert set(by_backend) == {OTHER_BACKEND, f"{BACKEND}.0", "9.14.0.64"}
+    for declared, folder, number in (
+        (OTHER_BACKEND, OTHER_BACKEND, "91200"),
+        (f"{BACKEND}.0", f"cudnn-linux-x86_64-{BACKEND}_cuda13-archive", "91300"),
+    ):
+        result = by_backend[declared]
+        assert result["outcome"] == "pass", result
+        assert result["reason"] == f"frontend 1.27.0, backend {number}"
+        env = result["env"]
+        libs = [str(p) for p in env["cudnn_libs"]]
+        lib_dir = str(backend_store / folder / "lib")
+        assert libs, env
+        assert all(p.startswith(lib_dir + "/") for p in libs), libs
+        # every consumer is bound to the store's copy: preloaded, first on the library path
+        assert env["env"]["LD_PRELOAD"].split(":")[0] == f"{lib_dir}/libcudnn.so.9"
+        assert env["env"]["LD_LIBRARY_PATH"].split(":")[0] == lib_dir
+        assert env["bound"]["frontend"].startswith(f"{number} from {lib_dir}/libcudnn.so.9")
+    missing = by_backend["9.14.0.64"]
+    assert missing["outcome"] == "error"
+    reason = str(missing["reason"])
+    assert reason.startswith("backend 9.14.0.64 for CUDA 13.0 is not in --backend-store"), reason
+    assert str(backend_store) in reason
+    assert OTHER_BACKEND in reason
+    assert BACKEND in reason
+    assert "\n" not in reason
+    assert "Traceback" not in proc.stderr
+
+
+def test_backend_store_with_env_current_binds_the_store_copy(
+    wheelhouse: Path, backend_store: Path, tmp_path: Path
+) -> None:
+    """--env current over an interpreter holding backend BACKEND: the cell pinned to
+    OTHER_BACKEND takes it from the store, and the pin check passes on the store's copy only."""
+    base = tmp_path / "base"
+    subprocess.run(["uv", "venv", "--quiet", str(base)], check=True)
+    install = ["uv", "pip", "install", "--quiet", "--python", str(base / "bin" / "python")]
+    subprocess.run(
+        [
+            *install,
+            "--no-index",
+            "--no-deps",
+            str(min(wheelhouse.glob(f"nvidia_cudnn_cu13-{BACKEND}-*.whl"))),
+            str(min(wheelhouse.glob("nvidia_cudnn_frontend-1.27.0-*.whl"))),
+        ],
+        check=True,
+    )
+    run_dir = tmp_path / "run"
+    proc = _validate(
+        *["--cudnn", OTHER_BACKEND, "--frontend", "1.27.0", *CELL, "--env", "current"],
+        *["--base-python", str(base / "bin" / "python"), "--frontend-source", "current"],
+        *["--backend-store", str(backend_store), "--wheelhouse", str(wheelhouse)],
+        *["--cache-dir", str(tmp_path / "envs"), "--case", "pin_check.py"],
+        *["--results", str(run_dir)],
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = _results(run_dir)["pin_check.py"]
+    assert result["outcome"] == "pass", result
+    assert result["reason"] == "frontend 1.27.0, backend 91200"
+    env: dict[str, Any] = result["env"]  # type: ignore[assignment]
+    lib_dir = str(backend_store / OTHER_BACKEND / "lib")
+    libs = [str(p) for p in env["cudnn_libs"]]
+    assert libs
+    assert all(p.startswith(lib_dir + "/") for p in libs), libs
+    assert env["bound"] == {"frontend": f"91200 from {lib_dir}/libcudnn.so.9"}
+    manifest = json.loads(next((tmp_path / "envs" / "envs").glob("*/manifest.json")).read_text())
+    assert manifest["backend_dir"] == lib_dir
+    assert manifest["missing_sublibraries"] == []  # the wheel's tree is complete
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda root: root / "absent", "not a folder"),
+        (lambda root: root, "holds no backend folder (it is empty)"),
+        (lambda root: (root / "9.12.0.46").mkdir() or root, "no libcudnn.so.9"),
+    ],
+    ids=["absent", "empty", "no-dispatcher"],
+)
+def test_a_bad_backend_store_is_one_line_exit_2(
+    make: Callable[[Path], Path], needle: str, tmp_path: Path
+) -> None:
+    store = make(tmp_path)
+    proc = _validate("--cudnn", BACKEND, *CELL, "--backend-store", str(store))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert needle in proc.stderr
+    assert "--backend-store" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -89,6 +89,57 @@ CASES = [
         Outcome.ERROR,
         "environment:",
     ),
+    (  # issue 12 item 7: on the H200 a sub-library from elsewhere made 60_causal_conv1d_* fail
+        "frontend cannot load a backend symbol",
+        _nb(
+            status="fail",
+            ename="RuntimeError",
+            evalue="Invalid handle. Cannot load symbol cudnnCausalConv1dForward",
+            cell_index=3,
+        ),
+        Outcome.ERROR,
+        "environment: RuntimeError: Invalid handle. Cannot load symbol cudnnCausalConv1dForward",
+    ),
+    (
+        "sub-library did not load (graph not supported would be a skip)",
+        _nb(
+            status="fail",
+            ename="cudnnGraphNotSupportedError",
+            evalue="[cudnn_frontend] Error: CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED",
+        ),
+        Outcome.ERROR,
+        "environment: cudnnGraphNotSupportedError",
+    ),
+    (  # torch's batchnorm with a system libcudnn_ops next to the pinned dispatcher
+        "sub-library of another version, through torch",
+        _nb(
+            status="fail",
+            ename="RuntimeError",
+            evalue="cuDNN error: CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH",
+        ),
+        Outcome.ERROR,
+        "environment: RuntimeError: cuDNN error: CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH",
+    ),
+    (
+        "script exit 1 on a sub-library that did not load",
+        _sc(1, tail="Traceback ...\nRuntimeError: CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED\n"),
+        Outcome.ERROR,
+        "environment:",
+    ),
+    (
+        "script exception: cannot load symbol",
+        _sc(
+            1,
+            report={
+                "exception": {
+                    "ename": "RuntimeError",
+                    "evalue": "Invalid handle. Cannot load symbol cudnnCausalConv1dBackward",
+                }
+            },
+        ),
+        Outcome.ERROR,
+        "environment: RuntimeError: Invalid handle. Cannot load symbol cudnnCausalConv1dBackward",
+    ),
     (
         "old backend lacks a symbol",
         _nb(

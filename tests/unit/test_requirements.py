@@ -69,6 +69,10 @@ def test_bad_toml_reports_every_problem(tmp_path: Path) -> None:
 LIB = "/venv/nvidia/cudnn/lib/libcudnn.so.9"
 TORCH_LIB = "/base/site-packages/nvidia/cudnn/lib/libcudnn.so.9"
 PINNED = "/opt/cudnn/lib/libcudnn.so.9"
+PINNED_OPS = "/opt/cudnn/lib/libcudnn_ops.so.9"
+PINNED_GRAPH = "/opt/cudnn/lib/libcudnn_graph.so.9"
+SYSTEM_OPS = "/usr/lib/x86_64-linux-gnu/libcudnn_ops.so.9.14.0"
+TORCH_ADV = "/base/site-packages/nvidia/cudnn/lib/libcudnn_adv.so.9"
 
 
 @pytest.mark.parametrize(
@@ -83,17 +87,61 @@ PINNED = "/opt/cudnn/lib/libcudnn.so.9"
         (
             {"backend_version": 92400, "cudnn_libs": [LIB]},
             {"backend_dir": "/opt/cudnn/lib"},
-            f"pin not honoured: loaded libcudnn from {LIB}, expected /opt/cudnn/lib",
+            (
+                f"pin not honoured (libcudnn from {LIB}, version unknown); the cell's backend is "
+                "/opt/cudnn/lib"
+            ),
         ),
-        (  # torch's own copy mapped too: the pin holds while the pinned dispatcher is there
-            {"backend_version": 92400, "cudnn_libs": [TORCH_LIB, PINNED]},
+        (  # the dispatcher and a sub-library from the pinned folder: the pin holds
+            {"backend_version": 92400, "cudnn_libs": [PINNED, PINNED_OPS]},
             {"backend": "9.24.0", "backend_dir": "/opt/cudnn/lib"},
             None,
+        ),
+        (  # issue 12 item 7 changed this rule. It was "torch's own copy mapped too: the pin
+            # holds while the pinned dispatcher is there"; now every mapped copy must be the
+            # pinned one, so torch's own dispatcher beside it is `pin not honoured`, with the
+            # version its cudnnGetVersion() said (capture.py cudnn_lib_versions).
+            {
+                "backend_version": 92400,
+                "cudnn_libs": [TORCH_LIB, PINNED],
+                "cudnn_lib_versions": {TORCH_LIB: 91900, PINNED: 92400},
+            },
+            {"backend": "9.24.0", "backend_dir": "/opt/cudnn/lib"},
+            (
+                f"pin not honoured (libcudnn from {TORCH_LIB}, 9.19.0); the cell's backend is "
+                "/opt/cudnn/lib"
+            ),
         ),
         (  # only torch's copy: the frontend did not load the pinned folder's library
             {"backend_version": 92400, "cudnn_libs": [TORCH_LIB]},
             {"backend": "9.24.0", "backend_dir": "/opt/cudnn/lib"},
-            f"pin not honoured: loaded libcudnn from {TORCH_LIB}, expected /opt/cudnn/lib",
+            f"pin not honoured (libcudnn from {TORCH_LIB}, version unknown)",
+        ),
+        (  # the H200 case: a 9.25 dispatcher with the system's libcudnn_ops.so.9.14.0
+            {"backend_version": 92501, "cudnn_libs": [PINNED, SYSTEM_OPS, PINNED_GRAPH]},
+            {"backend": "9.25.1.1", "backend_dir": "/opt/cudnn/lib"},
+            (
+                f"pin not honoured (libcudnn_ops from {SYSTEM_OPS}, 9.14.0); the cell's backend is "
+                "/opt/cudnn/lib"
+            ),
+        ),
+        (  # every stray is named, the dispatcher matching backend_version() or not
+            {"backend_version": 92400, "cudnn_libs": [PINNED, SYSTEM_OPS, TORCH_ADV]},
+            {"backend": "9.24.0", "backend_dir": "/opt/cudnn/lib"},
+            (
+                f"pin not honoured (libcudnn_ops from {SYSTEM_OPS}, 9.14.0; libcudnn_adv from "
+                f"{TORCH_ADV}, version unknown)"
+            ),
+        ),
+        (  # a folder whose name holds "libcudnn" maps other libraries too: those are not cuDNN
+            {"backend_version": 92400, "cudnn_libs": [PINNED, "/opt/libcudnn-x/libcublas.so.13"]},
+            {"backend": "9.24.0", "backend_dir": "/opt/cudnn/lib"},
+            None,
+        ),
+        (  # a sub-library of the pinned version, but not from the pinned folder, still counts
+            {"backend_version": 92400, "cudnn_libs": [PINNED, "/usr/lib/libcudnn_cnn.so.9.24.0"]},
+            {"backend": "9.24.0", "backend_dir": "/opt/cudnn/lib"},
+            "pin not honoured (libcudnn_cnn from /usr/lib/libcudnn_cnn.so.9.24.0, 9.24.0)",
         ),
         (
             {"backend_error": "RuntimeError: Unable to find symbol cudnnGetVersion"},

@@ -9,9 +9,12 @@ import pytest
 
 from validate.env.sources import (
     BackendSource,
+    BackendStore,
+    Sources,
     backend_package,
     decode_backend_version,
     find_backend_libdir,
+    missing_sublibraries,
     parse_backend_source,
     parse_frontend_source,
     read_libdir_version,
@@ -21,6 +24,7 @@ from validate.env.sources import (
 from validate.errors import ConfigError, EnvBuildError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 _BACKEND_WHEEL = "nvidia_cudnn_cu13-9.12.0.46-py3-none-manylinux_2_27_x86_64.whl"
@@ -212,3 +216,113 @@ def test_frontend_git_checkout_resolves_the_commit(tmp_path: Path) -> None:
 def test_frontend_garbage(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"--frontend-source: .* is neither"):
         parse_frontend_source(str(tmp_path))
+
+
+# --- --backend-store ----------------------------------------------------------------------
+
+
+def _store(root: Path) -> Path:
+    """9.12.0.46 as a wheel's nvidia/cudnn tree, 9.13.0.50 as the redist archive for CUDA 13
+    and 9.14.0.64 only for CUDA 12; a README and a folder of another name are skipped."""
+    _tarball(root / "9.12.0.46", (9, 12, 0))
+    _tarball(root / "cudnn-linux-x86_64-9.13.0.50_cuda13-archive", (9, 13, 0))
+    _tarball(root / "cudnn-linux-sbsa-9.14.0.64_cuda12-archive", (9, 14, 0))
+    (root / "notes").mkdir()
+    (root / "README").write_text("not a backend")
+    return root
+
+
+def test_store_finds_each_layout_by_axis_equality(tmp_path: Path) -> None:
+    store = BackendStore(_store(tmp_path))
+    assert store.find("9.12.0.46") == tmp_path / "9.12.0.46" / "lib"
+    assert store.find("9.12.0.46.0", "13.0") == tmp_path / "9.12.0.46" / "lib"  # no CUDA in name
+    archive = tmp_path / "cudnn-linux-x86_64-9.13.0.50_cuda13-archive" / "lib"
+    assert store.find("9.13.0.50", "13.0") == archive
+    assert store.find("9.13.0.50.0") == archive
+    assert store.find("9.13.0", "13.0") is None  # another build is another pin
+    assert store.find("9.14.0.64", "13.0") is None  # only a CUDA 12 archive of it
+    assert store.find("9.14.0.64", "12.8") is not None
+    assert store.versions() == ["9.12.0.46", "9.13.0.50 (cuda13)", "9.14.0.64 (cuda12)"]
+
+
+def test_sources_from_a_store_are_library_folders_and_a_missing_one_says_why(
+    tmp_path: Path,
+) -> None:
+    sources = Sources(store=_store(tmp_path))
+    got = sources.backend("9.13.0.50.0", "13.0")
+    assert got is not None
+    assert got.kind == "libdir"
+    assert got.libdir() == tmp_path / "cudnn-linux-x86_64-9.13.0.50_cuda13-archive" / "lib"
+    assert sources.unavailable("9.13.0.50.0", "13.0") is None
+    why = sources.unavailable("9.24.0.43", "13.0")
+    assert why == (
+        f"backend 9.24.0.43 for CUDA 13.0 is not in --backend-store {tmp_path} "
+        "(it has 9.12.0.46, 9.13.0.50 (cuda13), 9.14.0.64 (cuda12))"
+    )
+    with pytest.raises(EnvBuildError, match="not in --backend-store"):
+        sources.backend("9.24.0.43", "13.0")
+
+
+def test_a_store_folder_that_holds_another_version_is_unavailable_for_that_cell(
+    tmp_path: Path,
+) -> None:
+    _tarball(tmp_path / "9.24.0.43", (9, 22, 0))  # named 9.24, holds 9.22
+    why = Sources(store=tmp_path).unavailable("9.24.0.43")
+    assert why is not None
+    assert why.startswith("--backend-store: library folder")
+    assert "is cuDNN 9.22.0, but the cell declares 9.24.0.43" in why
+
+
+def _a_file(path: Path) -> Path:
+    path.write_text("")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda root: root / "absent", "not a folder"),
+        (lambda root: _a_file(root / "x"), "not a folder"),
+        (lambda root: root, "holds no backend folder (it is empty)"),
+        (
+            lambda root: (root / "9.12.0.46").mkdir() or root,
+            "holds no backend folder (skipped: 9.12.0.46 (no libcudnn.so.9))",
+        ),
+        (
+            lambda root: (root / "cudnn-9").mkdir() or root,
+            "skipped: cudnn-9 (not <version> or cudnn-linux-<arch>-<version>_cuda<N>-archive)",
+        ),
+    ],
+    ids=["absent", "a-file", "empty", "no-dispatcher", "unknown-name"],
+)
+def test_a_bad_store_is_a_config_error(
+    make: Callable[[Path], Path], message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match=r"^--backend-store ") as err:
+        Sources(store=make(tmp_path))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_store_and_backend_source_together_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="give one of them"):
+        Sources("9.12.0.46", store=_store(tmp_path))
+
+
+def test_missing_sublibraries_names_the_fixed_set_and_what_the_loaders_name(
+    tmp_path: Path,
+) -> None:
+    lib = _tarball(tmp_path / "b", (9, 25, 1)) / "lib"
+    (lib / "libcudnn.so.9").write_bytes(b"\x7fELF..libcudnn_graph.so.9\0libcudnn_ext.so\0")
+    (lib / "libcudnn_graph.so.9").write_bytes(b"libcudnn_engines_tensor_ir.so.9\0")
+    for name in ("heuristic", "engines_precompiled", "engines_runtime_compiled", "adv"):
+        (lib / f"libcudnn_{name}.so.9").write_bytes(b"")
+    (lib / "libcudnn_cnn.so.9.25.1").write_bytes(b"")  # the redist file name counts
+    assert missing_sublibraries(lib) == [
+        "libcudnn_ops",
+        "libcudnn_ext",
+        "libcudnn_engines_tensor_ir",
+    ]
+    for name in ("ops", "ext", "engines_tensor_ir"):
+        (lib / f"libcudnn_{name}.so.9").write_bytes(b"")
+    assert missing_sublibraries(lib) == []

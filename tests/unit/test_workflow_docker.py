@@ -212,3 +212,54 @@ def test_base_image_default() -> None:
     assert base_image_for(cell, config.base_image, both) == nvidia
     explicit = ValidateConfig(base_image="my/base:1")
     assert base_image_for(cell, explicit.base_image, both) == "my/base:1"
+
+
+class _StoreBuilder(FakeBuilder):
+    """FAKE: records the backend each image was asked for."""
+
+    def __init__(self, images: set[str]) -> None:
+        super().__init__(images)
+        self.backends: dict[str, Any] = {}
+
+    def spec_for(self, cell: Cell, **kwargs: Any) -> _Spec:
+        self.backends[cell.cudnn] = kwargs["backend"]
+        return _Spec(tag=f"cudnn-matrix/cell:{cell.cudnn}")
+
+
+def test_backend_store_gives_each_image_its_folder_and_a_missing_version_is_an_error(
+    tmp_path: Path,
+) -> None:
+    """--executor docker --backend-store: the image of a version the store holds gets its
+    library folder (the image builder copies it in); one it lacks is `error`, naming the store,
+    and no image is built for it."""
+    store_dir = tmp_path / "store"
+    lib = store_dir / "cudnn-linux-x86_64-9.12.0.46_cuda13-archive" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcudnn.so.9").write_bytes(b"")
+    (lib.parent / "include").mkdir()
+    (lib.parent / "include" / "cudnn_version.h").write_text(
+        "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 12\n#define CUDNN_PATCHLEVEL 0\n"
+    )
+    cells = [Cell(cudnn=v, frontend="1.27.0", cuda="13.0", driver="580", arch="sm90") for v in
+             ("9.12.0.46", "9.13.0.50")]  # fmt: skip
+    config = ValidateConfig(
+        executor="docker", backend_store=store_dir, case_names=("pin_check.py",)
+    )
+    cases = cases_for(config)
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    builder = _StoreBuilder({LOCAL_BASE_IMAGE})
+    executor = FakeDocker(builder)
+    run_cells(
+        config, Plan(planned=cells, pruned=[]), cases, HostFacts(), store, "R", executor=executor
+    )
+    assert set(builder.backends) == {"9.12.0.46"}
+    assert builder.backends["9.12.0.46"].kind == "libdir"
+    assert builder.backends["9.12.0.46"].libdir() == lib
+    (started,) = executor.started
+    assert started.inner.backend_store is None  # a host path: the backend is in the image
+    missing = [r for r in load_results([tmp_path / "run"]) if r.cell_id == cells[1].id]
+    assert [r.outcome for r in missing] == [Outcome.ERROR]
+    assert missing[0].reason == (
+        f"backend 9.13.0.50 for CUDA 13.0 is not in --backend-store {store_dir} "
+        "(it has 9.12.0.46 (cuda13))"
+    )

@@ -81,6 +81,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--backend-source", metavar="SRC", help="wheel file or library folder instead of PyPI"
     )
     env.add_argument(
+        "--backend-store",
+        type=Path,
+        metavar="DIR",
+        help="unpacked backends, one subfolder per version (a wheel's nvidia/cudnn tree named "
+        "9.24.0.43, or cudnn-linux-x86_64-<version>_cuda<N>-archive): each cell takes its "
+        "cudnn version's folder; a version missing from it is an error for that cell",
+    )
+    env.add_argument(
         "--frontend-source", metavar="SRC", help="wheel file, checkout[@ref] or 'current'"
     )
     env.add_argument(
@@ -161,6 +169,10 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
     if args.samples is not None and not (args.samples / "samples" / "python").is_dir():
         msg = f"--samples {args.samples}: no samples/python folder (expected a cudnn-frontend checkout)"
         raise ConfigError(msg)
+    if args.backend_store is not None:  # checked now: a bad store is bad input (exit 2)
+        from validate.env.sources import Sources
+
+        Sources(args.backend_source, store=args.backend_store)
     return ValidateConfig(
         selectors=Selectors.from_args(args),
         cases=tuple(args.cases),
@@ -171,6 +183,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         env_mode=args.env_mode,
         base_python=args.base_python,
         backend_source=args.backend_source,
+        backend_store=args.backend_store.expanduser().resolve() if args.backend_store else None,
         frontend_source=args.frontend_source,
         extras=tuple(split_list(args.extras)),
         wheelhouse=args.wheelhouse,

@@ -12,16 +12,18 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from validate.errors import ConfigError, EnvBuildError
+from validate.model.axes import axis_named
 
 __all__ = [
     "BackendKind",
     "BackendSource",
+    "BackendStore",
     "FrontendKind",
     "FrontendSource",
     "Sources",
@@ -29,6 +31,7 @@ __all__ = [
     "build_frontend_wheel",
     "decode_backend_version",
     "find_backend_libdir",
+    "missing_sublibraries",
     "parse_backend_source",
     "parse_frontend_source",
     "read_libdir_version",
@@ -45,6 +48,20 @@ FrontendKind = Literal["pypi", "wheel", "git", "current"]
 _DISPATCHER = "libcudnn.so.9"
 _BUILD_CAUSE = re.compile(r"CMake Error|fatal:|error:|Could not|not found", re.IGNORECASE)
 _FRONTEND_PACKAGE = "nvidia-cudnn-frontend"
+#: Sub-libraries every cuDNN 9 backend has (DOMAIN.md §2); newer ones (_engines_tensor_ir,
+#: _ext) count where the dispatcher or libcudnn_graph names them (they dlopen them by name).
+_SUBLIBRARIES: Final = (
+    "libcudnn_graph",
+    "libcudnn_heuristic",
+    "libcudnn_engines_precompiled",
+    "libcudnn_engines_runtime_compiled",
+    "libcudnn_ops",
+    "libcudnn_cnn",
+    "libcudnn_adv",
+)
+_SUBLIB_NAME = re.compile(rb"(libcudnn_[a-z_]+)\.so")
+#: NVIDIA's redist archive folder: cudnn-linux-x86_64-9.24.0.43_cuda13-archive (version, CUDA major).
+_REDIST_RE = re.compile(r"^cudnn-linux-[A-Za-z0-9_]+-(\d+(?:\.\d+)+)_cuda(\d+)-archive$")
 _HEADER_RE = re.compile(r"^#define\s+CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)", re.MULTILINE)
 _GET_VERSION = (
     "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); "
@@ -257,26 +274,145 @@ def parse_frontend_source(
     return FrontendSource(kind="git", path=checkout.resolve(), ref=ref, commit=proc.stdout.strip())
 
 
+@dataclass(frozen=True, kw_only=True)
+class _StoreEntry:
+    version: str  # from the folder name: "9.24.0.43"
+    cuda_major: int | None  # redist layout names it; a wheel tree does not
+    folder: Path  # the subfolder of the store
+    libdir: Path  # the folder in it that holds libcudnn.so.9
+
+
+class BackendStore:
+    """`--backend-store DIR`: unpacked backends, one subfolder per version, either a wheel's
+    `nvidia/cudnn` tree named by its version (`DIR/9.24.0.43/lib/libcudnn.so.9`) or NVIDIA's
+    redist archive (`DIR/cudnn-linux-x86_64-9.24.0.43_cuda13-archive/lib/...`).
+
+    A subfolder whose name is neither, or that holds no libcudnn.so.9, is skipped with a
+    warning; a store with no backend at all (or not a folder) is a ConfigError.
+    """
+
+    flag = "--backend-store"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.expanduser()
+        if not self.root.is_dir():
+            msg = f"{self.flag} {root}: not a folder"
+            raise ConfigError(msg)
+        self.root = self.root.resolve()
+        entries: list[_StoreEntry] = []
+        skipped: list[str] = []
+        for folder in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            version, cuda = _store_name(folder.name)
+            libdir = find_backend_libdir(folder) if version else None
+            if version is None or libdir is None:
+                why = "not <version> or cudnn-linux-<arch>-<version>_cuda<N>-archive"
+                skipped.append(f"{folder.name} ({why if version is None else 'no ' + _DISPATCHER})")
+                continue
+            entries.append(
+                _StoreEntry(version=version, cuda_major=cuda, folder=folder, libdir=libdir)
+            )
+        if skipped:
+            log.warning("%s %s: skipped %s", self.flag, self.root, "; ".join(skipped))
+        if not entries:
+            found = f" (skipped: {'; '.join(skipped)})" if skipped else " (it is empty)"
+            msg = f"{self.flag} {root}: holds no backend folder{found}"
+            raise ConfigError(msg)
+        entries.sort(key=lambda e: (Version(e.version), e.cuda_major or 0))
+        self.entries: tuple[_StoreEntry, ...] = tuple(entries)
+
+    def versions(self) -> list[str]:
+        """What the store holds, e.g. ['9.12.0.46', '9.13.0.50 (cuda13)']."""
+        return [
+            e.version + (f" (cuda{e.cuda_major})" if e.cuda_major else "") for e in self.entries
+        ]
+
+    def find(self, declared: str, cuda: str | None = None) -> Path | None:
+        """The library folder of backend `declared` (axis equality: 9.24.0.43 == 9.24.0.43.0);
+        a redist folder of another CUDA major than the cell's is not it."""
+        same = axis_named("cudnn").same
+        major = int(Version(cuda).release[0]) if cuda else None
+        fits = [e for e in self.entries if same(e.version, declared)]
+        fits = [e for e in fits if e.cuda_major in (None, major) or major is None]
+        fits.sort(key=lambda e: e.cuda_major is None)  # the one naming the cell's CUDA first
+        return fits[0].libdir if fits else None
+
+    def missing(self, declared: str, cuda: str | None = None) -> str:
+        """One line: why the store has no backend for this cell."""
+        where = f" for CUDA {cuda}" if cuda else ""
+        return (
+            f"backend {declared}{where} is not in {self.flag} {self.root} "
+            f"(it has {', '.join(self.versions())})"
+        )
+
+
+def _store_name(name: str) -> tuple[str | None, int | None]:
+    """'9.24.0.43' -> ('9.24.0.43', None); 'cudnn-linux-x86_64-9.24.0.43_cuda13-archive' ->
+    ('9.24.0.43', 13); anything else -> (None, None)."""
+    if match := _REDIST_RE.match(name):
+        return match.group(1), int(match.group(2))
+    return (name, None) if _is_version(name) else (None, None)
+
+
 class Sources:
-    """--backend-source / --frontend-source of one run, each parsed once on first use.
+    """--backend-source / --backend-store / --frontend-source of one run, parsed once on use.
 
     A backend source is checked against the cell's declared cudnn, so it is parsed once per
     declared version (one for most runs); the frontend source once. Every executor asks here.
+    With a store, each cell's backend is the store's folder of its version; a version the
+    store lacks is `unavailable` (the executor turns it into an `error` for that cell).
     """
 
-    def __init__(self, backend: str | None = None, frontend: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: str | None = None,
+        frontend: str | None = None,
+        *,
+        store: Path | None = None,
+    ) -> None:
+        if backend and store is not None:
+            msg = "--backend-source and --backend-store: give one of them"
+            raise ConfigError(msg)
         self._backend_text = backend
         self._frontend_text = frontend
-        self._backends: dict[str, BackendSource] = {}
+        self._store = BackendStore(store) if store is not None else None
+        self._backends: dict[tuple[str, str | None], BackendSource] = {}
+        self._unavailable: dict[tuple[str, str | None], str] = {}
         self._frontend: FrontendSource | None = None
 
-    def backend(self, declared: str) -> BackendSource | None:
-        """The parsed --backend-source for a cell declaring `declared`; None when not given."""
+    def unavailable(self, declared: str, cuda: str | None = None) -> str | None:
+        """Why this cell cannot have its backend (a version missing from the store, a store
+        folder that is not what its name says); None when it can. Only a store has reasons:
+        a bad --backend-source is bad input for the whole run."""
+        if self._store is None:
+            return None
+        key = (declared, cuda)
+        if key not in self._backends and key not in self._unavailable:
+            libdir = self._store.find(declared, cuda)
+            if libdir is None:
+                self._unavailable[key] = self._store.missing(declared, cuda)
+            else:
+                try:
+                    self._backends[key] = parse_backend_source(
+                        str(libdir), declared=declared, flag=BackendStore.flag
+                    )
+                except (ConfigError, EnvBuildError) as exc:
+                    self._unavailable[key] = f"{BackendStore.flag}: {exc}".splitlines()[0]
+        return self._unavailable.get(key)
+
+    def backend(self, declared: str, cuda: str | None = None) -> BackendSource | None:
+        """The cell's backend source: from the store (by version), else the parsed
+        --backend-source; None when neither is given. A cell the store cannot serve
+        (see `unavailable`) raises EnvBuildError with the reason."""
+        if self._store is not None:
+            if why := self.unavailable(declared, cuda):
+                raise EnvBuildError(why)
+            return self._backends[(declared, cuda)]
         if not self._backend_text:
             return None
-        if declared not in self._backends:
-            self._backends[declared] = parse_backend_source(self._backend_text, declared=declared)
-        return self._backends[declared]
+        key = (declared, None)
+        if key not in self._backends:
+            self._backends[key] = parse_backend_source(self._backend_text, declared=declared)
+        return self._backends[key]
 
     def frontend(self) -> FrontendSource | None:
         """The parsed --frontend-source; None when not given."""
@@ -291,6 +427,23 @@ def find_backend_libdir(path: Path) -> Path | None:
         if (candidate / _DISPATCHER).is_file():
             return candidate
     return None
+
+
+def missing_sublibraries(libdir: Path) -> list[str]:
+    """The sub-libraries a backend folder lacks (['libcudnn_ops', ...]; [] when complete): the
+    fixed cuDNN 9 set plus any the dispatcher or libcudnn_graph names. The frontend loads them
+    lazily, so a partial folder breaks only the cases that reach a missing one, and the loader
+    may then map another copy from the system (../shared/ENGINES.md)."""
+    wanted = dict.fromkeys(_SUBLIBRARIES)
+    for loader in (_DISPATCHER, "libcudnn_graph.so.9"):
+        try:
+            data = (libdir / loader).read_bytes()
+        except OSError:
+            continue
+        for name in _SUBLIB_NAME.findall(data):
+            wanted.setdefault(name.decode(), None)
+    present = {p.name.split(".so", 1)[0] for p in libdir.glob("libcudnn_*.so*")}
+    return [name for name in wanted if name not in present]
 
 
 def read_libdir_version(libdir: Path) -> str:

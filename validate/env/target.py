@@ -29,7 +29,9 @@ class ExecTarget:
 
     python: Path = field(default_factory=lambda: Path(sys.executable))  # the case interpreter
     image: str | None = None  # docker: the cell image tag; None: `python` on this host
-    env: Mapping[str, str] = field(default_factory=dict)  # overlay onto the caller's environment
+    #: Overlay onto the caller's environment; LD_LIBRARY_PATH, LD_PRELOAD and PATH go in front
+    #: of the caller's own value, the rest replace it.
+    env: Mapping[str, str] = field(default_factory=dict)
     gpus: tuple[int, ...] | None = None  # docker: None = all GPUs; a tuple: only these ids
     backend_dir: Path | None = None  # the folder the pinned libcudnn.so.9 must come from
     expected_backend: str | None = None  # "9.24.0": what cudnn.backend_version() must say
@@ -59,7 +61,7 @@ class ExecTarget:
         """Full environment for a case process: `base` plus the overlay (paths prepended)."""
         out = dict(os.environ if base is None else base)
         for key, value in self.env.items():
-            if key in ("LD_LIBRARY_PATH", "PATH") and out.get(key):
+            if key in ("LD_LIBRARY_PATH", "LD_PRELOAD", "PATH") and out.get(key):
                 out[key] = f"{value}{os.pathsep}{out[key]}"
             else:
                 out[key] = value

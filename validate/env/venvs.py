@@ -28,6 +28,7 @@ from validate.env.sources import (
     FrontendSource,
     build_frontend_wheel,
     decode_backend_version,
+    missing_sublibraries,
     read_libdir_version,
     short_version,
 )
@@ -155,11 +156,25 @@ def env_dirs(cache_dir: Path | None = None) -> list[Path]:
     return sorted(found, key=lambda p: str(read_manifest(p).get("last_used", "")))
 
 
+def backend_env(backend_dir: str | None) -> dict[str, str]:
+    """The case environment that binds every consumer in the process to the pinned backend:
+    the pinned folder first on LD_LIBRARY_PATH (the frontend's loader looks there first, and
+    sub-libraries resolve from it) and its dispatcher preloaded, so that a consumer that loads
+    its own copy by full path (torch's wheel copy, ../shared/ENGINES.md) gets the pinned one.
+    ExecTarget.process_env puts both in front of the caller's own values."""
+    if not backend_dir:
+        return {}
+    return {
+        "LD_LIBRARY_PATH": backend_dir,
+        "LD_PRELOAD": str(Path(backend_dir) / "libcudnn.so.9"),
+    }
+
+
 def _handle_from(root: Path, manifest: Mapping[str, Any], *, reused: bool) -> ExecTarget:
     backend_dir = manifest.get("backend_dir")
     return ExecTarget(
         python=root / "bin" / "python",
-        env={"LD_LIBRARY_PATH": backend_dir} if backend_dir else {},
+        env=backend_env(backend_dir),
         backend_dir=Path(backend_dir) if backend_dir else None,
         expected_backend=manifest.get("expected_backend"),
         expected_frontend=manifest.get("expected_frontend"),
@@ -360,6 +375,13 @@ def _build(
         if backend_dir is not None and not (backend_dir / "libcudnn.so.9").is_file():
             msg = f"{spec.backend.describe()} left no libcudnn.so.9 in {backend_dir}"
             raise EnvBuildError(msg)
+        missing = missing_sublibraries(backend_dir) if backend_dir is not None else []
+        if missing:  # not an error for the cell: only the cases that reach one break (`error`)
+            log.warning(
+                "backend folder %s lacks sub-libraries %s: cases that load them will be errors",
+                backend_dir,
+                ", ".join(missing),
+            )
         expected = spec.backend.version
         if spec.backend.kind == "libdir" and backend_dir and not expected:
             expected = read_libdir_version(backend_dir)
@@ -381,6 +403,7 @@ def _build(
         "installer": tool,
         "wheelhouse": str(wheelhouse) if wheelhouse else None,
         "backend_dir": str(backend_dir) if backend_dir else None,
+        "missing_sublibraries": missing,
         "expected_backend": short_version(expected) if expected else None,
         "expected_frontend": fe_version,
         "torch_cudnn": facts["torch_cudnn"],

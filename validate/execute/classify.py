@@ -23,10 +23,13 @@ _POISON: Final = re.compile(
     r"|CUDA error:? ?\(?(?:700|719|716)\b",
     re.IGNORECASE,
 )
-#: The harness or the environment broke, not the product (DOMAIN.md §2).
+#: The harness or the environment broke, not the product (DOMAIN.md §2): a sub-library that
+#: did not load or is of another version, a backend not loaded at all, or a symbol the frontend
+#: could not load from the backend (a sub-library from elsewhere: "Invalid handle. Cannot load
+#: symbol cudnnCausalConv1dForward" on the H200, issue 12 item 7).
 _ENV_TEXT: Final = re.compile(
     r"CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED|CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH"
-    r"|Unable to find symbol cudnnGetVersion"
+    r"|Unable to find symbol cudnnGetVersion|Cannot load symbol"
 )
 _ENV_NAMES: Final = frozenset({"ModuleNotFoundError", "ImportError"})
 _NOT_SUPPORTED: Final = re.compile(

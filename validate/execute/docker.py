@@ -125,6 +125,7 @@ def container_config(config: ValidateConfig) -> ValidateConfig:
         cases=tuple(case_paths),
         samples=Path(_SAMPLES) if config.samples is not None else None,
         results_dir=Path(_RESULTS),
+        backend_store=None,  # a host folder: the cell's backend is in its image already
         jobs=config.jobs or os.cpu_count() or 1,
         resume=True,
     )
@@ -273,7 +274,10 @@ class DockerExecutor:
         """The step's image, built or refreshed (cached layers); a build failure is the reason."""
         cell = step.first
         builder = self._builder_for(run.config)
-        backend, frontend = run.sources.backend(cell.cudnn), run.sources.frontend()
+        if why := run.sources.unavailable(cell.cudnn, cell.cuda):
+            logger.error("%s", why)
+            return why  # a version the --backend-store lacks: `error` for the step's cases
+        backend, frontend = run.sources.backend(cell.cudnn, cell.cuda), run.sources.frontend()
         try:
             spec = builder.spec_for(
                 cell,

@@ -43,7 +43,7 @@ def env_spec_for(cell: Cell, config: ValidateConfig, sources: Sources) -> EnvSpe
     python) decide it; driver and arch do not change what is installed."""
     current = config.env_mode == "current"
     backend: BackendSource
-    if parsed := sources.backend(cell.cudnn):
+    if parsed := sources.backend(cell.cudnn, cell.cuda):
         backend = parsed
     elif current:
         backend = BackendSource(kind="current", version=cell.cudnn)
@@ -83,10 +83,15 @@ class LocalExecutor:
         """Every option applies here."""
 
     def env_key(self, cell: Cell, run: RunContext) -> str:
+        if run.sources.unavailable(cell.cudnn, cell.cuda):  # prepare reports why
+            return f"unavailable:{cell.cudnn}:{cell.cuda}"
         return env_spec_for(cell, run.config, run.sources).hash
 
     def prepare(self, step: Step, run: RunContext) -> ExecTarget | str:
         config = run.config
+        if why := run.sources.unavailable(step.first.cudnn, step.first.cuda):
+            log.error("%s", why)
+            return why  # every case of the step's cells: `error` with this reason
         spec = env_spec_for(step.first, config, run.sources)
         try:
             with log_step(f"environment for {step.first.label}"):

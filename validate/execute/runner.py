@@ -175,7 +175,8 @@ def _spawn(
 
 
 def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
-    env = {**os.environ, **target.env, "PYTHONFAULTHANDLER": "1", RESULT_FILE_ENV: str(result_file)}
+    # the overlay's library path and preload go in front of the host's (ExecTarget.process_env)
+    env = {**target.process_env(), "PYTHONFAULTHANDLER": "1", RESULT_FILE_ENV: str(result_file)}
     env[PARENT_ENV] = str(os.getpid())  # resources/guard.py: the case dies with this process
     env.pop("CUDNN_FRONTEND_LOG_FILE", None)
     if target.expected_backend:

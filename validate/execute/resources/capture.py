@@ -60,6 +60,42 @@ def loaded_cudnn_libs(paths: list[str] | None = None) -> list[str]:
     return [p for p in (paths if paths is not None else _mapped_paths()) if "libcudnn" in p]
 
 
+def _is_dispatcher(path: str) -> bool:
+    return Path(path).name.startswith("libcudnn.so")
+
+
+def _dispatcher_versions(libs: list[str]) -> dict[str, int]:
+    """cudnnGetVersion() of each libcudnn.so* already mapped here, by path (RTLD_NOLOAD: asking
+    never loads a copy). Two copies can be mapped at once (DOMAIN.md §2)."""
+    import ctypes
+
+    out: dict[str, int] = {}
+    for path in libs:
+        if not _is_dispatcher(path):
+            continue
+        try:
+            fn = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY).cudnnGetVersion
+            fn.restype = ctypes.c_size_t
+            out[path] = int(fn())
+        except (OSError, AttributeError):
+            continue
+    return out
+
+
+def _bound(facts: Mapping[str, Any]) -> dict[str, str]:
+    """Which mapped copy each consumer bound to: the frontend (its backend_version()) and torch
+    (torch.backends.cudnn.version()), matched to the mapped dispatchers by their version."""
+    versions: Mapping[str, int] = facts.get("cudnn_lib_versions") or {}
+    out: dict[str, str] = {}
+    for consumer, key in (("frontend", "backend_version"), ("torch", "torch_cudnn_version")):
+        got = facts.get(key)
+        if not isinstance(got, int):
+            continue
+        paths = [p for p, v in versions.items() if v == got]
+        out[consumer] = f"{got} from {' or '.join(paths) if paths else 'no mapped libcudnn.so'}"
+    return out
+
+
 def _cudnn_facts() -> dict[str, Any]:
     if "cudnn" not in sys.modules and importlib.util.find_spec("cudnn") is None:
         return {}
@@ -208,8 +244,13 @@ def capture(*, in_case: bool = True) -> dict[str, Any]:
     if in_case:
         facts.update(_cudnn_facts())
         paths = _mapped_paths()  # importing cudnn may have mapped libcudnn
-    facts["cudnn_libs"] = loaded_cudnn_libs(paths)
     facts.update(_torch_facts())
+    if "torch_cudnn_version" in facts:  # asking torch may have loaded its copy
+        paths = _mapped_paths()
+    facts["cudnn_libs"] = loaded_cudnn_libs(paths)
+    if in_case:
+        facts["cudnn_lib_versions"] = _dispatcher_versions(facts["cudnn_libs"])
+        facts["bound"] = _bound(facts)
     if in_case or "torch" in sys.modules or any("libcuda" in p for p in paths):
         facts["cuda_runtime"] = _cuda_runtime_version(paths)
         facts["gpus"] = detect_gpu()
@@ -237,16 +278,36 @@ def _backend_string(number: int) -> str:
     return f"{number // 10000}.{(number % 10000) // 100}.{number % 100}"
 
 
+def _lib_name(path: str) -> str:
+    """'/x/libcudnn_ops.so.9.14.0' -> 'libcudnn_ops'."""
+    return Path(path).name.split(".so", 1)[0]
+
+
+def _file_version(path: str, captured: Mapping[str, Any]) -> str:
+    """The version a library file carries in its name (libcudnn_ops.so.9.14.0 -> 9.14.0), else
+    what the captured cudnnGetVersion() of that dispatcher said, else 'version unknown'."""
+    tail = Path(path).name.split(".so", 1)[1] if ".so" in Path(path).name else ""
+    parts = [p for p in tail.split(".") if p]
+    if len(parts) >= 3 and all(p.isdigit() for p in parts):
+        return ".".join(parts)
+    number = (captured.get("cudnn_lib_versions") or {}).get(path)
+    return _backend_string(int(number)) if isinstance(number, int) else "version unknown"
+
+
 def verify_pins(captured: Mapping[str, Any], expected: Mapping[str, str | None]) -> str | None:
     """None when the loaded cuDNN matches `expected` (backend, backend_dir, frontend), else why not.
 
     `expected["backend"]` is "9.24.0" or "9.24.0.43" (the build number is not visible at run time).
+    With `backend_dir`, every mapped libcudnn*.so* (the dispatcher and each sub-library: _graph,
+    _heuristic, _engines_*, _ops, _cnn, _adv, _ext) must come from that folder: a sub-library
+    from elsewhere (a system libcudnn_ops.so.9.14.0 next to a 9.25 dispatcher) or a second
+    dispatcher (torch's own copy) is not the pinned backend, whatever backend_version() says.
     """
     want_backend = expected.get("backend")
     want_dir = expected.get("backend_dir")
     want_frontend = expected.get("frontend")
     libs = [str(p) for p in captured.get("cudnn_libs", ())]
-    main_lib = next((p for p in libs if Path(p).name.startswith("libcudnn.so")), None)
+    main_lib = next((p for p in libs if _is_dispatcher(p)), None)
     where = main_lib or "nowhere"
     if want_backend:
         got = captured.get("backend_version")
@@ -257,13 +318,19 @@ def verify_pins(captured: Mapping[str, Any], expected: Mapping[str, str | None])
         if _version_tuple(got_s)[:3] != _version_tuple(want_backend)[:3]:
             return f"pin not honoured: loaded {got_s} from {where}, expected {want_backend}"
     if want_dir:
-        # Two copies can be mapped at once (torch loads its own wheel copy, DOMAIN.md §2): the pin
-        # holds when the dispatcher from the pinned folder is among them and backend_version()
-        # (what the frontend itself loaded) matched above.
         want = Path(want_dir).resolve()
-        mains = [p for p in libs if Path(p).name.startswith("libcudnn.so")]
-        if not any(Path(p).resolve().parent == want for p in mains):
-            return f"pin not honoured: loaded libcudnn from {', '.join(mains) or where}, expected {want}"
+        strays = [
+            p
+            for p in libs
+            if Path(p).name.startswith("libcudnn") and Path(p).resolve().parent != want
+        ]
+        if strays:
+            shown = "; ".join(
+                f"{_lib_name(p)} from {p}, {_file_version(p, captured)}" for p in strays
+            )
+            return f"pin not honoured ({shown}); the cell's backend is {want}"
+        if not any(_is_dispatcher(p) for p in libs):
+            return f"pin not honoured: no libcudnn.so mapped, expected one from {want}"
     if want_frontend:
         got_fe = captured.get("frontend_version")
         if got_fe is None or _version_tuple(str(got_fe))[:3] != _version_tuple(want_frontend)[:3]:
