@@ -294,6 +294,20 @@ def _file_version(path: str, captured: Mapping[str, Any]) -> str:
     return _backend_string(int(number)) if isinstance(number, int) else "version unknown"
 
 
+def _all_bound_to(captured: Mapping[str, Any], want_backend: str) -> bool:
+    """Whether every consumer recorded in `bound` (frontend, torch) reports the pinned version."""
+    bound = captured.get("bound") or {}
+    if not isinstance(bound, Mapping) or not bound:
+        return False
+    for text in bound.values():
+        head = str(text).split()[0] if str(text).split() else ""
+        if not head.isdigit():
+            return False
+        if _version_tuple(_backend_string(int(head)))[:3] != _version_tuple(want_backend)[:3]:
+            return False
+    return True
+
+
 def verify_pins(captured: Mapping[str, Any], expected: Mapping[str, str | None]) -> str | None:
     """None when the loaded cuDNN matches `expected` (backend, backend_dir, frontend), else why not.
 
@@ -324,6 +338,12 @@ def verify_pins(captured: Mapping[str, Any], expected: Mapping[str, str | None])
             for p in libs
             if Path(p).name.startswith("libcudnn") and Path(p).resolve().parent != want
         ]
+        pinned_mapped = any(_is_dispatcher(p) and Path(p).resolve().parent == want for p in libs)
+        if pinned_mapped and want_backend and _all_bound_to(captured, want_backend):
+            # a second dispatcher file mapped (torch opens its own by full path) while every
+            # consumer's symbols resolve to the preloaded pinned one: the pin holds; a sub-library
+            # from elsewhere never does (its code would run)
+            strays = [p for p in strays if not _is_dispatcher(p)]
         if strays:
             shown = "; ".join(
                 f"{_lib_name(p)} from {p}, {_file_version(p, captured)}" for p in strays
