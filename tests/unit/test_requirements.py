@@ -112,6 +112,34 @@ TORCH_ADV = "/base/site-packages/nvidia/cudnn/lib/libcudnn_adv.so.9"
                 "/opt/cudnn/lib"
             ),
         ),
+        (  # seen on the H200: torch opens its own dispatcher file by full path, but with the
+            # pinned one preloaded every consumer reports the pinned version: the pin holds
+            {
+                "backend_version": 92101,
+                "cudnn_libs": [TORCH_LIB, PINNED, PINNED_GRAPH],
+                "bound": {"frontend": f"92101 from {PINNED}", "torch": f"92101 from {PINNED}"},
+            },
+            {"backend": "9.21.1.3", "backend_dir": "/opt/cudnn/lib"},
+            None,
+        ),
+        (  # the same, but torch is bound to its own 9.19: not the pinned backend
+            {
+                "backend_version": 92101,
+                "cudnn_libs": [TORCH_LIB, PINNED],
+                "bound": {"frontend": f"92101 from {PINNED}", "torch": f"91900 from {TORCH_LIB}"},
+            },
+            {"backend": "9.21.1.3", "backend_dir": "/opt/cudnn/lib"},
+            f"pin not honoured (libcudnn from {TORCH_LIB}",
+        ),
+        (  # a sub-library from elsewhere is never accepted, whatever the consumers report
+            {
+                "backend_version": 92101,
+                "cudnn_libs": [PINNED, TORCH_ADV],
+                "bound": {"frontend": f"92101 from {PINNED}"},
+            },
+            {"backend": "9.21.1.3", "backend_dir": "/opt/cudnn/lib"},
+            f"pin not honoured (libcudnn_adv from {TORCH_ADV}",
+        ),
         (  # only torch's copy: the frontend did not load the pinned folder's library
             {"backend_version": 92400, "cudnn_libs": [TORCH_LIB]},
             {"backend": "9.24.0", "backend_dir": "/opt/cudnn/lib"},

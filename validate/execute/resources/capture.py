@@ -297,7 +297,7 @@ def _file_version(path: str, captured: Mapping[str, Any]) -> str:
 def _all_bound_to(captured: Mapping[str, Any], want_backend: str) -> bool:
     """Whether every consumer recorded in `bound` (frontend, torch) reports the pinned version."""
     bound = captured.get("bound") or {}
-    if not isinstance(bound, Mapping) or not bound:
+    if not isinstance(bound, dict) or not bound:
         return False
     for text in bound.values():
         head = str(text).split()[0] if str(text).split() else ""
