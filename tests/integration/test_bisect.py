@@ -5,6 +5,7 @@ outcome depends on the installed frontend. No GPU needed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,77 @@ def test_bisect_refuses_ends_with_the_same_outcome(wheelhouse: Path, tmp_path: P
         "bisect (pick ends with different outcomes)"
     )
     assert "Traceback" not in proc.stderr
+
+
+FRONTEND_STANDIN = '''"""Stand-in for the cuDNN frontend, built from a git commit by the bisect test."""
+
+import ctypes
+
+__version__ = "{version}"
+
+
+def backend_version():
+    return int(ctypes.CDLL("libcudnn.so.9").cudnnGetVersion())
+
+
+def uid_order():
+    return "{order}"
+'''
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(repo.parent), "GIT_AUTHOR_NAME": "t"}
+    env |= {"GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
+    cmd = ["git", "-C", str(repo), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout.strip()
+
+
+def test_bisect_over_commits_builds_each_probe_from_source(
+    wheelhouse: Path, tmp_path: Path
+) -> None:
+    """A repository whose package changes behaviour at one commit (c4) and does not build at
+    another (c2); each probe builds its commit into a wheel (flit_core from the wheelhouse, no
+    index) and runs the case against it. The unbuildable commit is skipped, not counted."""
+    repo = tmp_path / "frontend"
+    (repo / "cudnn").mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    pyproject = (
+        '[build-system]\nrequires = ["flit_core>=3.2"]\nbuild-backend = "flit_core.buildapi"\n'
+        '[project]\nname = "nvidia-cudnn-frontend"\ndynamic = ["version", "description"]\n'
+        '[tool.flit.module]\nname = "cudnn"\n'
+    )
+    orders = ("traversal", "traversal", "broken", "traversal", "creation", "creation")
+    for n, order in enumerate(orders):
+        broken = order == "broken"
+        (repo / "pyproject.toml").write_text("[project\n" if broken else pyproject)
+        text = FRONTEND_STANDIN.format(version=f"1.26.{n}", order=order)
+        (repo / "cudnn" / "__init__.py").write_text(text)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"c{n}: uid order {order}")
+        _git(repo, "tag", f"c{n}")
+    sha = {f"c{n}": _git(repo, "rev-parse", f"c{n}") for n in range(len(orders))}
+    case = ROOT / "tests" / "resources" / "bisect" / "uses_old_uid_order.py"
+    folder = tmp_path / "bisect"
+    argv = [sys.executable, "-m", "validate", "bisect", "--axis", "frontend-commit"]
+    argv += ["--good", "c0", "--bad", "c5", "--frontend-source", str(repo), *CELL]
+    argv += ["--frontend", "1.26.0", "--cases", str(case), "--case", case.name]
+    argv += ["--wheelhouse", str(wheelhouse), "--no-backend-deps", "--results", str(folder)]
+    argv += ["--cache-dir", str(tmp_path / "envs")]
+    offline = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=offline)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"first bad: {sha['c4']}" in proc.stdout
+    assert f"last good: {sha['c3']}" in proc.stdout
+    assert "cudnn 1.26.4 uid order creation" in proc.stdout  # the probe's own evidence
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith(f"| {sha['c2'][:12]} "))
+    assert [cell.strip() for cell in row.split("|")[2:4]] == ["error", "skip"]
+    assert f"{sha['c2'][:12]}: environment build failed: building the frontend" in proc.stdout
+    state = json.loads((folder / "bisect.json").read_text())
+    assert state["candidates"] == list(sha.values())
+    assert [p["candidate"] for p in state["probes"]] == [
+        sha[c] for c in ("c0", "c5", "c2", "c3", "c4")
+    ]
+    line = json.loads((folder / "probes" / sha["c4"] / "r1" / "results.jsonl").read_text())
+    assert line["env"]["frontend_version"] == "1.26.4"  # built from c4, seen in the case
+    assert line["outcome"] == "fail"
+    assert "suggested known issue" not in proc.stdout  # a commit range is no version range

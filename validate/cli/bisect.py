@@ -308,7 +308,11 @@ def render(result: BisectResult, axis: str, issue: str | None) -> str:
         "evidence:",
     ]
     for p in result.probes:
-        reasons = "; ".join(dict.fromkeys(o.reason for o in p.observations if o.reason))
+        reasons = "; ".join(
+            dict.fromkeys(
+                o.reason.strip().splitlines()[0] for o in p.observations if o.reason.strip()
+            )
+        )
         note = f" [{p.note}]" if p.note else ""
         lines.append(f"  {_short(p.candidate)}: {reasons or '(no reason line)'}{note}")
     if result.found:

@@ -147,7 +147,7 @@ def classify(
     outcomes = [o.outcome for o in observations]
     untestable = sorted({o for o in outcomes if o in UNTESTABLE})
     if untestable:
-        why = next(o.reason for o in observations if o.outcome in UNTESTABLE)
+        why = _first_line(next(o.reason for o in observations if o.outcome in UNTESTABLE))
         return Verdict.SKIP, f"skipped: {'/'.join(untestable)} is neither good nor bad ({why})"
     outcome = _common(observations)
     if outcome is None:
@@ -248,7 +248,7 @@ def _end_class(observations: Sequence[Observation], flag: str, candidate: str) -
     outcome = _common(observations)
     if outcome is None or outcome in UNTESTABLE:
         shown = ", ".join(o.outcome for o in observations)
-        why = next((o.reason for o in observations if o.reason), "")
+        why = _first_line(next((o.reason for o in observations if o.reason), ""))
         msg = (
             f"bisect: {flag} {candidate} gives {shown}"
             + (f" ({why})" if why else "")
@@ -310,3 +310,9 @@ def suggested_issue(
 
 
 _ISSUE_KEY: Final = {"cudnn": "backend", "frontend": "frontend"}
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    """A reason as one bounded line (a build log's tail stays in the probe's folder)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
