@@ -65,6 +65,20 @@ def test_bisect_finds_the_first_bad_frontend_and_resumes(wheelhouse: Path, tmp_p
     report = proc.stdout[proc.stdout.index("bad = ") :]
     assert again.stdout[again.stdout.index("bad = ") :] == report  # the same table and boundary
 
+    # killed after its first probe: bisect.json holds one probe; the rerun makes only the other
+    # (its validate folder, complete, is read back by validate --resume, not run again)
+    state = json.loads((folder / "bisect.json").read_text())
+    del state["result"]
+    state["probes"] = state["probes"][:1]
+    (folder / "bisect.json").write_text(json.dumps(state))
+    resumed = _bisect(wheelhouse, envs, *args)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "1 probes read back" in resumed.stdout
+    assert "+ validate 1.27.0" in resumed.stderr
+    assert "+ validate 1.26.0" not in resumed.stderr
+    assert resumed.stdout[resumed.stdout.index("bad = ") :] == report
+    assert not list(folder.glob("probes/*/r2"))
+
 
 def test_bisect_refuses_ends_with_the_same_outcome(wheelhouse: Path, tmp_path: Path) -> None:
     folder = tmp_path / "bisect"

@@ -21,6 +21,7 @@ from validate.judge.bisect import (
     next_index,
     suggested_issue,
 )
+from validate.judge.known_issues import load_known_issues
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -66,6 +67,7 @@ def test_bisect_towards_an_older_bad_end_finds_the_fix() -> None:
     entry = tomllib.loads(issue)["issue"][0]
     assert entry["backend"] == "<9.20.0"
     assert entry["frontend"] == "==1.27.0"
+    assert entry["fixed_in"] == "9.20.0"
 
 
 def test_an_environment_error_is_skipped_not_counted() -> None:
@@ -198,12 +200,18 @@ def test_classify_names_what_it_skipped() -> None:
     )
 
 
-def test_suggested_issue_is_a_known_issue_entry() -> None:
+def test_suggested_issue_is_a_known_issue_entry(tmp_path: Path) -> None:
     result = bisect(VERSIONS, step_at("9.24.0"))
     issue = suggested_issue(
         result, axis="cudnn", case="26_*.ipynb", pins={"frontend": "1.27.0", "arch": "sm100"}
     )
     assert issue is not None
+    (tmp_path / "ki.toml").write_text(issue)
+    (loaded,) = load_known_issues(tmp_path / "ki.toml")  # the database's own reader takes it
+    assert loaded.covers_case("26_layernorm.ipynb")
+    assert issue.startswith(
+        "# bisect over cudnn: last good 9.23.0 (pass), first bad 9.24.0 (crash)"
+    )
     entry = tomllib.loads(issue)["issue"][0]
     assert entry["backend"] == ">=9.24.0"
     assert entry["archs"] == ["sm100"]

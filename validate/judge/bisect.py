@@ -288,24 +288,27 @@ def suggested_issue(
         if pins.get(pin_axis):
             values[key] = f"=={pins[pin_axis]}"
     values[_ISSUE_KEY[axis]] = spec
-    note = (
-        f"cudnn-matrix bisect over {axis}: last good {result.last_good}, first bad "
-        f"{result.first_bad}; only that bound is bisected, the other pins are the ones probed"
-    )
     lines = [
+        (
+            f"# bisect over {axis}: last good {result.last_good} ({result.good_class}), first "
+            f"bad {result.first_bad} ({result.bad_class}); only that bound is bisected, the "
+            "other pins are the ones probed"
+        ),
         "[[issue]]",
         'id = "KI-NEW"',
         f"title = {json.dumps(f'{case}: {symptom} (bisected over {axis})')}",
         f"backend = {json.dumps(values['backend'])}",
-        f"frontend = {json.dumps(values['frontend'])}",
     ]
+    if values["frontend"]:
+        lines.append(f"frontend = {json.dumps(values['frontend'])}")
     if pins.get("arch"):
         lines.append(f"archs = [{json.dumps(pins['arch'])}]")
     lines += [
         f"cases = [{json.dumps(case)}]",
         f"symptom = {{ outcomes = [{json.dumps(symptom)}] }}",
-        f"note = {json.dumps(note)}",
     ]
+    if not issue_above and axis == "cudnn":
+        lines.append(f"fixed_in = {json.dumps(upper)}")
     return "\n".join(lines)
 
 
