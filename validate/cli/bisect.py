@@ -42,6 +42,11 @@ AXES: Final = ("cudnn", "frontend", "frontend-commit")
 _FRONTEND: Final = "nvidia-cudnn-frontend"
 _STATE: Final = "bisect.json"
 _NO_ISSUES: Final = "no-known-issues.toml"
+_EXIT_CODES: Final = """exit codes:
+  0    the boundary was found: first bad and last good are adjacent candidates
+  1    no exact boundary: skipped (error/skip/flaky) candidates leave it open; they are named
+  2    bad input: a flag, an unknown version, an empty range, both ends with the same outcome
+  130  interrupted (Ctrl-C): the probes made are kept; run the same command to continue"""
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -54,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             "the first one showing --bad's outcome class is found. Takes validate's flags for "
             "the fixed pins; each probe is a validate run with its own results folder."
         ),
+        epilog=_EXIT_CODES,
     )
     group = parser.add_argument_group("bisect")
     group.add_argument("--axis", required=True, choices=AXES, help="what to bisect over")
