@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,31 @@ def test_bisect_over_commits_builds_each_probe_from_source(
     assert line["env"]["frontend_version"] == "1.26.4"  # built from c4, seen in the case
     assert line["outcome"] == "fail"
     assert "suggested known issue" not in proc.stdout  # a commit range is no version range
+
+
+def test_bisect_over_a_backend_store(wheelhouse: Path, tmp_path: Path) -> None:
+    """--axis cudnn with validate's --backend-store: the candidates are the store's versions and
+    each probe's cell takes its folder. The store holds the dispatcher and libcudnn_graph of the
+    real 9.12.0.46 and 9.13.0.50 wheels: enough for backend_version(), which is all the case reads."""
+    store = tmp_path / "store"
+    for version in ("9.12.0.46", "9.13.0.50"):
+        (wheel,) = wheelhouse.glob(f"nvidia_cudnn_cu13-{version}-*.whl")
+        lib = store / version / "lib"
+        lib.mkdir(parents=True)
+        with zipfile.ZipFile(wheel) as archive:
+            for name in ("libcudnn.so.9", "libcudnn_graph.so.9"):
+                (lib / name).write_bytes(archive.read(f"nvidia/cudnn/lib/{name}"))
+    case = ROOT / "tests" / "resources" / "bisect" / "backend_before_9_13.py"
+    folder = tmp_path / "bisect"
+    argv = [sys.executable, "-m", "validate", "bisect", "--axis", "cudnn", "--good", "9.12.0.46"]
+    argv += ["--bad", "9.13.0.50", "--frontend", "1.27.0", *CELL[2:], "--backend-store", str(store)]
+    argv += ["--wheelhouse", str(wheelhouse), "--cases", str(case), "--case", case.name]
+    argv += ["--results", str(folder), "--cache-dir", str(tmp_path / "envs")]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"(backend store {store})" in proc.stdout
+    assert "first bad: 9.13.0.50" in proc.stdout
+    assert 'backend = ">=9.13.0.50"' in proc.stdout
+    line = json.loads((folder / "probes" / "9.12.0.46" / "r1" / "results.jsonl").read_text())
+    assert line["outcome"] == "pass"
+    assert str(store / "9.12.0.46") in json.dumps(line["env"]["cudnn_libs"])  # from the store

@@ -254,7 +254,7 @@ def test_between_refuses_bad_ends(good: str, bad: str, message: str) -> None:
         releases.between(["1.26.0", "1.27.0"], good, bad, where="the wheelhouse")
 
 
-def test_wheelhouse_and_store_versions(tmp_path: Path) -> None:
+def test_wheelhouse_versions(tmp_path: Path) -> None:
     for name in (
         "nvidia_cudnn_frontend-1.27.0-cp311-cp311-manylinux_2_28_x86_64.whl",
         "nvidia_cudnn_frontend-1.26.0-cp312-cp312-manylinux_2_28_x86_64.whl",
@@ -264,10 +264,6 @@ def test_wheelhouse_and_store_versions(tmp_path: Path) -> None:
         (tmp_path / name).touch()
     assert releases.wheelhouse_versions(tmp_path, "nvidia-cudnn-frontend") == ["1.26.0", "1.27.0"]
     assert releases.wheelhouse_versions(tmp_path, "nvidia-cudnn-cu13") == ["9.13.0.50"]
-    store = tmp_path / "store"
-    for name in ("9.24.0.43", "9.9.0.1", "notes"):
-        (store / name).mkdir(parents=True)
-    assert releases.store_versions(store) == ["9.9.0.1", "9.24.0.43"]
 
 
 @pytest.fixture

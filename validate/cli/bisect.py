@@ -21,7 +21,7 @@ from validate.cli import positive
 from validate.cli.validate import add_validate_args, config_from_args
 from validate.config import Selectors, ValidateConfig
 from validate.env import releases
-from validate.env.sources import backend_package
+from validate.env.sources import BackendStore, backend_package
 from validate.errors import ConfigError, ValidateError
 from validate.judge.bisect import (
     BisectResult,
@@ -76,12 +76,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--all-commits",
         action="store_true",
         help="frontend-commit: every commit of good..bad, not only the first-parent ones",
-    )
-    group.add_argument(
-        "--backend-store",
-        type=Path,
-        metavar="DIR",
-        help="cudnn: candidates are the version-named library folders in DIR (offline)",
     )
     add_validate_args(parser)
     parser.set_defaults(func=_handle)
@@ -160,9 +154,6 @@ def _check_pins(base: ValidateConfig, args: argparse.Namespace) -> None:
     if args.axis == "frontend-commit" and (not base.frontend_source or "@" in base.frontend_source):
         msg = "bisect --axis frontend-commit: give the checkout as --frontend-source CHECKOUT (no @REF)"
         raise ConfigError(msg)
-    if args.backend_store is not None and (args.axis != "cudnn" or not args.backend_store.is_dir()):
-        msg = f"bisect: --backend-store {args.backend_store}: needs --axis cudnn and a folder"
-        raise ConfigError(msg)
 
 
 def _candidates(base: ValidateConfig, args: argparse.Namespace) -> tuple[list[str], str]:
@@ -181,9 +172,11 @@ def _candidates(base: ValidateConfig, args: argparse.Namespace) -> tuple[list[st
         package = backend_package(int(cuda[0].split(".")[0]))
     else:
         package = _FRONTEND
-    if args.backend_store is not None:
-        where = f"backend store {args.backend_store}"
-        versions = releases.store_versions(args.backend_store)
+    if args.axis == "cudnn" and base.backend_store is not None:
+        major = int(package.removeprefix("nvidia-cudnn-cu"))
+        store = BackendStore(base.backend_store)
+        where = f"backend store {base.backend_store}"
+        versions = [e.version for e in store.entries if e.cuda_major in (None, major)]
     elif base.wheelhouse is not None:
         where = f"{package} wheels in {base.wheelhouse}"
         versions = releases.wheelhouse_versions(base.wheelhouse, package)
@@ -219,9 +212,7 @@ def _probe_config(
     if args.axis == "frontend-commit":
         changes["frontend_source"] = f"{base.frontend_source}@{candidate}"
     else:
-        values[args.axis] = (candidate,)
-        if args.backend_store is not None:
-            changes["backend_source"] = str(args.backend_store / candidate)
+        values[args.axis] = (candidate,)  # with --backend-store, validate takes its folder
     assert base.results_dir is not None
     no_issues = base.results_dir / _NO_ISSUES
     if not no_issues.is_file():

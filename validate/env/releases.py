@@ -1,5 +1,5 @@
 """The candidates of a bisect: released versions from the package index, a wheelhouse or a
-backend store, ordered by `packaging`; or the commits of a git range of a frontend checkout."""
+backend store (cli/bisect.py reads env.sources.BackendStore), ordered by `packaging`; or the commits of a git range of a frontend checkout."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ __all__ = [
     "between",
     "git_range",
     "index_versions",
-    "store_versions",
     "wheelhouse_versions",
 ]
 
@@ -67,13 +66,6 @@ def wheelhouse_versions(folder: Path, package: str) -> list[str]:
         if name == want:
             found.add(str(version))
     return sorted(found, key=Version)
-
-
-def store_versions(folder: Path) -> list[str]:
-    """Versions held in a backend store: the names of its subfolders that are versions."""
-    return sorted(
-        (p.name for p in folder.iterdir() if p.is_dir() and _is_version(p.name)), key=Version
-    )
 
 
 def _is_version(text: str) -> bool:
