@@ -32,7 +32,6 @@ def _wheelhouse(tmp_path: Path) -> Path:
     ("extra", "message"),
     [
         (["--case", "a", "--case", "b"], "bisect: name exactly one case with --case NAME"),
-        (["--case", "a", "--resume"], "bisect: --resume is implied"),
         (["--case", "a", "--frontend", "1.26.0"], "bisect: --frontend is the bisected axis"),
         (["--case", "a", "--frontend-source", "current"], "--frontend-source fights"),
         (["--case", "a", "--good", "1.25.0"], "bisect: --good 1.25.0 is not a release in"),

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from validate.cli import positive
+from validate.cli import EXIT_CODES, positive
 from validate.cli.validate import add_validate_args, config_from_args
 from validate.config import Selectors, ValidateConfig
 from validate.env import releases
@@ -46,7 +46,8 @@ _EXIT_CODES: Final = """exit codes:
   0    the boundary was found: first bad and last good are adjacent candidates
   1    no exact boundary: skipped (error/skip/flaky) candidates leave it open; they are named
   2    bad input: a flag, an unknown version, an empty range, both ends with the same outcome
-  130  interrupted (Ctrl-C): the probes made are kept; run the same command to continue"""
+  3/4  never: an environment that cannot be built is that probe's `error` (skipped)
+""" + EXIT_CODES.splitlines()[-1]  # the shared 130 line; for bisect, --resume is implied
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -85,9 +86,7 @@ def _handle(args: argparse.Namespace) -> int:
     if len(args.case_names) != 1:
         msg = "bisect: name exactly one case with --case NAME"
         raise ConfigError(msg)
-    if args.resume:
-        msg = "bisect: --resume is implied (run again with the same --results DIR)"
-        raise ConfigError(msg)
+    args.resume = False  # a bisect always continues its folder; each probe resumes its own
     case = args.case_names[0]
     if args.results is None:
         args.results = (
