@@ -24,6 +24,7 @@ _WANTED = {
     f"nvidia_cudnn_frontend-1.26.0-{_PY}-*.whl": ["nvidia-cudnn-frontend==1.26.0"],
     f"nvidia_cudnn_frontend-1.27.0-{_PY}-*.whl": ["nvidia-cudnn-frontend==1.27.0"],
     "nbclient-*.whl": ["nbclient", "nbformat", "ipykernel", "nvidia-ml-py"],
+    "flit_core-*.whl": ["flit_core"],  # build backend of the packages tests build from git
 }
 
 

@@ -47,6 +47,7 @@ _COMMAND_MODULES: Final = (
     "validate.cli.report",
     "validate.cli.known_issues",
     "validate.cli.images",
+    "validate.cli.bisect",
 )
 
 

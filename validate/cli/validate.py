@@ -14,7 +14,7 @@ from validate.execute import EXECUTORS
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["config_from_args", "register"]
+__all__ = ["add_validate_args", "config_from_args", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -27,6 +27,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             "it (each in its own process), check known issues and print the sign-off verdict."
         ),
     )
+    add_validate_args(parser)
+    parser.set_defaults(func=_handle)
+
+
+def add_validate_args(parser: argparse.ArgumentParser) -> None:
+    """The flags of `validate` (bisect takes the same ones for its probes)."""
     add_selector_args(parser)
     what = parser.add_argument_group("cases")
     what.add_argument(
@@ -149,7 +155,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="FILE",
         help="known-issues TOML (default: matrix/known_issues.toml, embedded in the package)",
     )
-    parser.set_defaults(func=_handle)
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> Any:

@@ -1,0 +1,64 @@
+"""`cudnn-matrix bisect` bad input: one line on stderr, exit 2, nothing probed (no wheels needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+CELL = ["--cuda", "13.0", "--driver", "580", "--arch", "sm90"]
+
+
+def main(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "validate", *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+
+
+def _wheelhouse(tmp_path: Path) -> Path:
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    for version in ("1.26.0", "1.27.0"):
+        (folder / f"nvidia_cudnn_frontend-{version}-cp311-cp311-manylinux_2_28_x86_64.whl").touch()
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--case", "a", "--case", "b"], "bisect: name exactly one case with --case NAME"),
+        (["--case", "a", "--frontend", "1.26.0"], "bisect: --frontend is the bisected axis"),
+        (["--case", "a", "--frontend-source", "current"], "--frontend-source fights"),
+        (["--case", "a", "--good", "1.25.0"], "bisect: --good 1.25.0 is not a release in"),
+        (["--case", "a", "--bad", "1.26.0"], "bisect: empty range"),
+        (["--case", "a", "--arch", "sm80,sm90"], "bisect: the pins plan 2 cells, not one"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], message: str) -> None:
+    argv = ["bisect", "--axis", "frontend", "--good", "1.26.0", "--bad", "1.27.0"]
+    argv += ["--cudnn", "9.13.0.50", *CELL, "--wheelhouse", str(_wheelhouse(tmp_path))]
+    argv += ["--results", str(tmp_path / "b")]
+    # a later flag wins over an earlier one (argparse), so extra can replace --good/--bad/--arch
+    proc = main([*argv, *extra])
+    err = proc.stderr.strip()
+    assert proc.returncode == 2, err
+    assert len(err.splitlines()) == 1
+    assert message in err
+    assert not (tmp_path / "b" / "probes").exists()  # nothing was probed
+
+
+def test_a_folder_of_another_bisect_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "b"
+    folder.mkdir()
+    other = {"case": "a", "axis": "frontend", "good": "1.20.0", "bad": "1.27.0"}
+    (folder / "bisect.json").write_text(json.dumps(other))
+    argv = ["bisect", "--axis", "frontend", "--good", "1.26.0", "--bad", "1.27.0", "--case", "a"]
+    argv += ["--cudnn", "9.13.0.50", *CELL, "--wheelhouse", str(_wheelhouse(tmp_path))]
+    proc = main([*argv, "--results", str(folder)])
+    assert proc.returncode == 2
+    assert "holds another bisect ({'good': '1.20.0'})" in proc.stderr

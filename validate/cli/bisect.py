@@ -1,0 +1,324 @@
+"""The `bisect` command: the first bad backend release, frontend release or frontend commit.
+
+Each probe is a real `validate` of one cell and one case (workflow.run with the config of the
+flags, narrowed to the candidate) in its own folder under the bisect folder; the logic that picks
+the probes and reads their outcomes is judge/bisect.py. bisect.json holds the candidates and every
+probe made, so a killed bisect run again with the same --results continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from validate.cli import EXIT_CODES, positive
+from validate.cli.validate import add_validate_args, config_from_args
+from validate.config import Selectors, ValidateConfig
+from validate.env import releases
+from validate.env.sources import BackendStore, backend_package
+from validate.errors import ConfigError, ValidateError
+from validate.judge.bisect import (
+    BisectResult,
+    Observation,
+    Probe,
+    ProbeFn,
+    bisect,
+    suggested_issue,
+)
+from validate.model.results import load_results, write_json
+
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = ["register"]
+
+AXES: Final = ("cudnn", "frontend", "frontend-commit")
+_FRONTEND: Final = "nvidia-cudnn-frontend"
+_STATE: Final = "bisect.json"
+_NO_ISSUES: Final = "no-known-issues.toml"
+_EXIT_CODES: Final = """exit codes:
+  0    the boundary was found: first bad and last good are adjacent candidates
+  1    no exact boundary: skipped (error/skip/flaky) candidates leave it open; they are named
+  2    bad input: a flag, an unknown version, an empty range, both ends with the same outcome
+  3/4  never: an environment that cannot be built is that probe's `error` (skipped)
+""" + EXIT_CODES.splitlines()[-1]  # the shared 130 line; for bisect, --resume is implied
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the `bisect` command."""
+    parser = subparsers.add_parser(
+        "bisect",
+        help="find the first bad backend release, frontend release or frontend commit",
+        description=(
+            "Probe one case in one cell at releases (or commits) between --good and --bad until "
+            "the first one showing --bad's outcome class is found. Takes validate's flags for "
+            "the fixed pins; each probe is a validate run with its own results folder."
+        ),
+        epilog=_EXIT_CODES,
+    )
+    group = parser.add_argument_group("bisect")
+    group.add_argument("--axis", required=True, choices=AXES, help="what to bisect over")
+    group.add_argument("--good", required=True, metavar="X", help="version or commit: good end")
+    group.add_argument("--bad", required=True, metavar="Y", help="version or commit: bad end")
+    group.add_argument(
+        "--repeats",
+        type=positive(int, 1, 100),
+        default=1,
+        metavar="N",
+        help="run each probe N times; a probe whose runs disagree is reported and skipped",
+    )
+    group.add_argument(
+        "--all-commits",
+        action="store_true",
+        help="frontend-commit: every commit of good..bad, not only the first-parent ones",
+    )
+    add_validate_args(parser)
+    parser.set_defaults(func=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    if len(args.case_names) != 1:
+        msg = "bisect: name exactly one case with --case NAME"
+        raise ConfigError(msg)
+    args.resume = False  # a bisect always continues its folder; each probe resumes its own
+    case = args.case_names[0]
+    if args.results is None:
+        args.results = (
+            Path("reports") / "bisect" / _slug(f"{case}-{args.axis}-{args.good}-{args.bad}")
+        )
+    base: ValidateConfig = config_from_args(args)
+    _check_pins(base, args)
+    folder = base.results_dir
+    assert folder is not None
+    state = _load_state(folder / _STATE, case=case, axis=args.axis, good=args.good, bad=args.bad)
+    if state.get("candidates"):
+        candidates, source = list(state["candidates"]), str(state["source"])
+    else:
+        candidates, source = _candidates(base, args)
+    state.update(
+        case=case, axis=args.axis, good=args.good, bad=args.bad, repeats=args.repeats,
+        source=source, candidates=candidates, probes=state.get("probes", []),
+    )  # fmt: skip
+    write_json(folder / _STATE, state)
+    _check_one_cell(_probe_config(base, args, candidates[0], folder))
+    done = {p.candidate: p for p in (Probe.from_dict(d) for d in state["probes"])}
+    print(
+        f"bisect {case} over {args.axis}: {len(candidates) - 2} candidates between "
+        f"{args.good} and {args.bad} ({source}); {len(done)} probes read back from {folder}"
+    )
+
+    def record(probe: Probe) -> None:
+        state["probes"].append(probe.to_dict())
+        write_json(folder / _STATE, state)
+        print(f"probe {_short(probe.candidate)}: {', '.join(probe.outcomes)} -> {probe.verdict}")
+
+    result = bisect(
+        candidates, _prober(base, args, folder), repeats=args.repeats, done=done, record=record
+    )
+    pins = {axis: vals[0] for axis, vals in base.selectors.values.items() if len(vals) == 1}
+    issue = suggested_issue(result, axis=args.axis, case=case, pins=pins)
+    write_json(folder / _STATE, {**state, "result": result.to_dict(), "suggested_issue": issue})
+    print(render(result, args.axis, issue))
+    print(f"bisect: {folder / _STATE}")
+    return 0 if result.found else 1
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120] or "bisect"
+
+
+def _short(candidate: str) -> str:
+    return candidate[:12] if re.fullmatch(r"[0-9a-f]{40}", candidate) else candidate
+
+
+def _check_pins(base: ValidateConfig, args: argparse.Namespace) -> None:
+    """The bisected axis comes from --good/--bad only; its source flags must not fight them."""
+    values = base.selectors.values
+    pinned = {"cudnn": "cudnn", "frontend": "frontend"}.get(args.axis)
+    if pinned and pinned in values:
+        msg = f"bisect: --{pinned} is the bisected axis; give its ends with --good/--bad only"
+        raise ConfigError(msg)
+    if args.axis == "cudnn" and base.backend_source:
+        msg = "bisect --axis cudnn: --backend-source fights the candidates; use --backend-store DIR"
+        raise ConfigError(msg)
+    if args.axis == "frontend" and base.frontend_source:
+        msg = "bisect --axis frontend: --frontend-source fights the candidates; leave it out"
+        raise ConfigError(msg)
+    if args.axis == "frontend-commit" and (not base.frontend_source or "@" in base.frontend_source):
+        msg = "bisect --axis frontend-commit: give the checkout as --frontend-source CHECKOUT (no @REF)"
+        raise ConfigError(msg)
+
+
+def _candidates(base: ValidateConfig, args: argparse.Namespace) -> tuple[list[str], str]:
+    """[good, ..., bad] and where they were listed from."""
+    if args.axis == "frontend-commit":
+        assert base.frontend_source is not None
+        checkout = Path(base.frontend_source)
+        commits = releases.git_range(checkout, args.good, args.bad, all_commits=args.all_commits)
+        parents = "all commits" if args.all_commits else "first-parent commits"
+        return commits, f"{parents} of {checkout}"
+    if args.axis == "cudnn":
+        cuda = base.selectors.values.get("cuda", ())
+        if len(cuda) != 1:
+            msg = "bisect --axis cudnn: pin one --cuda (it picks nvidia-cudnn-cu12 or -cu13)"
+            raise ConfigError(msg)
+        package = backend_package(int(cuda[0].split(".")[0]))
+    else:
+        package = _FRONTEND
+    if args.axis == "cudnn" and base.backend_store is not None:
+        major = int(package.removeprefix("nvidia-cudnn-cu"))
+        store = BackendStore(base.backend_store)
+        where = f"backend store {base.backend_store}"
+        versions = [e.version for e in store.entries if e.cuda_major in (None, major)]
+    elif base.wheelhouse is not None:
+        where = f"{package} wheels in {base.wheelhouse}"
+        versions = releases.wheelhouse_versions(base.wheelhouse, package)
+    else:
+        where = f"{package} on PyPI"
+        versions = releases.index_versions(package)
+    return releases.between(versions, args.good, args.bad, where=where), where
+
+
+def _load_state(path: Path, **ends: str) -> dict[str, Any]:
+    """bisect.json of a bisect to continue ({} for a new one); ConfigError when it is another's."""
+    if not path.is_file():
+        return {}
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        msg = f"bisect: {path} is unreadable ({exc}); remove it or pick another --results"
+        raise ConfigError(msg) from exc
+    other = {k: state.get(k) for k in ends if state.get(k) != ends[k]}
+    if not isinstance(state, dict) or other:
+        msg = f"bisect: {path} holds another bisect ({other}); pick another --results"
+        raise ConfigError(msg)
+    return state
+
+
+def _probe_config(
+    base: ValidateConfig, args: argparse.Namespace, candidate: str, run_dir: Path
+) -> ValidateConfig:
+    """The validate config of one probe: one cell (the candidate on the bisected axis), one case,
+    its own folder, and no known issues (the bisect judges raw outcomes, not xfail)."""
+    values = dict(base.selectors.values)
+    changes: dict[str, Any] = {}
+    if args.axis == "frontend-commit":
+        changes["frontend_source"] = f"{base.frontend_source}@{candidate}"
+    else:
+        values[args.axis] = (candidate,)  # with --backend-store, validate takes its folder
+    assert base.results_dir is not None
+    no_issues = base.results_dir / _NO_ISSUES
+    if not no_issues.is_file():
+        no_issues.write_text("# bisect: raw outcomes, no known issue applied\n", encoding="utf-8")
+    return replace(
+        base,
+        selectors=Selectors(
+            matrix=base.selectors.matrix, rules=base.selectors.rules, values=values
+        ),
+        results_dir=run_dir,
+        resume=(run_dir / "results.jsonl").is_file(),
+        known_issues=no_issues,
+        **changes,
+    )
+
+
+def _check_one_cell(config: ValidateConfig) -> None:
+    """The pins must plan exactly one cell (and not prune it), else the probes mean nothing."""
+    from validate.workflow import plan_stage
+
+    plan = plan_stage(config)
+    if len(plan.planned) != 1:
+        why = "; ".join(f"{c.id}: {r}" for c, r in plan.pruned[:3]) if not plan.planned else ""
+        msg = (
+            f"bisect: the pins plan {len(plan.planned)} cells, not one "
+            + (f"(pruned: {why})" if why else "")
+            + "; pin every axis (--cuda, --driver, --arch, and --cudnn/--frontend for the fixed one)"
+        )
+        raise ConfigError(msg)
+
+
+def _prober(base: ValidateConfig, args: argparse.Namespace, folder: Path) -> ProbeFn:
+    """probe(candidate): the next repeat of a validate of that candidate, as an Observation."""
+    from validate.workflow import run
+
+    repeat: dict[str, int] = {}
+
+    def probe(candidate: str) -> Observation:
+        repeat[candidate] = repeat.get(candidate, 0) + 1
+        run_dir = folder / "probes" / _slug(candidate) / f"r{repeat[candidate]}"
+        config = _probe_config(base, args, candidate, run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        out = io.StringIO()
+        print(f"+ validate {_short(candidate)} -> {run_dir}", file=sys.stderr)
+        try:
+            with contextlib.redirect_stdout(out):
+                run(config)
+        except ConfigError:
+            raise
+        except ValidateError as exc:  # an environment that could not be made: error, not bad
+            return Observation(outcome="error", reason=str(exc), folder=str(run_dir))
+        finally:
+            (run_dir / "validate.out").write_text(out.getvalue(), encoding="utf-8")
+        return _observation(run_dir)
+
+    return probe
+
+
+def _observation(run_dir: Path) -> Observation:
+    results = list({r.key: r for r in load_results([run_dir])}.values())  # later wins
+    if not results:
+        return Observation(outcome="error", reason="no result recorded", folder=str(run_dir))
+    if len(results) == 1:
+        only = results[0]
+        return Observation(outcome=str(only.outcome), reason=only.reason, folder=str(run_dir))
+    outcome = ", ".join(sorted(f"{r.case}={r.outcome}" for r in results))
+    reason = next((r.reason for r in results if r.reason), "")
+    return Observation(outcome=outcome, reason=reason, folder=str(run_dir))
+
+
+def render(result: BisectResult, axis: str, issue: str | None) -> str:
+    """The probes table, each probe's evidence, the boundary and the suggested known issue."""
+    from tabulate import tabulate
+
+    rows = [
+        [
+            _short(p.candidate),
+            ", ".join(p.outcomes),
+            str(p.verdict),
+            str(Path(p.observations[0].folder).parent) if p.observations[0].folder else "",
+        ]
+        for p in sorted(result.probes, key=lambda p: result.candidates.index(p.candidate))
+    ]
+    lines = [
+        (
+            f"bad = {result.bad_class} (the outcome at --bad); good = anything else but "
+            f"error/skip (--good gave {result.good_class})"
+        ),
+        str(tabulate(rows, headers=[axis, "outcomes", "class", "results"], tablefmt="github")),
+        "evidence:",
+    ]
+    for p in result.probes:
+        reasons = "; ".join(
+            dict.fromkeys(
+                o.reason.strip().splitlines()[0] for o in p.observations if o.reason.strip()
+            )
+        )
+        note = f" [{p.note}]" if p.note else ""
+        lines.append(f"  {_short(p.candidate)}: {reasons or '(no reason line)'}{note}")
+    if result.found:
+        lines += [f"first bad: {result.first_bad}", f"last good: {result.last_good}"]
+    else:
+        untested = ", ".join(_short(c) for c in result.unresolved)
+        lines.append(
+            f"no exact boundary: the first bad is one of {untested} (untestable, skipped) or "
+            f"{result.first_bad}; last good {result.last_good}"
+        )
+    if issue is not None:
+        lines += ["suggested known issue (matrix/known_issues.toml):", issue]
+    return "\n".join(lines)
