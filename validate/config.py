@@ -126,9 +126,7 @@ class ValidateConfig:
     api_logs: bool = True
     known_issues: Path | None = None
     shard: str | None = None  # --shard i/n (plan.shard.ShardSpec): this run's part of the units
-    durations: Path | None = (
-        None  # --durations: expected case seconds for --shard (default history)
-    )
+    durations: Path | None = None  # --durations: case seconds for --shard (default: history)
     argv: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
