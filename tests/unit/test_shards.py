@@ -4,16 +4,32 @@ every time; `report` merges the shards and refuses two inputs that disagree on o
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from validate.cli import main
 from validate.plan.shard import ShardSpec, assign, expected, lpt_bound
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_handler() -> Iterator[None]:
+    """cli.main installs a stderr handler once; drop it so the next test's capsys stream is used."""
+    yield
+    logger = logging.getLogger("validate")
+    for handler in [h for h in logger.handlers if h.get_name() == "cudnn-matrix"]:
+        logger.removeHandler(handler)
+
+
 # two cells of two environments (--env current: no wheel is installed; on a host without the pinned
 # backend every case is an `error`, which is a result all the same, stored like any other)
 CELLS = ["--cudnn", "9.24.0.43", "--frontend", "1.27.0,1.32.0", "--cuda", "13.0"]
