@@ -201,7 +201,7 @@ def shard_units(
         return None
     spec = ShardSpec.parse(config.shard)
     source = config.durations or cache_root(config.cache_dir) / "durations.json"
-    durations = read_durations(source)
+    durations = {} if str(source) == "none" else read_durations(source)
     units = [(cell.id, case.name) for cell in plan.planned for case in cases]
     shards = assign(units, durations, spec.total)
     mine = shards[spec.index - 1]

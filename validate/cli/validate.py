@@ -146,7 +146,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--durations",
         type=Path,
         metavar="FILE",
-        help="case durations for --shard (JSON name -> seconds; default: the cache's durations.json)",
+        help="case durations for --shard (JSON name -> seconds; default: the cache's durations.json; "
+        "'none': every case alike, which balances by count)",
     )
     run.add_argument(
         "--no-api-logs",
@@ -181,7 +182,11 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         if path is not None and not path.is_dir():
             msg = f"{flag} {path}: not a folder"
             raise ConfigError(msg)
-    if args.durations is not None and not args.durations.is_file():
+    if (
+        args.durations is not None
+        and str(args.durations) != "none"
+        and not args.durations.is_file()
+    ):
         msg = f"--durations {args.durations}: no such file (a JSON object: case name -> seconds)"
         raise ConfigError(msg)
     if args.results is not None:

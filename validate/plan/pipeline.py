@@ -132,8 +132,9 @@ def _validate_command(
     argv += [f'--{axis} "{var[axis.upper()]}"' for axis in ENV_AXES if axis.upper() in var]
     argv.append(f'--driver "{var["DRIVERS"]}"')
     argv.append(f'--shard "{var["SHARD"]}/{var["SHARDS"]}"')
-    if options.durations:
-        argv.append(f"--durations {shlex.quote(options.durations)}")
+    # every shard of a run must split alike: the file given to the emitter, else no history at
+    # all (each runner's own cache would give each job another split, losing or doubling units)
+    argv.append(f"--durations {shlex.quote(options.durations or 'none')}")
     argv.append(f'--results "{results}"')
     argv.append(var["CUDNN_MATRIX_ARGS"])
     return " ".join(argv)
