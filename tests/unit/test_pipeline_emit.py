@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
@@ -18,7 +19,6 @@ from validate.plan.pipeline import GITLAB_MATRIX_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 SCHEMAS = importlib.resources.files("check_jsonschema") / "builtin_schemas" / "vendor"
 
@@ -221,3 +221,15 @@ def test_ten_thousand_cells_emit_as_one_job_each(tmp_path: Path) -> None:
     assert sum(len(v["parallel"]["matrix"]) for v in parts.values()) == 3 * 2500
     assert all(len(v["parallel"]["matrix"]) <= GITLAB_MATRIX_MAX for v in parts.values())
     assert len(parts) == 3 * 13  # 2 500 = 12 x 200 + 100
+
+
+def test_the_readmes_parent_job_is_valid_gitlab_ci() -> None:
+    """The parent job users copy into .gitlab-ci.yml: valid, and it triggers the emitted child."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("<!-- parent-job:", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    doc = yaml.safe_load(block)
+    assert _schema_errors(doc, "gitlab-ci.json") == []
+    trigger = doc["cudnn-matrix:validate"]["trigger"]
+    assert trigger["include"] == [{"artifact": "child.yml", "job": "cudnn-matrix:plan"}]
+    assert trigger["strategy"] == "depend"
+    assert "--emit gitlab" in " ".join(doc["cudnn-matrix:plan"]["script"])
