@@ -125,6 +125,8 @@ class ValidateConfig:
     resume: bool = False
     api_logs: bool = True
     known_issues: Path | None = None
+    shard: str | None = None  # --shard i/n (plan.shard.ShardSpec): this run's part of the units
+    durations: Path | None = None  # --durations: case seconds for --shard (default: history)
     argv: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,5 +182,13 @@ class ValidateConfig:
 
 #: ValidateConfig fields that hold one path (or None).
 _PATHS: Final = frozenset(
-    {"samples", "wheelhouse", "backend_store", "cache_dir", "results_dir", "known_issues"}
+    {
+        "samples",
+        "wheelhouse",
+        "backend_store",
+        "cache_dir",
+        "results_dir",
+        "known_issues",
+        "durations",
+    }
 )

@@ -8,6 +8,7 @@ loses nothing and `--resume` completes it.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
@@ -22,21 +23,23 @@ from typing import TYPE_CHECKING, Any
 from validate import __version__
 from validate.config import ValidateConfig
 from validate.env.sources import Sources
+from validate.env.venvs import cache_root
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS, Executor, RunContext, resolve_executor
 from validate.execute.cases import SHIPPED_CASES, Case, cases_for
 from validate.execute.records import now_stamp, record_all
 from validate.judge.known_issues import KnownIssue, apply_known_issues, load_known_issues
 from validate.model.axes import AXES
-from validate.model.matrix import load_matrix
+from validate.model.matrix import Cell, load_matrix
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, load_results, write_json
 from validate.plan.host import HostFacts, detect_host, python_version_of
 from validate.plan.rules import Plan, load_rules, plan_cells
-from validate.plan.steps import plan_steps
+from validate.plan.shard import ShardSpec, assign, expected, read_durations
+from validate.plan.steps import Step, plan_steps
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["SHIPPED_CASES", "KnownIssueStore", "ValidateConfig", "record_all", "run", "run_cells"]
 
@@ -125,9 +128,14 @@ def run_cells(
     run_id: str,
     *,
     executor: Executor | None = None,
+    only: Mapping[str, frozenset[str]] | None = None,
 ) -> None:
     """Group the cells into steps (one environment each), prepare each step's environment and
-    run its cells there, through the configured executor whichever it is; closes it at the end."""
+    run its cells there, through the configured executor whichever it is; closes it at the end.
+
+    `only` (a shard's units: cell id -> case names) keeps those cases of those cells; a step with
+    none is not prepared, and its cells that share a case set run together.
+    """
     executor = executor or EXECUTORS[config.executor]()
     context = RunContext(
         config=config,
@@ -139,17 +147,80 @@ def run_cells(
     try:
         steps = plan_steps(plan.planned, host, lambda cell: executor.env_key(cell, context))
         for cell, skip in steps.skipped:
-            log.info("skip %s %s: %s", cell.id, cell.label, skip)
-            record_all(store, cell, cases, Outcome.SKIP, skip, run_id)
+            mine = _cases_of(cell.id, cases, only)
+            if mine:
+                log.info("skip %s %s: %s", cell.id, cell.label, skip)
+                record_all(store, cell, mine, Outcome.SKIP, skip, run_id)
         for step in steps.steps:
+            parts = _step_parts(step, cases, only)
+            if not parts:
+                continue
             target = executor.prepare(step, context)
             if isinstance(target, str):  # the environment could not be made: error, run goes on
-                for cell in step.cells:
-                    record_all(store, cell, cases, Outcome.ERROR, target, run_id)
+                for part, part_cases in parts:
+                    for cell in part.cells:
+                        record_all(store, cell, part_cases, Outcome.ERROR, target, run_id)
                 continue
-            executor.run(step, target, cases, context)
+            for part, part_cases in parts:
+                executor.run(part, target, part_cases, context)
     finally:
         executor.close()
+
+
+def _cases_of(
+    cell_id: str, cases: Sequence[Case], only: Mapping[str, frozenset[str]] | None
+) -> list[Case]:
+    if only is None:
+        return list(cases)
+    names = only.get(cell_id, frozenset())
+    return [c for c in cases if c.name in names]
+
+
+def _step_parts(
+    step: Step, cases: Sequence[Case], only: Mapping[str, frozenset[str]] | None
+) -> list[tuple[Step, list[Case]]]:
+    """The step's cells grouped by the cases they run (one group, the step itself, unsharded)."""
+    if only is None:
+        return [(step, list(cases))]
+    groups: dict[frozenset[str], list[Cell]] = {}
+    for cell in step.cells:
+        names = only.get(cell.id, frozenset())
+        if names:
+            groups.setdefault(names, []).append(cell)
+    return [
+        (Step(key=step.key, cells=tuple(cells)), [c for c in cases if c.name in names])
+        for names, cells in groups.items()
+    ]
+
+
+def shard_units(
+    config: ValidateConfig, plan: Plan, cases: Sequence[Case]
+) -> tuple[dict[str, frozenset[str]], dict[str, Any]] | None:
+    """This shard's units (cell id -> case names) and what run.json records of it; None unsharded."""
+    if config.shard is None:
+        return None
+    spec = ShardSpec.parse(config.shard)
+    source = config.durations or cache_root(config.cache_dir) / "durations.json"
+    durations = {} if str(source) == "none" else read_durations(source)
+    units = [(cell.id, case.name) for cell in plan.planned for case in cases]
+    shards = assign(units, durations, spec.total)
+    mine = shards[spec.index - 1]
+    only: dict[str, set[str]] = {}
+    for cell_id, name in mine:
+        only.setdefault(cell_id, set()).add(name)
+    loads = [round(sum(expected(s, durations)), 2) for s in shards]
+    digest = hashlib.sha256(json.dumps(durations, sort_keys=True).encode()).hexdigest()[:16]
+    record = {
+        "index": spec.index,
+        "total": spec.total,
+        "units": len(mine),
+        "of_units": len(units),
+        "expected_s": loads[spec.index - 1],
+        "expected_makespan_s": max(loads, default=0.0),
+        "durations": str(source),
+        "durations_sha256": digest,
+    }
+    return {k: frozenset(v) for k, v in only.items()}, record
 
 
 def run(config: ValidateConfig) -> int:
@@ -172,6 +243,9 @@ def run(config: ValidateConfig) -> int:
     results_dir.mkdir(parents=True, exist_ok=True)
     meta_path = results_dir / "run.json"
     meta = provenance(config, host, plan, run_id)
+    sharded = shard_units(config, plan, cases)
+    if sharded is not None:
+        meta["shard"] = sharded[1]
     if config.resume and meta_path.is_file():
         meta = {**json.loads(meta_path.read_text(encoding="utf-8")), "resumed_at": now_stamp()}
     write_json(meta_path, meta)
@@ -185,7 +259,8 @@ def run(config: ValidateConfig) -> int:
     )
     start = time.monotonic()
     store = KnownIssueStore(results_dir / "results.jsonl", load_known_issues(config.known_issues))
-    run_cells(config, plan, cases, host, store, meta["run_id"], executor=executor)
+    only = None if sharded is None else sharded[0]
+    run_cells(config, plan, cases, host, store, meta["run_id"], executor=executor, only=only)
     store.seal()  # every case has ended: the folder's lines verify wherever it is read
     results = list({r.key: r for r in load_results([results_dir])}.values())  # later wins
     write_json(meta_path, {**meta, "finished_at": now_stamp(), "wall_s": time.monotonic() - start})

@@ -161,17 +161,15 @@ def test_cli_merged_pair_of_runs(tmp_path: Path, capsys: pytest.CaptureFixture[s
         tmp_path / "runs" / "rerun", rerun, {"run_id": "rerun", "provenance": "test rerun"}
     )
     out = tmp_path / "compat.md"
-    rc = main(["report", "--results", str(EXAMPLE), "--results", str(second), "--out", str(out)])
+    pair = ["report", "--prefer", "last", "--results"]  # a rerun of failures: the later wins
+    rc = main([*pair, str(EXAMPLE), "--results", str(second), "--out", str(out)])
     assert rc == 0
     text = out.read_text()
     assert "| 9.24.0.43 | ✓ 3                | ✓ 3                 | ✓ 3" in text
     assert "run `rerun`" in text
     assert "\nSIGNED OFF: " in capsys.readouterr().err
     # reversed order: the example's crash is the later result again
-    assert (
-        main(["report", "--results", str(second), "--results", str(EXAMPLE), "--out", str(out)])
-        == 1
-    )
+    assert main([*pair, str(second), "--results", str(EXAMPLE), "--out", str(out)]) == 1
 
 
 def test_cli_baseline_and_bug_reports(tmp_path: Path) -> None:

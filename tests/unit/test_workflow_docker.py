@@ -263,3 +263,18 @@ def test_backend_store_gives_each_image_its_folder_and_a_missing_version_is_an_e
         f"backend 9.13.0.50 for CUDA 13.0 is not in --backend-store {store_dir} "
         "(it has 9.12.0.46 (cuda13))"
     )
+
+
+def test_a_shards_cases_reach_the_container(tmp_path: Path) -> None:
+    """--shard: the container runs this shard's cases of the cell, named exactly, and no other."""
+    config = ValidateConfig(executor="docker", shard="1/2", api_logs=False)
+    cases = cases_for(config)
+    store = ResultStore(tmp_path / "results.jsonl")
+    executor = HostRunner(FakeBuilder({LOCAL_BASE_IMAGE}))
+    plan = Plan(planned=[CELLS[1]], pruned=[])
+    only = {CELLS[1].id: frozenset({"pin_check.py"})}
+    run_cells(config, plan, cases, HostFacts(), store, "RUN1", executor=executor, only=only)
+    (started,) = executor.started
+    assert started.inner.case_names == ("pin_check.py",)
+    stored = [json.loads(line)["case"] for line in store.path.read_text().splitlines()]
+    assert stored == ["pin_check.py"]

@@ -6,24 +6,30 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from tabulate import tabulate
 
-from validate.cli import add_selector_args
+from validate.cli import add_selector_args, positive, writable_file
 from validate.config import Selectors
-from validate.model.axes import AXES
+from validate.errors import ConfigError
+from validate.model.axes import AXES, REGISTRY
 from validate.model.matrix import Cell, load_matrix
 from validate.plan.rules import Plan, load_rules, plan_cells
 
 if TYPE_CHECKING:
     import argparse
 
+    from validate.plan.runners import Runners
+
 __all__ = ["plan_rows", "register", "render"]
 
 log = logging.getLogger(__name__)
 
 Format = Literal["table", "json"]
+#: Axes each emitted job selects itself (its arch, environment and drivers).
+_PER_JOB = frozenset({"arch", "driver", *(a.name for a in REGISTRY if a.env)})
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,7 +42,60 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--show-pruned", action="store_true", help="also list pruned cells with their reasons"
     )
+    _add_pipeline_args(parser)
     parser.set_defaults(func=run)
+
+
+def _add_pipeline_args(parser: argparse.ArgumentParser) -> None:
+    """Runner pools and the CI files emitted from the plan (plan/runners.py, plan/pipeline.py)."""
+    group = parser.add_argument_group("runners and CI pipelines")
+    group.add_argument(
+        "--runners",
+        type=Path,
+        metavar="FILE",
+        help="runner pools per arch (matrix/runners.toml): cells of an arch without one are "
+        "pruned; --emit reads matrix/runners.toml when this is left out",
+    )
+    group.add_argument(
+        "--emit",
+        choices=("gitlab", "github"),
+        help="write a CI file instead of the plan: a GitLab child pipeline (for the parent's "
+        "trigger: include: artifact) or a GitHub Actions workflow",
+    )
+    group.add_argument(
+        "--out", type=Path, metavar="FILE", help="--emit: write here (default stdout)"
+    )
+    group.add_argument(
+        "--shards",
+        type=positive(int, 1, 1000),
+        default=1,
+        metavar="N",
+        help="--emit: jobs per arch x environment, each `validate --shard i/N` (default 1)",
+    )
+    group.add_argument(
+        "--tool",
+        default="cudnn-matrix",
+        metavar="CMD",
+        help="--emit: how jobs call the tool (CUDNN_MATRIX; default %(default)s)",
+    )
+    group.add_argument(
+        "--job-args",
+        default="",
+        metavar="ARGS",
+        help="--emit: flags every job adds to validate (CUDNN_MATRIX_ARGS), e.g. '--cases DIR'",
+    )
+    group.add_argument(
+        "--install",
+        default="",
+        metavar="CMD",
+        help="--emit: a shell line every job runs first, e.g. 'python3 -m pip install cudnn-matrix'",
+    )
+    group.add_argument(
+        "--durations",
+        metavar="FILE",
+        help="--emit: the case durations every shard balances by (a file in the checkout), so "
+        "every job splits the same way; default: equal durations, which balances by count",
+    )
 
 
 def _row(cell: Cell, status: str, reason: str) -> dict[str, str]:
@@ -84,6 +143,14 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(selectors.matrix)
     rules = load_rules(selectors.rules)
     plan = plan_cells(matrix, rules, selectors)
+    if args.emit is not None or args.runners is not None:
+        from validate.execute import EXECUTORS
+        from validate.plan.runners import load_runners, prune_without_runner
+
+        runners = load_runners(args.runners, executors=(*EXECUTORS, "auto"))
+        plan = prune_without_runner(plan, runners)
+        if args.emit is not None:
+            return _emit_pipeline(args, selectors, plan, runners)
     fmt: Format = "json" if args.format == "json" else "table"
     _emit(render(plan_rows(plan, show_pruned=args.show_pruned), fmt))
     if fmt == "table":  # JSON stays alone: `nox -s plan` merges stderr into stdout
@@ -95,3 +162,65 @@ def run(args: argparse.Namespace) -> int:
             matrix.path,
         )
     return 0
+
+
+def _emit_pipeline(
+    args: argparse.Namespace, selectors: Selectors, plan: Plan, runners: Runners
+) -> int:
+    """Write the CI file of the plan; no planned cell is an error (an empty pipeline is invalid)."""
+    from validate.plan.pipeline import (
+        PipelineOptions,
+        github_workflow,
+        gitlab_pipeline,
+        job_groups,
+        to_yaml,
+    )
+
+    if args.out is not None:
+        writable_file("--out", args.out)
+    if not plan.planned:
+        reasons = sorted({reason for _, reason in plan.pruned})[:3]
+        msg = f"--emit {args.emit}: no cell is left to run ({'; '.join(reasons) or 'empty matrix'})"
+        raise ConfigError(msg)
+    forwarded = {a: v for a, v in selectors.values.items() if a not in _PER_JOB}
+    job_args = " ".join([*(f"--{a} {','.join(v)}" for a, v in forwarded.items()), args.job_args])
+    options = PipelineOptions(
+        shards=args.shards,
+        tool=args.tool,
+        validate_args=job_args.strip(),
+        matrix=args.matrix,
+        rules=args.rules,
+        durations=args.durations,
+        install=args.install,
+    )
+    groups = job_groups(plan, runners)
+    emit = gitlab_pipeline if args.emit == "gitlab" else github_workflow
+    doc, notes = emit(groups, options)
+    jobs = len(groups) * args.shards
+    summary = (
+        f"{len(plan.planned)} cells ({len(plan.pruned)} pruned) in {len(groups)} arch x "
+        f"environment groups x {args.shards} shard(s) = {jobs} validate jobs, then one report job"
+    )
+    head = [
+        f"Generated by `cudnn-matrix plan --emit {args.emit}`: regenerate it, do not edit it.",
+        summary,
+        *(f"pruned: {n} cell(s): {r}" for r, n in _reason_counts(plan).items()),
+        *notes,
+    ]
+    text = to_yaml(doc, head)
+    if args.out is None:
+        _emit(text.rstrip("\n"))
+    else:
+        args.out.write_text(text, encoding="utf-8")
+        log.info("wrote %s: %d validate jobs for %d cells", args.out, jobs, len(plan.planned))
+    return 0
+
+
+def _reason_counts(plan: Plan) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for _, reason in plan.pruned:
+        if reason.startswith(
+            "no runner for arch"
+        ):  # the rules' reasons are in `plan --show-pruned`
+            counts[reason] = counts.get(reason, 0) + 1
+    return counts

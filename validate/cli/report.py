@@ -19,7 +19,7 @@ from validate.judge.signoff import summary
 from validate.model.axes import axis_named
 from validate.model.results import axis_value
 from validate.report import FORMATS, SUFFIXES, Format, render
-from validate.report.model import RunSet
+from validate.report.model import PREFER, RunSet
 from validate.report.store import (
     DEFAULT_RUNS_DIR,
     bug_report_items,
@@ -84,7 +84,7 @@ def _handle(args: argparse.Namespace) -> int:
             )
             raise ConfigError(msg)
         paths = [newest]
-    runs = _select(load_runs(paths), args)
+    runs = _select(load_runs(paths, prefer=args.prefer), args)
     baseline = load_runs([Path(p) for p in args.baseline], "--baseline") if args.baseline else None
     out = Path(args.out) if args.out else None
     report = build_report(
@@ -124,6 +124,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="append",
         metavar="RUN_DIR",
         help="run folder(s) to merge, oldest first (default: newest under --runs-dir)",
+    )
+    parser.add_argument(
+        "--prefer",
+        choices=PREFER,
+        default="refuse",
+        help="when two --results folders disagree on a cell x case: refuse (default, names both), "
+        "newest (the result that started last wins) or last (the later folder wins: a rerun)",
     )
     parser.add_argument(
         "--runs-dir",

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from validate.cli import add_selector_args, positive, split_list, writable_dir
 from validate.config import Selectors
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS
-
-if TYPE_CHECKING:
-    import argparse
 
 __all__ = ["add_validate_args", "config_from_args", "register"]
 
@@ -144,6 +142,20 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--results", type=Path, metavar="DIR", help="run folder")
     run.add_argument("--resume", action="store_true", help="complete the run in --results DIR")
     run.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="run only shard I of N: the (cell x case) units split by expected duration, longest "
+        "first (the same on every host given the same --durations); the run folder records it",
+    )
+    run.add_argument(
+        "--durations",
+        type=Path,
+        metavar="FILE",
+        help="case durations for --shard (JSON name -> seconds; default: the cache's durations.json; "
+        "'none': every case alike, which balances by count)",
+    )
+    run.add_argument(
         "--no-api-logs",
         dest="api_logs",
         action="store_false",
@@ -157,6 +169,16 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _shard(text: str) -> str:
+    """argparse type for --shard: checked here, so a bad value is one line before any work."""
+    from validate.plan.shard import ShardSpec
+
+    try:
+        return str(ShardSpec.parse(text))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--shard ")) from exc
+
+
 def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> Any:
     """Check the flags once and build the frozen config."""
     from validate.config import ValidateConfig
@@ -165,6 +187,13 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         if path is not None and not path.is_dir():
             msg = f"{flag} {path}: not a folder"
             raise ConfigError(msg)
+    if (
+        args.durations is not None
+        and str(args.durations) != "none"
+        and not args.durations.is_file()
+    ):
+        msg = f"--durations {args.durations}: no such file (a JSON object: case name -> seconds)"
+        raise ConfigError(msg)
     if args.results is not None:
         writable_dir("--results", args.results)
     for path in args.cases:
@@ -202,6 +231,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         resume=args.resume,
         api_logs=args.api_logs,
         known_issues=args.known_issues,
+        shard=args.shard,
+        durations=args.durations,
         argv=tuple(argv if argv is not None else sys.argv[1:]),
     )
 

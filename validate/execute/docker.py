@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import logging
 import os
 import time
@@ -302,8 +303,12 @@ class DockerExecutor:
         return ExecTarget(image=image, expected_backend=short_version(cell.cudnn))
 
     def run(self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext) -> None:
-        """Each cell in its own container from the step's image; its results are collected."""
+        """Each cell in its own container from the step's image; its results are collected.
+        A shard's container runs the cases given here, the shard's part of the step."""
         config = run.config
+        if config.shard is not None:  # this shard's cases of the step, named exactly
+            names = tuple(glob.escape(c.name) for c in cases)
+            config = dataclasses.replace(config, case_names=names)
         limit = config.timeout_s * max(1, len(cases)) * (config.reruns + 1) + _GRACE_S
         for cell in step.cells:
             cell_dir = run.results_dir / "cells" / cell.id

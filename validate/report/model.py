@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
+from validate.errors import ConfigError
 from validate.model.axes import AXES, REGISTRY
 from validate.model.order import natural_key, parse_version, value_key
 from validate.model.results import axis_value, cell_label, is_bad, is_good, result_key
@@ -17,7 +18,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AXIS_TITLES",
+    "PREFER",
     "PSEUDO_AXES",
+    "Prefer",
     "RunInfo",
     "RunSet",
     "StoredResult",
@@ -84,18 +87,55 @@ def axis_label(axis: str, value: str) -> str:
     return f"{_PREFIX.get(axis, '')}{value}"
 
 
-def merge_runs(runs: Iterable[tuple[RunInfo, Sequence[CaseResult]]]) -> RunSet:
-    """Merge runs in order; a later result for the same cell and case replaces the earlier one."""
+#: How a merge settles two inputs holding one cell x case with different outcomes: `refuse` (a
+#: ConfigError naming both run folders), `newest` (the result that started last wins) or `last`
+#: (the later input wins, e.g. a rerun of failures passed after the run it repeats).
+Prefer = Literal["refuse", "newest", "last"]
+PREFER: Final = ("refuse", "newest", "last")
+
+
+def merge_runs(
+    runs: Iterable[tuple[RunInfo, Sequence[CaseResult]]], *, prefer: Prefer = "last"
+) -> RunSet:
+    """Merge runs in order. Within one run the later line wins (a rerun, a resume); across runs a
+    result with the same outcome replaces the earlier one, and a different outcome is settled by
+    `prefer`: shards of one matrix never overlap, so an overlap that disagrees is refused."""
     infos: list[RunInfo] = []
     merged: dict[str, StoredResult] = {}
+    conflicts: list[tuple[StoredResult, StoredResult]] = []
     for info, results in runs:
         infos.append(info)
         for result in results:
             key = result_key(result)
-            merged.pop(key, None)
-            merged[key] = StoredResult(result=result, run=info)
+            new = StoredResult(result=result, run=info)
+            old = merged.pop(key, None)
+            if old is not None and old.run is not info and old.result.outcome != result.outcome:
+                if prefer == "refuse":
+                    conflicts.append((old, new))
+                elif prefer == "newest" and _started(old) > _started(new):
+                    new = old
+            merged[key] = new
+    if conflicts:
+        raise ConfigError(_conflict_message(conflicts))
     items = sorted(merged.values(), key=lambda s: _order(s.result))
     return RunSet(runs=tuple(infos), items=tuple(items))
+
+
+def _started(item: StoredResult) -> str:
+    """When a result started (ISO stamps compare as text), else when its run did."""
+    return item.result.started_at or str(item.run.meta.get("started_at") or "")
+
+
+def _conflict_message(conflicts: Sequence[tuple[StoredResult, StoredResult]]) -> str:
+    old, new = conflicts[0]
+    result = new.result
+    more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+    return (
+        f"--results: cell {result.cell_id or cell_label(result)} x case {result.case} is "
+        f"{old.result.outcome} in {old.run.path} but {result.outcome} in {new.run.path}{more}; "
+        "pass each run once (shards of one run never overlap), or --prefer newest to keep the "
+        "result that started last"
+    )
 
 
 def _order(result: CaseResult) -> tuple[Any, ...]:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from validate.judge.known_issues import KnownIssue
+    from validate.report.model import Prefer
 
 __all__ = [
     "DEFAULT_RUNS_DIR",
@@ -91,9 +92,13 @@ def _for_display(result: CaseResult) -> CaseResult:
     return CaseResult.from_dict(_shown(result.to_dict()))
 
 
-def load_runs(paths: Sequence[Path], flag: str = "--results") -> RunSet:
-    """Merge run folders in the order given: later results for the same cell x case win."""
-    return merge_runs(load_run(p, flag) for p in paths)
+def load_runs(paths: Sequence[Path], flag: str = "--results", *, prefer: Prefer = "last") -> RunSet:
+    """Merge run folders in the order given (report.model.merge_runs; `prefer` settles two
+    folders that disagree on one cell x case). A folder given twice is read once."""
+    unique: dict[Path, Path] = {}
+    for path in paths:
+        unique.setdefault(path.resolve(), path)  # first place, first spelling
+    return merge_runs((load_run(p, flag) for p in unique.values()), prefer=prefer)
 
 
 def load_known_issue_db(path: Path | None, runs: Sequence[RunInfo] = ()) -> tuple[KnownIssue, ...]:
