@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -97,9 +98,13 @@ def builds(
     """Cold build with frontend 1.26.0, then the same cell with only the frontend changed."""
     _remove(builder, specs)  # leftovers of an interrupted run would make the first build cached
     logs = tmp_path_factory.mktemp("build-logs")
+    # cold by construction: the daemon's build cache may still hold the backend layer from an
+    # earlier run that stopped halfway, so this run's backend layers get a key of their own
+    builder.cache_epoch = uuid.uuid4().hex
     try:
         yield {fe: builder.build(specs[fe], log_path=logs / f"{fe}.log") for fe in FRONTENDS}
     finally:
+        builder.cache_epoch = ""
         _remove(builder, specs)
 
 

@@ -210,8 +210,12 @@ class ImageBuilder:
         cache_dir: Path | None = None,
         network: str | None = None,
         client: Any = None,
+        cache_epoch: str = "",
     ) -> None:
         self.wheels = Wheelhouse(wheelhouse)
+        # A value of your own makes the backend layers cold by construction (the daemon's build
+        # cache cannot serve them, whatever an earlier, interrupted run left there); "" = normal.
+        self.cache_epoch = cache_epoch
         self.wheelhouse = self.wheels.root
         self.cache_dir = (cache_dir or Path.home() / ".cache" / "cudnn-matrix").resolve()
         self.network = network  # build-time network: None = daemon default, "none" = offline
@@ -340,7 +344,10 @@ class ImageBuilder:
             lower: BuildResult | None = None
             if backend_missing:
                 ctx = self.stage_backend(spec)
-                lower = self._build(spec, ctx, spec.backend_tag, spec.backend_build_args(), sink)
+                args = spec.backend_build_args()
+                if self.cache_epoch:
+                    args = {**args, "CACHE_EPOCH": self.cache_epoch}
+                lower = self._build(spec, ctx, spec.backend_tag, args, sink)
             upper = self._build(spec, self.stage(spec), spec.tag, spec.build_args(), sink)
         finally:
             if sink:
