@@ -11,6 +11,7 @@ undecodable bytes escaped. Base layer: every stage may use it.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import IO, Any, Final
 
@@ -96,6 +97,12 @@ class SafeStream:
     def write(self, text: str) -> int:
         self._stream.write(display(redact(text)))
         return len(text)
+
+    def flush(self) -> None:
+        # logging flushes a handler's old stream when it gets a new one; a stream that was
+        # closed meanwhile (a finished test's capture, a closed pipe) has nothing left to flush
+        with contextlib.suppress(ValueError):
+            self._stream.flush()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

@@ -44,6 +44,10 @@ def _alive(marker: str, tag: str) -> list[str]:
     return found
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _end(tool: subprocess.Popen[bytes], tag: str) -> None:
     """Whatever a failed assertion left behind: the tool and every tagged process."""
     tool.kill()
@@ -67,6 +71,9 @@ def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        # as from a terminal: a shell without job control starts background commands with SIGINT
+        # ignored, and that disposition is inherited (a CI script run with `&` would hide Ctrl-C)
+        preexec_fn=_default_sigint,  # noqa: PLW1509 - signal reset only, before exec
     )
     try:
         deadline = time.monotonic() + 60
