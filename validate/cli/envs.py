@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -53,6 +54,22 @@ def _size(num: float) -> str:
     return f"{num:.1f} GiB"
 
 
+def _disk_use(root: Path, seen: set[tuple[int, int]]) -> int:
+    """Bytes on disk (allocated blocks) of the files under root that no earlier root holds."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))  # noqa: PTH118 - os.walk hot loop
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key not in seen:
+                seen.add(key)
+                total += st.st_blocks * 512
+    return total
+
+
 def _last_used(root: Path) -> datetime:
     text = str(read_manifest(root).get("last_used", ""))
     try:
@@ -66,20 +83,36 @@ def _run(args: argparse.Namespace) -> int:
     roots = env_dirs(cache)
     if args.action == "list":
         rows = []
+        seen: set[tuple[int, int]] = set()  # (device, inode): hard links (uv's cache) count once
+        disk = 0
         for root in roots:
             m = read_manifest(root)
+            used = _disk_use(root, seen)
+            disk += used
+            pins = m.get("pins") or {}
             rows.append(
                 [
                     root.name,
                     m.get("backend", "?"),
                     m.get("frontend", "?"),
+                    pins.get("cuda_major", "?") if isinstance(pins, dict) else "?",
                     m.get("installer", "?"),
                     _size(float(m.get("size_bytes", 0))),
+                    _size(float(used)),
                     str(m.get("last_used", "?")),
                 ]
             )
-        headers = ["hash", "backend", "frontend", "installer", "size", "last used"]
-        print(tabulate(rows, headers=headers) if rows else f"no environments in {cache / 'envs'}")
+        headers = ["hash", "backend", "frontend", "cuda", "installer", "size", "disk", "last used"]
+        if not rows:
+            print(f"no environments in {cache / 'envs'}")
+            return 0
+        print(tabulate(rows, headers=headers))
+        listed = sum(float(read_manifest(r).get("size_bytes", 0)) for r in roots)
+        print(
+            f"{len(rows)} environments: {_size(listed)} of files, {_size(float(disk))} on disk "
+            "(a file hard-linked into several environments or from uv's cache counted once, "
+            "in the first environment that holds it)"
+        )
         return 0
     cutoff = datetime.now(timezone.utc) - timedelta(days=args.older_than)
     doomed = [r for r in roots if args.all or _last_used(r) < cutoff]
