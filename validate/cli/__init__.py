@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_CODES",
     "OneLineParser",
+    "add_run_options",
     "add_selector_args",
     "build_parser",
     "main",
@@ -135,6 +136,38 @@ def writable_file(flag: str, path: Path) -> Path:
         raise ConfigError(msg)
     writable_dir(flag, path.parent if str(path.parent) else Path())
     return path
+
+
+def add_run_options(group: argparse._ActionsContainer) -> None:
+    """How cases run, shared by `run` and `validate` (and the commands built on validate)."""
+    group.add_argument(
+        "--jobs",
+        type=positive(int, 1),
+        metavar="N",
+        help="cases at once (default: cores; on a GPU host up to 2 per core, 4 GiB of GPU "
+        "memory per case: several kernels share one GPU)",
+    )
+    group.add_argument(
+        "--timeout",
+        type=positive(float, 0.1),
+        default=600.0,
+        metavar="S",
+        help="per-case limit in seconds (notebooks: per cell, +30s start-up); the whole process "
+        "group is killed (default: 600)",
+    )
+    group.add_argument(
+        "--reruns",
+        type=positive(int, 0),
+        default=0,
+        metavar="N",
+        help="repeat each failing case N more times; differing outcomes = flaky (default: 0)",
+    )
+    group.add_argument(
+        "--no-api-logs",
+        dest="api_logs",
+        action="store_false",
+        help="do not re-run failures with FE/BE API logging (default: re-run once with logs)",
+    )
 
 
 def add_selector_args(parser: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from validate.cli import positive, writable_dir
+from validate.cli import add_run_options, writable_dir
 from validate.env.target import ExecTarget
 from validate.errors import ConfigError
 from validate.execute.cases import discover_cases, discover_samples, select_cases
@@ -38,21 +38,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="a cudnn-frontend checkout: run samples/python/*.ipynb",
     )
     parser.add_argument(
-        "--timeout",
-        type=positive(float, 0.1),
-        default=600.0,
-        metavar="S",
-        help="per-case limit in seconds (notebooks: per cell, +30s start-up)",
-    )
-    parser.add_argument(
-        "--jobs",
-        type=positive(int, 1),
-        default=None,
-        metavar="N",
-        help="cases at once (default: cores; on a GPU host up to 2 per core, 4 GiB of GPU "
-        "memory per case: several kernels share one GPU)",
-    )
-    parser.add_argument(
         "--results",
         type=Path,
         metavar="DIR",
@@ -68,13 +53,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
     parser.add_argument(
-        "--reruns",
-        type=positive(int, 0),
-        default=0,
-        metavar="N",
-        help="repeat each failing case N more times; differing outcomes = flaky",
-    )
-    parser.add_argument(
         "--resume", action="store_true", help="skip cases already recorded in --results DIR"
     )
     parser.add_argument(
@@ -82,12 +60,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="V",
         help="error unless the case loads this cuDNN backend, e.g. 9.24.0",
     )
-    parser.add_argument(
-        "--no-api-logs",
-        dest="api_logs",
-        action="store_false",
-        help="do not re-run failures with FE/BE API logging",
-    )
+    add_run_options(parser)
     parser.add_argument(
         "--config",
         type=Path,

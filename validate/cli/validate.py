@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from validate.cli import add_selector_args, positive, split_list, writable_dir
+from validate.cli import add_run_options, add_selector_args, split_list, writable_dir
 from validate.config import Selectors
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS
@@ -119,26 +119,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
         "load it and build graphs without a GPU, e.g. from a small offline wheelhouse",
     )
     run = parser.add_argument_group("running")
-    run.add_argument(
-        "--jobs",
-        type=positive(int, 1),
-        metavar="N",
-        help="cases at once (default: cores; on a GPU host up to 2 per core, bounded by GPU memory)",
-    )
-    run.add_argument(
-        "--timeout",
-        type=positive(float, 0.1),
-        default=600.0,
-        metavar="S",
-        help="per-case limit in seconds; the whole process group is killed (default: 600)",
-    )
-    run.add_argument(
-        "--reruns",
-        type=positive(int, 0),
-        default=0,
-        metavar="N",
-        help="repeat each failing case N more times; differing outcomes = flaky (default: 0)",
-    )
+    add_run_options(run)
     run.add_argument("--results", type=Path, metavar="DIR", help="run folder")
     run.add_argument("--resume", action="store_true", help="complete the run in --results DIR")
     run.add_argument(
@@ -154,12 +135,6 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="case durations for --shard (JSON name -> seconds; default: the cache's durations.json; "
         "'none': every case alike, which balances by count)",
-    )
-    run.add_argument(
-        "--no-api-logs",
-        dest="api_logs",
-        action="store_false",
-        help="do not re-run failures with FE/BE API logging (default: re-run once with logs)",
     )
     run.add_argument(
         "--known-issues",
