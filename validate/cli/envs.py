@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING
 from tabulate import tabulate
 
 from validate.cli import positive
-from validate.env.venvs import cache_root, env_dirs, read_manifest
+from validate.env.venvs import cache_root, env_dirs, read_manifest, tree_usage
 
 if TYPE_CHECKING:
     import argparse
@@ -54,22 +53,6 @@ def _size(num: float) -> str:
     return f"{num:.1f} GiB"
 
 
-def _disk_use(root: Path, seen: set[tuple[int, int]]) -> int:
-    """Bytes on disk (allocated blocks) of the files under root that no earlier root holds."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))  # noqa: PTH118 - os.walk hot loop
-            except OSError:
-                continue
-            key = (st.st_dev, st.st_ino)
-            if key not in seen:
-                seen.add(key)
-                total += st.st_blocks * 512
-    return total
-
-
 def _last_used(root: Path) -> datetime:
     text = str(read_manifest(root).get("last_used", ""))
     try:
@@ -87,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         disk = 0
         for root in roots:
             m = read_manifest(root)
-            used = _disk_use(root, seen)
+            used = tree_usage(root, seen)[1]
             disk += used
             pins = m.get("pins") or {}
             rows.append(

@@ -49,6 +49,7 @@ __all__ = [
     "env_dirs",
     "probe_backend",
     "read_manifest",
+    "tree_usage",
 ]
 
 log = logging.getLogger(__name__)
@@ -408,24 +409,31 @@ def _build(
         "expected_frontend": fe_version,
         "torch_cudnn": facts["torch_cudnn"],
         "build_s": round(time.monotonic() - started, 2),
-        "size_bytes": _tree_size(root),
+        "size_bytes": tree_usage(root)[0],
     }
     write_json(root / _MANIFEST, manifest)
     (root / _COMPLETE).write_text(now + "\n")
     return manifest
 
 
-def _tree_size(root: Path) -> int:
-    seen: set[int] = set()
-    total = 0
+def tree_usage(root: Path, seen: set[tuple[int, int]] | None = None) -> tuple[int, int]:
+    """(bytes, allocated bytes on disk) of the files under `root`, each file counted once:
+    hard links inside the tree, and any file already in `seen` (shared across several trees,
+    as uv links environments from its cache) are not counted again."""
+    seen = set() if seen is None else seen
+    size = disk = 0
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
-            with contextlib.suppress(OSError):
+            try:
                 st = os.lstat(os.path.join(dirpath, name))  # noqa: PTH118 - os.walk hot loop
-                if st.st_ino not in seen:
-                    seen.add(st.st_ino)
-                    total += st.st_size
-    return total
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key not in seen:
+                seen.add(key)
+                size += st.st_size
+                disk += st.st_blocks * 512
+    return size, disk
 
 
 def probe_backend(handle: ExecTarget, timeout: float = 120) -> tuple[int, str]:
