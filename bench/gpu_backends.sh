@@ -31,7 +31,7 @@ cat "$OUT/provenance.txt"
 start=$(date +%s.%N)
 python3 -m validate validate --env current --backend-store "$STORE" --cudnn "$CUDNN" \
   --frontend 1.26.0,1.27.0 --cuda 13.0 --driver 580 --arch sm90 --wheelhouse "$WH" \
-  --cache-dir /tmp/envs --samples "$SAMPLES" --cases validate/execute/resources/cases \
+  --cache-dir "${CACHE_DIR:-/tmp/envs}" --samples "$SAMPLES" --cases validate/execute/resources/cases \
   "${JOBS_FLAG[@]}" --timeout 300 --results "$OUT/validate" >"$OUT/validate.txt" 2>"$OUT/validate.err"
 echo "rc=$?" >>"$OUT/validate.txt"
 end=$(date +%s.%N)
