@@ -87,13 +87,14 @@ def base_image(session: nox.Session) -> None:
 _FORMATS = {"md": ".md", "rst": ".rst", "json": ".json", "junit": ".junit.xml", "html": ".html"}
 
 
-def _render_all(session: nox.Session, results: str, out_dir: Path) -> None:
+def _render_all(session: nox.Session, results: list[str], out_dir: Path) -> None:
     """Every report format of one run into out_dir/compat.*; bug reports beside the md."""
     for fmt, suffix in _FORMATS.items():
         extra = ["--bug-reports", str(out_dir / "bug-reports")] if fmt == "md" else []
         out = ["--format", fmt, "--out", str(out_dir / f"compat{suffix}"), *extra]
         # rendering is not signing off: a "not signed off" verdict (1) still rendered fine
-        session.run("cudnn-matrix", "report", "--results", results, *out, success_codes=[0, 1])
+        runs = [a for r in results for a in ("--results", r)]
+        session.run("cudnn-matrix", "report", *runs, *out, success_codes=[0, 1])
 
 
 @nox.session(reuse_venv=True)
@@ -107,7 +108,7 @@ def report(session: nox.Session) -> None:
     stored = sorted(Path("reports/runs").glob("*/results.jsonl"), key=lambda p: p.stat().st_mtime)
     if not stored:
         session.error("no run under reports/runs/; run `nox -s validate` first, or pass --results")
-    _render_all(session, str(stored[-1].parent), stored[-1].parent)
+    _render_all(session, [str(stored[-1].parent)], stored[-1].parent)
 
 
 @nox.session(reuse_venv=True)
@@ -116,8 +117,11 @@ def docs_table(session: nox.Session) -> None:
     `nox -s docs_table -- --results reports/gpu/<run>/validate`. The only session that writes them."""
     _install(session)
     args = list(session.posargs)
-    if len(args) != 2 or args[0] != "--results":
+    runs = args[1::2]
+    if not runs or args[0::2] != ["--results"] * len(runs):
         session.error(
-            "usage: nox -s docs_table -- --results RUN_DIR (e.g. reports/gpu/<run>/validate)"
+            "usage: nox -s docs_table -- --results RUN_DIR [--results RUN_DIR ...]"
+            " (e.g. reports/gpu/<run>/validate)"
         )
-    _render_all(session, args[1], Path("reports"))
+    _render_all(session, runs, Path("reports"))
+    Path("reports/DOCS_RUNS").write_text("".join(f"{r}\n" for r in runs), encoding="utf-8")
