@@ -311,6 +311,7 @@ class DockerExecutor:
             config = dataclasses.replace(config, case_names=names)
         limit = config.timeout_s * max(1, len(cases)) * (config.reruns + 1) + _GRACE_S
         for cell in step.cells:
+            run.store.check()  # disk full or the run folder deleted: ResultsLost, no new cell
             cell_dir = run.results_dir / "cells" / cell.id
             title = f"cell {cell.id}: {cell.label} in {target.image} ({len(cases)} cases)"
             with log_step(title):
