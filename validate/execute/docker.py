@@ -311,7 +311,6 @@ class DockerExecutor:
             config = dataclasses.replace(config, case_names=names)
         limit = config.timeout_s * max(1, len(cases)) * (config.reruns + 1) + _GRACE_S
         for cell in step.cells:
-            run.store.check()  # disk full or the run folder deleted: ResultsLost, no new cell
             cell_dir = run.results_dir / "cells" / cell.id
             title = f"cell {cell.id}: {cell.label} in {target.image} ({len(cases)} cases)"
             with log_step(title):
@@ -331,6 +330,7 @@ class DockerExecutor:
             if ended.timed_out:
                 logger.warning("cell %s: the container ran out of time and was killed", cell.id)
             _collect(run.store, cell, cases, cell_dir, run.run_id, ended.tail)
+            run.store.check()  # the disk filled or the run folder went: ResultsLost, no new cell
             RunKey.for_run(cell_dir).seal(cell_dir)  # the cell folder verifies on its own
 
     def container(
