@@ -197,6 +197,7 @@ try:
         os.write(fd, bytes(4096))
 except OSError as exc:
     print("filled:", exc.strerror)
+os.ftruncate(fd, os.fstat(fd).st_size - 4096)  # one page left: the next line fits only in part
 store.append(CaseResult(case="ended_on_a_full_disk.py", outcome=Outcome.FAIL, tail="x" * 8192))
 try:
     store.check()
@@ -210,6 +211,7 @@ def test_a_full_disk_still_takes_the_last_results_from_the_reserve(tmp_path: Pat
     assert proc.returncode == 0, proc.stderr
     assert "filled: No space left on device" in proc.stdout
     assert "lost: disk full" in proc.stdout  # the run stops after the line that used the reserve
+    # the part of the line that fit was cut back off before the reserve took all of it
     outcomes = _outcomes(kept / "run" / "results.jsonl", RunKey.for_run(mnt / "run"))
     assert sorted(outcomes) == ["before.py", "ended_on_a_full_disk.py"]
 

@@ -105,6 +105,14 @@ _RESERVE: Final = ".results.reserve"
 _STOPPED: Final = "no new case started, finished results are kept, --resume completes the run"
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` (a write may take only part of it) and fsync."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
 def _identity(path: Path) -> tuple[int, int] | None:
     try:
         st = path.stat()
@@ -157,7 +165,11 @@ class ResultStore:
                     msg = f"{self._lost}: the result of {result.case} is lost; {_STOPPED}"
                     raise ResultsLost(msg) from exc
                 self._lost = self._lost or f"disk full: no space left on device for {self.path}"
-                self._write(line)  # what the reserve gave back is enough for the last lines
+                try:
+                    self._write(line)  # what the reserve gave back is enough for the last lines
+                except OSError as again:
+                    msg = f"{self._lost}: the result of {result.case} is lost; {_STOPPED}"
+                    raise ResultsLost(msg) from again
             self._lines.append(line)
 
     def problem(self) -> str | None:
@@ -195,11 +207,8 @@ class ResultStore:
         try:
             size = os.fstat(fd).st_size
             torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
-            data = memoryview((b"\n" if torn else b"") + line + b"\n")
             try:
-                while data:
-                    data = data[os.write(fd, data) :]
-                os.fsync(fd)
+                _write_all(fd, (b"\n" if torn else b"") + line + b"\n")
             except OSError:
                 with suppress(OSError):
                     os.ftruncate(fd, size)
@@ -222,8 +231,7 @@ class ResultStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
-                os.write(fd, b"".join(line + b"\n" for line in self._lines))
-                os.fsync(fd)
+                _write_all(fd, b"".join(line + b"\n" for line in self._lines))
             finally:
                 os.close(fd)
             tmp.replace(self.path)
