@@ -20,6 +20,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.errors import ResultsLost
 from validate.execute.cases.script import RESULT_FILE_ENV, read_result_file, verdict_line
 from validate.execute.classify import ExecResult, classify, signal_name
 from validate.execute.resources.capture import verify_pins
@@ -320,9 +321,32 @@ def run_case(case: Case, target: ExecTarget, options: RunOptions) -> CaseResult:
         run_id=options.run_id,
         content_key=case.content_key(target.cell),
     )
-    (folder / "result.json").write_text(
-        json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8"
-    )
+    with suppress(OSError):  # a copy of the results line: a full disk must not lose the line
+        (folder / "result.json").write_text(
+            json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8"
+        )
+    return result
+
+
+def _start_case(
+    case: Case, target: ExecTarget, options: RunOptions, store: ResultStore
+) -> CaseResult:
+    """Run one case unless the run must stop: a results folder that broke (disk full, deleted)
+    raises `ResultsLost`, which ends the run like Ctrl-C. A case file that another case deleted
+    is that case's own `error`, and the run goes on."""
+    store.check()
+    if not case.path.is_file():
+        vanished = _skip_result(case, target, options, "case file vanished before it ran")
+        return vanished.with_(outcome=Outcome.ERROR)
+    try:
+        result = run_case(case, target, options)
+    except OSError:
+        store.check()  # the folder broke under the case: that is the cause, in one line
+        raise
+    trouble = store.problem()  # a case that died of a full disk is no product failure
+    if trouble is not None and policy(result.outcome).bad:
+        reason = f"while it ran: {trouble}; it ended {result.outcome}: {result.reason}"
+        return result.with_(outcome=Outcome.ERROR, reason=reason)
     return result
 
 
@@ -350,7 +374,7 @@ def run_cases(
     _LIVE.stopped.clear()
     pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
     try:
-        futures = [pool.submit(run_case, case, target, options) for case in todo]
+        futures = [pool.submit(_start_case, case, target, options, store) for case in todo]
         for future in as_completed(futures):
             result = future.result()
             with lock:
@@ -358,7 +382,7 @@ def run_cases(
                 results.append(result)
                 if on_result is not None:
                     on_result(result, len(results), len(todo))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ResultsLost):
         # Finished results are already stored; what is running is ended, not recorded (a
         # half-run case killed by us is not a crash of the product), and --resume redoes it.
         pool.shutdown(wait=False, cancel_futures=True)
