@@ -18,9 +18,8 @@ import sys
 import tarfile
 import zipfile
 from pathlib import Path
-from typing import BinaryIO
 
-import zstandard
+import zstandard  # type: ignore[import-not-found]  # only on the GPU machine
 
 
 class _Joined(io.RawIOBase):
@@ -28,7 +27,7 @@ class _Joined(io.RawIOBase):
 
     def __init__(self, pieces: list[Path]) -> None:
         self._pieces = iter(pieces)
-        self._fh: BinaryIO | None = None
+        self._fh: io.BufferedReader | None = None
         self.sha = hashlib.sha256()
 
     def readable(self) -> bool:
@@ -41,7 +40,7 @@ class _Joined(io.RawIOBase):
                 if nxt is None:
                     return 0
                 self._fh = nxt.open("rb")
-            n = self._fh.readinto(buf)
+            n: int = self._fh.readinto(buf)
             if n:
                 self.sha.update(memoryview(buf)[:n])
                 return n

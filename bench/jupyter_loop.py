@@ -14,11 +14,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def main(samples: Path, out: Path) -> int:
     notebooks = sorted((samples / "samples" / "python").glob("*.ipynb"))
-    rows = []
+    rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
     for nb in notebooks:
         start = time.monotonic()
