@@ -274,3 +274,19 @@ def test_config_refuses_an_unknown_flaky_policy() -> None:
 
     with pytest.raises(ConfigError, match=r"^config: flaky 'maybe': expected one of block, warn$"):
         ValidateConfig.from_dict({"flaky": "maybe"})
+
+
+@pytest.mark.parametrize(
+    ("fmt", "shown"),
+    [
+        ("md", r"(set CUDNN\_ATTR\_MODE\_ \*x\* \[y\] |z|)"),
+        ("rst", r"(set CUDNN\_ATTR\_MODE\_ \*x\* [y] \|z\|)"),
+    ],
+)
+def test_reasons_in_footnotes_are_plain_text(tmp_path: Path, fmt: str, shown: str) -> None:
+    """A reason's markup characters are escaped: `CUDNN_ATTR_MODE_` is no rst reference."""
+    result = _result("b.py", "fail", "9.25.1.1", reason="set CUDNN_ATTR_MODE_ *x* [y] |z|")
+    report = build_report(load_runs([_run(tmp_path, [result])]), link_base=tmp_path)
+    text = render(report, "md" if fmt == "md" else "rst")
+    (line,) = (ln for ln in text.splitlines() if ln.startswith("- [e1]"))
+    assert shown in line

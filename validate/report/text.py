@@ -97,7 +97,7 @@ def case_matrix_lines(report: Report, tablefmt: str = "github") -> list[str]:
             continue
         marks[entry.key] = index = len(marks) + 1
         where = f"`{case}` at {column.label}"
-        why = f" ({entry.reason})" if entry.reason else ""
+        why = f" ({_inline(entry.reason, tablefmt)})" if entry.reason else ""
         text = _folder_text(entry.evidence)
         link = f"[{text}]({href})" if tablefmt == "github" else f"`{text} <{href}>`__"
         if tablefmt != "github":
@@ -123,6 +123,17 @@ def case_matrix_lines(report: Report, tablefmt: str = "github") -> list[str]:
         out += ["Evidence (the case's folder in its run) of each entry that did not pass:", ""]
         out += [*notes, ""]
     return [*out, f"Legend: {MATRIX_LEGEND}", ""]
+
+
+#: Characters that start markup inside running text: Markdown's and reStructuredText's.
+_MARKUP = {"github": "\\`*_[]<>", "rst": "\\`*_|"}
+
+
+def _inline(text: str, tablefmt: str) -> str:
+    """Text (a failure's reason) as plain text in a list item: markup characters escaped, so
+    `CUDNN_ATTR_..._` is no rst reference and `*x*` no emphasis."""
+    special = _MARKUP.get(tablefmt, _MARKUP["rst"])
+    return "".join(f"\\{c}" if c in special else c for c in text)
 
 
 def _folder_text(path: Path | None) -> str:
