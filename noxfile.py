@@ -84,13 +84,18 @@ def base_image(session: nox.Session) -> None:
     session.run("python", "-m", "validate.cli.base_image", *session.posargs)
 
 
+#: `report --link-base` of the committed docs table (tests/unit/test_committed_reports.py too).
+DOCS_LINK_BASE = ("--link-base", "../")
 _FORMATS = {"md": ".md", "rst": ".rst", "json": ".json", "junit": ".junit.xml", "html": ".html"}
 
 
-def _render_all(session: nox.Session, results: list[str], out_dir: Path) -> None:
+def _render_all(
+    session: nox.Session, results: list[str], out_dir: Path, link: tuple[str, ...] = ()
+) -> None:
     """Every report format of one run into out_dir/compat.*; bug reports beside the md."""
     for fmt, suffix in _FORMATS.items():
         extra = ["--bug-reports", str(out_dir / "bug-reports")] if fmt == "md" else []
+        extra += list(link)
         out = ["--format", fmt, "--out", str(out_dir / f"compat{suffix}"), *extra]
         # rendering is not signing off: a "not signed off" verdict (1) still rendered fine
         runs = [a for r in results for a in ("--results", r)]
@@ -123,5 +128,7 @@ def docs_table(session: nox.Session) -> None:
             "usage: nox -s docs_table -- --results RUN_DIR [--results RUN_DIR ...]"
             " (e.g. reports/gpu/<run>/validate)"
         )
-    _render_all(session, runs, Path("reports"))
+    # links from reports/compat.* to the evidence under reports/gpu/: "../" + the path from the
+    # repository root, the same whatever folder a render is written to (the committed-table test)
+    _render_all(session, runs, Path("reports"), DOCS_LINK_BASE)
     Path("reports/DOCS_RUNS").write_text("".join(f"{r}\n" for r in runs), encoding="utf-8")

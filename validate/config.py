@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ConfigError
 from validate.model.axes import AXES, axis_named, parse_value
+from validate.model.outcome import FLAKY_POLICIES
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping, Sequence
 
     from validate.model.matrix import Matrix
+    from validate.model.outcome import FlakyPolicy
 
 __all__ = ["Selectors", "ValidateConfig", "split_list"]
 
@@ -124,6 +126,7 @@ class ValidateConfig:
     results_dir: Path | None = None
     resume: bool = False
     api_logs: bool = True
+    flaky: FlakyPolicy = "block"  # sign-off policy for flaky results (model.outcome)
     known_issues: Path | None = None
     shard: str | None = None  # --shard i/n (plan.shard.ShardSpec): this run's part of the units
     durations: Path | None = None  # --durations: case seconds for --shard (default: history)
@@ -158,6 +161,9 @@ class ValidateConfig:
                 value = Path(value) if value is not None else None
             elif name == "cases":
                 value = tuple(Path(v) for v in value)
+            elif name == "flaky" and value not in FLAKY_POLICIES:
+                msg = f"config: flaky {value!r}: expected one of {', '.join(FLAKY_POLICIES)}"
+                raise ConfigError(msg)
             elif isinstance(value, list):
                 value = tuple(value)
             values[name] = value

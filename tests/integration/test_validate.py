@@ -83,7 +83,9 @@ def test_validate_installs_pins_and_verifies_them(
     for variant in ("graph-graph", "graph-pygraph", "backward", "graph-pygraph-auto"):
         result = results[f"repro_fusion_uid[{variant}]"]
         assert result["outcome"] == "skip", result
-        assert str(result["reason"]).startswith("no NVIDIA driver (graph construction ok")
+        reason = str(result["reason"])
+        assert reason.startswith("no NVIDIA driver: frontend 1.27.0 without a GPU did construct ")
+        assert reason.endswith("graphs; not done: build, execute, compare: need a GPU"), reason
     run_meta = json.loads((run_dir / "run.json").read_text())
     assert run_meta["host"]["source"] == "none"
     assert "finished_at" in run_meta

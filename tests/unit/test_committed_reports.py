@@ -11,10 +11,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # the run folders the committed table was rendered from (written by `nox -s docs_table`)
 DOCS_RUNS = REPO / "reports" / "DOCS_RUNS"
+# the --link-base that `nox -s docs_table` passes (noxfile.py DOCS_LINK_BASE): evidence links are
+# "../" + the path from the repository root, whatever folder the render is written to
+DOCS_LINK_BASE = ("--link-base", "../")
 
 
 @pytest.mark.parametrize(("fmt", "name"), [("md", "compat.md"), ("rst", "compat.rst")])
 def test_committed_table_is_a_fresh_render(tmp_path: Path, fmt: str, name: str) -> None:
+    noxfile = (REPO / "noxfile.py").read_text(encoding="utf-8")
+    assert f"DOCS_LINK_BASE = {DOCS_LINK_BASE!r}".replace("'", '"') in noxfile
     runs = DOCS_RUNS.read_text(encoding="utf-8").split()
     assert runs, "reports/DOCS_RUNS names no run"
     for run in runs:  # committed GPU runs only, each a stored run folder
@@ -24,7 +29,7 @@ def test_committed_table_is_a_fresh_render(tmp_path: Path, fmt: str, name: str) 
     argv = [sys.executable, "-m", "validate", "report"]
     argv += [a for run in runs for a in ("--results", run)]
     proc = subprocess.run(
-        [*argv, "--format", fmt, "--out", str(out)],
+        [*argv, "--format", fmt, "--out", str(out), *DOCS_LINK_BASE],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -146,6 +146,7 @@ def test_junit_properties_per_suite() -> None:
         for p in suite.findall("./properties/property")
     }
     assert props == {
+        "flaky_policy": "block",  # every suite carries the sign-off's flaky policy first
         "ki.KI-9.9_22_0_52.fe-1_27_0.sm100": "not_covered",
         "ki.KI-9.9_24_0_43.fe-1_27_0.sm90": "outside_range",
         "ki.KI-9.9_24_0_43.fe-1_27_0.sm100": "affected",

@@ -1,9 +1,14 @@
-"""The shipped #361 repro's CPU part: real frontend wheels + real libcudnn, no GPU -> graphs built, skip.
+"""The shipped #361 repro's CPU part: real frontend wheels + real libcudnn, no GPU -> a skip that
+says, for the frontend, what it did and what it could not do.
 
 Environments are built once from PyPI with `pip --target` into .cache/ (reused by later runs): the
-frontend wheels 1.26.0 / 1.27.0 (~4 MB each) and libcudnn.so.9 + libcudnn_graph.so.9 taken from the
-nvidia-cudnn-cu13 9.13.1.26 wheel (a ~330 MB download, shared with the environments' wheelhouse
-.cache/wheelhouse/; graph construction and validate() need only those two libraries).
+frontend wheels 1.26.0 / 1.27.0 (~4 MB each), 1.32.0 with its dependencies (nvidia-cutlass-dsl,
+cuda-bindings, cuda-pathfinder, apache-tvm-ffi: ~130 MB of wheels, 625 MB installed), and
+libcudnn.so.9 + libcudnn_graph.so.9 taken from the nvidia-cudnn-cu13 9.13.1.26 wheel (a ~330 MB
+download, shared with the environments' wheelhouse .cache/wheelhouse/; graph construction and
+validate() need only those two libraries). 1.26.0 and 1.27.0 construct and validate every graph;
+1.32.0 constructs them, but its validate() goes through cuda-bindings, whose cuda-pathfinder needs
+the driver library libcuda ("DynamicLibNotFoundError: "cuda" is an NVIDIA driver library").
 """
 
 from __future__ import annotations
@@ -27,7 +32,23 @@ SCRIPT = ROOT / "validate" / "execute" / "resources" / "cases" / "repro_fusion_u
 CACHE = ROOT / ".cache"
 WHEELHOUSE = CACHE / "wheelhouse"
 BACKEND = "9.13.1.26"  # smallest backend wheel that meets the repro's 9.13 floor
-FRONTENDS = ("1.26.0", "1.27.0")
+FRONTENDS = ("1.26.0", "1.27.0", "1.32.0")
+#: Frontends whose wheel needs its dependencies to import (1.32.0: nvidia-cutlass-dsl and more).
+WITH_DEPS = frozenset({"1.32.0"})
+#: Per frontend, the no-GPU stages each graph got through, and what stopped the rest.
+NO_GPU = {
+    "1.26.0": (("construct", "validate"), {}),
+    "1.27.0": (("construct", "validate"), {}),
+    "1.32.0": (
+        ("construct",),
+        {
+            "validate": 'needs the NVIDIA driver (DynamicLibNotFoundError: "cuda" is an NVIDIA '
+            "driver library and can only be found via system search. Ensure the NVIDIA display "
+            "driver is installed.)"
+        },
+    ),
+}
+GPU_ONLY = {"build": "needs a GPU", "execute": "needs a GPU", "compare": "needs a GPU"}
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 pytestmark = [pytest.mark.slow]
@@ -105,7 +126,13 @@ def frontend_env(request: pytest.FixtureRequest) -> tuple[str, Path]:
     target = CACHE / "repro-env" / f"fe-{version}-py{PY}"
     if not (target / "cudnn" / "__init__.py").exists():
         wheel = _wheel("nvidia-cudnn-frontend", version)
-        flags = ["--no-deps", "--no-index", "--only-binary=:all:", "--python-version", PY]
+        flags = ["--no-index", "--only-binary=:all:", "--python-version", PY]
+        if version in WITH_DEPS:  # its dependencies into the wheelhouse first (once)
+            binary = ["--only-binary=:all:", "--python-version", PY, "-d", str(WHEELHOUSE)]
+            _run([*_pip(), "download", "-q", *binary, str(wheel)])
+            flags += ["--find-links", str(WHEELHOUSE)]
+        else:
+            flags.append("--no-deps")
         _run([*_pip(), "install", "-q", *flags, "--target", str(target), str(wheel)])
     return version, target
 
@@ -138,13 +165,29 @@ def test_constructs_graphs_then_skips(
 ) -> None:
     version, site = frontend_env
     rc, lines, result = _repro(["--variant", variant], site, backend_lib, tmp_path)
-    expected = f"VERDICT skip: no NVIDIA driver (graph construction ok: {graphs} graphs built and validated)"
+    done, blocked = NO_GPU[version]
+    did = ", ".join(f"{stage} {graphs}/{graphs}" for stage in done)
+    not_done = [f"{stage}: {why}" for stage, why in blocked.items()]
+    not_done.append("build, execute, compare: need a GPU")
+    expected = (
+        f"VERDICT skip: no NVIDIA driver: frontend {version} without a GPU did {did} graphs; "
+        f"not done: {'; '.join(not_done)}"
+    )
     assert (rc, lines[-1]) == (0, expected), "\n".join(lines)
     assert lines[-2] == "RESULT " + json.dumps(result, sort_keys=True)
     assert (result["frontend"], result["backend"], result["verdict"]) == (version, 91301, "skip")
-    assert [g["stage"] for g in result["graphs"]] == ["validate"] * graphs
+    assert [g["done"] for g in result["graphs"]] == [list(done)] * graphs
+    assert [g["not_done"] for g in result["graphs"]] == [{**blocked, **GPU_ONLY}] * graphs
+    counts = dict.fromkeys(("construct", "validate"), 0) | dict.fromkeys(done, graphs)
+    assert result["no_gpu"] == {
+        "frontend": version,
+        "graphs": graphs,
+        "done": counts,
+        "not_done": {**blocked, **GPU_ONLY},
+    }
+    assert result["first_error"] is None
     stages = [line for line in lines if line.startswith("STAGE ")]
-    assert len(stages) == 2 * graphs
+    assert len(stages) == 2 * graphs  # construct and validate were tried for every graph
 
 
 def test_explicit_uids_are_set(

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_CODES",
     "OneLineParser",
+    "add_flaky_option",
     "add_run_options",
     "add_selector_args",
     "build_parser",
@@ -168,6 +169,20 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
         dest="api_logs",
         action="store_false",
         help="do not re-run failures with FE/BE API logging (default: re-run once with logs)",
+    )
+
+
+def add_flaky_option(group: argparse._ActionsContainer) -> None:
+    """--flaky, shared by `validate` and `report`: the sign-off policy for flaky results."""
+    from validate.model.outcome import FLAKY_POLICIES
+
+    group.add_argument(
+        "--flaky",
+        choices=FLAKY_POLICIES,
+        default="block",
+        help="a result that did not pass but passed on a re-run (the API-log re-run or --reruns) "
+        "is flaky (≈, its own sign-off section): block withholds sign-off as its first outcome "
+        "would, warn lists it without blocking (default: %(default)s)",
     )
 
 

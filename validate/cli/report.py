@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from validate.cli import add_selector_args, writable_dir, writable_file
+from validate.cli import add_flaky_option, add_selector_args, writable_dir, writable_file
 from validate.config import Selectors
 from validate.errors import ConfigError
 from validate.judge.signoff import summary
@@ -95,6 +95,8 @@ def _handle(args: argparse.Namespace) -> int:
         ),
         baseline=baseline,
         link_base=out.parent if out else Path.cwd(),
+        link_prefix=args.link_base,
+        flaky=args.flaky,
     )
     text = render(report, _format(args))
     if out is None:
@@ -162,5 +164,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="FILE",
         help="known-issues TOML (default: the run's snapshot, else matrix/known_issues.toml)",
     )
+    parser.add_argument(
+        "--link-base",
+        metavar="PREFIX",
+        help="links to logs and evidence folders are PREFIX + the path from the current folder, "
+        "e.g. https://host/repo/-/blob/main/ or ../ for a page one folder down "
+        "(default: relative to the --out folder)",
+    )
+    add_flaky_option(parser)
     add_selector_args(parser)
     parser.set_defaults(func=_handle)

@@ -7,7 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from validate.cli import add_run_options, add_selector_args, split_list, writable_dir
+from validate.cli import (
+    add_flaky_option,
+    add_run_options,
+    add_selector_args,
+    split_list,
+    writable_dir,
+)
 from validate.config import Selectors
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS
@@ -120,6 +126,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     )
     run = parser.add_argument_group("running")
     add_run_options(run)
+    add_flaky_option(run)
     run.add_argument("--results", type=Path, metavar="DIR", help="run folder")
     run.add_argument("--resume", action="store_true", help="complete the run in --results DIR")
     run.add_argument(
@@ -205,6 +212,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         results_dir=args.results,
         resume=args.resume,
         api_logs=args.api_logs,
+        flaky=args.flaky,
         known_issues=args.known_issues,
         shard=args.shard,
         durations=args.durations,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-__all__ = ["ExecResult", "classify", "classify_exception", "signal_name"]
+__all__ = ["ExecResult", "classify", "classify_exception", "poisoned_at", "signal_name"]
 
 #: CUDA errors that poison the context: the process is as good as dead (DOMAIN.md §6).
 _POISON: Final = re.compile(
@@ -123,22 +124,69 @@ def _classify_notebook(run: ExecResult, report: Mapping[str, Any]) -> tuple[Outc
             return Outcome.ERROR, f"notebook runner: {ename}: {evalue}"[:400]
 
 
-def _own_verdict(verdict: tuple[Outcome, str]) -> tuple[Outcome, str]:
-    """A script's own fail verdict that names a context-poisoning CUDA error is still a crash
-    (e.g. the repro catches `illegal memory access` to say which graph it was in)."""
+def _own_verdict(verdict: tuple[Outcome, str], tail: str = "") -> tuple[Outcome, str]:
+    """A script's own pass or fail verdict is still a crash when a context-poisoning CUDA error
+    shows anywhere in the script: in its reason (the repro catches `illegal memory access` to say
+    which graph it was in) or in its output (an error printed, or kept in its RESULT JSON, while
+    a later one - "cudnnHandle Destroy failed" at teardown - became the reason)."""
     outcome, reason = verdict
-    if outcome is Outcome.FAIL and _POISON.search(reason):
+    if outcome not in (Outcome.FAIL, Outcome.PASS):
+        return verdict
+    if _POISON.search(reason):
         return Outcome.CRASH, f"CUDA context poisoned: {reason}"
-    return verdict
+    where = poisoned_at(tail)
+    if where is None:
+        return verdict
+    said = f"; the script said {outcome}" + (f": {reason}" if reason else "")
+    return Outcome.CRASH, f"CUDA context poisoned: {where}{said}"[:600]
+
+
+def poisoned_at(tail: str) -> str | None:
+    """Where a script's output shows a context-poisoning CUDA error: the first error its last
+    `RESULT <json>` line records (`first_error`, else a graph's `error`), else the first output
+    line that names one; None when there is none."""
+    for line in reversed(tail.splitlines()):
+        if line.startswith("RESULT "):
+            found = _poisoned_result(line.removeprefix("RESULT "))
+            if found is not None:
+                return found
+            break
+    for line in _ANSI.sub("", tail).splitlines():
+        if _POISON.search(line):
+            return line.strip()[:300]
+    return None
+
+
+def _poisoned_result(text: str) -> str | None:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    graphs = data.get("graphs")
+    records = [data.get("first_error"), *(graphs if isinstance(graphs, list) else [])]
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        error = str(record.get("error") or "")
+        if not _POISON.search(error):
+            continue
+        first = error.strip().splitlines()[0]
+        graph, stage = record.get("graph"), record.get("stage")
+        if graph and stage and not first.startswith(str(graph)):
+            return f"{graph} failed at {stage}: {first}"
+        return first
+    return None
 
 
 def _classify_script(run: ExecResult, report: Mapping[str, Any] | None) -> tuple[Outcome, str]:
     if isinstance(run.result_file, str):
         return Outcome.ERROR, run.result_file
     if run.result_file is not None:
-        return _own_verdict(run.result_file)
+        return _own_verdict(run.result_file, run.tail)
     if run.verdict is not None:
-        return _own_verdict(run.verdict)
+        return _own_verdict(run.verdict, run.tail)
     exc = (report or {}).get("exception")
     if exc:
         return classify_exception(

@@ -7,6 +7,9 @@ Expectations (documented policy):
 * fail, crash, timeout -> regression, exit 1.
 * error -> the harness or environment broke, so nothing was proven: not signed off, exit 1, but
   listed as "infra errors", separate from product regressions.
+* A non-pass that passed on a re-run (the API-log re-run, or one of --reruns) is *flaky*: listed
+  in its own section, never among the regressions or infra errors. `--flaky block` (the default)
+  still withholds sign-off for it, `--flaky warn` only lists it; the verdict line names the policy.
 * With a baseline: a case that passed before and now fails is a *new failure*; one that passed and
   is now skipped (e.g. "graph not supported") is *supported -> unsupported*, a regression although
   nothing crashed.
@@ -26,6 +29,7 @@ from validate.model.results import axis_value, cell_label, is_bad, result_key
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from validate.model.outcome import FlakyPolicy
     from validate.model.results import CaseResult
 
 __all__ = [
@@ -35,6 +39,8 @@ __all__ = [
     "Verdict",
     "compare",
     "decide",
+    "passed_on_rerun",
+    "rerun_note",
     "summary",
 ]
 
@@ -92,33 +98,73 @@ class Verdict:
     regressions: tuple[CaseResult, ...]  # unexpected fail / crash / timeout
     errors: tuple[CaseResult, ...]  # infra: the environment or harness broke
     notices: tuple[CaseResult, ...]  # xpass: a known issue did not reproduce ("fixed?")
-    flaky: tuple[CaseResult, ...]
+    flaky: tuple[CaseResult, ...]  # a non-pass that passed on a re-run (passed_on_rerun)
     baseline: BaselineDiff | None = None
+    flaky_policy: FlakyPolicy = "block"
+
+    @property
+    def flaky_blocks(self) -> bool:
+        return bool(self.flaky) and self.flaky_policy == "block"
 
     @property
     def blocking_transitions(self) -> tuple[Transition, ...]:
         if self.baseline is None:
             return ()
-        return tuple(t for t in self.baseline.transitions if t.kind in BLOCKING)
+        return tuple(
+            t
+            for t in self.baseline.transitions
+            if t.kind in BLOCKING
+            and not (
+                self.flaky_policy == "warn" and t.after is not None and passed_on_rerun(t.after)
+            )
+        )
 
     @property
     def signed_off(self) -> bool:
-        return not (self.regressions or self.errors or self.blocking_transitions)
+        return not (
+            self.regressions or self.errors or self.blocking_transitions or self.flaky_blocks
+        )
 
     @property
     def exit_code(self) -> int:
         return 0 if self.signed_off else 1
 
 
-def decide(results: Sequence[CaseResult], baseline: Sequence[CaseResult] | None = None) -> Verdict:
-    """The sign-off verdict for merged results, optionally compared with a baseline run."""
+def passed_on_rerun(result: CaseResult) -> bool:
+    """A flaky result: its outcome is not a pass (fail, crash, timeout, error) and a re-run of it
+    passed. The runner records every attempt's outcome, the first run first."""
+    return not policy(result.outcome).good and "pass" in result.attempts[1:]
+
+
+def rerun_note(result: CaseResult) -> str:
+    """`fail, then pass on the API-log re-run (attempts fail/pass)`: which re-run passed."""
+    attempts = "/".join(result.attempts)
+    # the runner's first re-run is the one with API logs when it kept them (runner.run_case)
+    which = (
+        "the API-log re-run"
+        if result.attempts[1:2] == ("pass",) and result.api_logs
+        else "a re-run"
+    )
+    return f"{result.outcome}, then pass on {which} (attempts {attempts})"
+
+
+def decide(
+    results: Sequence[CaseResult],
+    baseline: Sequence[CaseResult] | None = None,
+    *,
+    flaky: FlakyPolicy = "block",
+) -> Verdict:
+    """The sign-off verdict for merged results, optionally compared with a baseline run. A flaky
+    result is in `flaky` only; `flaky` (the policy) says whether it withholds sign-off."""
+    steady = [r for r in results if not passed_on_rerun(r)]
     return Verdict(
         counts=dict(sorted(Counter(str(r.outcome) for r in results).items())),
-        regressions=tuple(r for r in results if is_bad(r)),
-        errors=tuple(r for r in results if policy(r.outcome).infra),
+        regressions=tuple(r for r in steady if is_bad(r)),
+        errors=tuple(r for r in steady if policy(r.outcome).infra),
         notices=tuple(r for r in results if policy(r.outcome).status == "xpass"),
-        flaky=tuple(r for r in results if r.flaky),
+        flaky=tuple(r for r in results if passed_on_rerun(r)),
         baseline=None if baseline is None else compare(results, baseline),
+        flaky_policy=flaky,
     )
 
 
@@ -217,7 +263,7 @@ def summary(verdict: Verdict, *, limit: int = 8) -> str:
     """A one-screen summary: verdict line, counts, then each list capped at `limit` lines."""
     counts = ", ".join(f"{n} {k}" for k, n in verdict.counts.items()) or "no results"
     head = "SIGNED OFF" if verdict.signed_off else "NOT SIGNED OFF"
-    out = [f"{head}: {counts}"]
+    out = [f"{head}: {counts} (flaky: {verdict.flaky_policy})"]
     out += _section(
         "regressions (unexpected fail/crash/timeout)",
         [_line(r, r.ki_note) for r in sorted(verdict.regressions, key=_sort)],
@@ -226,6 +272,12 @@ def summary(verdict: Verdict, *, limit: int = 8) -> str:
     out += _section(
         "infra errors (environment/harness, not the product)",
         [_line(r) for r in verdict.errors],
+        limit,
+    )
+    effect = "blocks sign-off" if verdict.flaky_policy == "block" else "does not block"
+    out += _section(
+        f"≈ flaky: failed, then passed on a re-run (--flaky {verdict.flaky_policy}: {effect})",
+        [_line(r, rerun_note(r)) for r in sorted(verdict.flaky, key=_sort)],
         limit,
     )
     if verdict.baseline is not None:
@@ -237,11 +289,6 @@ def summary(verdict: Verdict, *, limit: int = 8) -> str:
     out += _section(
         "notices: xpass (known issue did not reproduce — fixed?)",
         [_line(r, r.known_issue or "") for r in verdict.notices],
-        limit,
-    )
-    out += _section(
-        "flaky (outcome changed on rerun)",
-        [_line(r, "/".join(r.attempts)) for r in verdict.flaky],
         limit,
     )
     return "\n".join(out)

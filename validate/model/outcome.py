@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BAD_OUTCOMES",
+    "FLAKY_POLICIES",
     "POLICY",
+    "FlakyPolicy",
     "JUnitElement",
     "Outcome",
     "OutcomePolicy",
@@ -48,6 +50,10 @@ class Outcome(StrEnum):
 #: A compatibility-table cell's class (also the HTML page's colour and `st-` CSS class), worst
 #: first: a cell takes the first status that any of its results has.
 Status = Literal["regression", "error", "known", "xpass", "pass", "skip"]
+#: What sign-off does with a flaky result (a non-pass that passed on a re-run): `block` counts it
+#: against sign-off like the outcome it first had, `warn` lists it without blocking.
+FlakyPolicy = Literal["block", "warn"]
+FLAKY_POLICIES: Final[tuple[FlakyPolicy, ...]] = ("block", "warn")
 #: The child element of a JUnit <testcase>; a passed case has none.
 JUnitElement = Literal["failure", "error", "skipped"]
 

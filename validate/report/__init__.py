@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, get_args
+from urllib.parse import quote
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from validate.judge.known_issues import KnownIssue
     from validate.judge.signoff import Verdict
+    from validate.report.case_matrix import CaseMatrix
     from validate.report.ki_table import KITable
     from validate.report.model import RunInfo, RunSet
     from validate.report.table import CompatTable
@@ -35,9 +37,24 @@ class Report:
     table: CompatTable
     verdict: Verdict
     ki_table: KITable  # the known-issues section (report/ki_table.py)
+    cases: CaseMatrix | None = None  # the case x cell matrix (report/case_matrix.py)
     known_issues: tuple[KnownIssue, ...] = ()
     baseline_runs: tuple[RunInfo, ...] = ()
     link_base: Path | None = None  # folder of the output file; log links are made relative to it
+    #: `report --link-base`: links are this prefix + the path relative to the current directory
+    link_prefix: str | None = None
+
+    def href(self, path: Path | None) -> str | None:
+        """A link to a file or folder: --link-base + its path from the current directory; else
+        relative to the output file's folder; else an absolute file:// URI."""
+        if path is None:
+            return None
+        if self.link_prefix is not None:
+            rel = os.path.relpath(path.resolve(), Path.cwd().resolve()).replace(os.sep, "/")
+            return self.link_prefix + quote(rel)
+        if self.link_base is None:
+            return path.resolve().as_uri()
+        return quote(os.path.relpath(path.resolve(), self.link_base.resolve()).replace(os.sep, "/"))
 
 
 def render(report: Report, fmt: Format) -> str:

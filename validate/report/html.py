@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import quote
 
 from validate.judge.signoff import summary
 from validate.model.outcome import policy
+from validate.report.case_matrix import MATRIX_LEGEND
 from validate.report.ki_table import KI_LEGEND, KI_SYMBOLS, KIState
 from validate.report.model import cell_label, result_key
 from validate.report.text import LEGEND, provenance_lines
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from validate.report import Report
     from validate.report.ki_table import KITable
     from validate.report.model import StoredResult
@@ -26,6 +23,7 @@ __all__ = ["render_html"]
 _COLOURS: Final = {
     "regression": ("#d73a49", "regression: fail / crash / timeout"),
     "error": ("#e36209", "infra error (environment or harness)"),
+    "flaky": ("#b392f0", "≈ flaky: did not pass, then passed on a re-run"),
     "known": ("#f9c513", "known issue reproduced (xfail)"),
     "xpass": ("#79b8ff", "xpass: known issue did not reproduce (fixed?)"),
     "pass": ("#34d058", "all ran cases passed"),
@@ -105,24 +103,16 @@ _JS = """
 """
 
 
-def _href(path: Path | None, base: Path | None) -> str | None:
-    if path is None:
-        return None
-    if base is None:
-        return path.resolve().as_uri()
-    return quote(os.path.relpath(path.resolve(), base.resolve()).replace(os.sep, "/"))
-
-
 def _rank(item: StoredResult) -> int:
     """Worst first in a drill-down."""
     return policy(item.result.outcome).rank
 
 
-def _result(item: StoredResult, base: Path | None) -> dict[str, Any]:
+def _result(item: StoredResult, report: Report) -> dict[str, Any]:
     r = item.result
     logs = []
     for name, recorded in (("output", r.log_path), *sorted(r.api_logs.items())):
-        href = _href(item.resolve(recorded), base)
+        href = report.href(item.resolve(recorded))
         if href is not None:
             logs.append({"name": name, "href": href})
     return {
@@ -176,6 +166,37 @@ def _ki_section(ki: KITable) -> str:
     )
 
 
+def _case_matrix(report: Report) -> str:
+    """Cases x cells; an entry that did not pass links to its evidence folder."""
+    matrix = report.cases
+    if matrix is None or not matrix.cases:
+        return "<p>No results.</p>"
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in matrix.headers())
+    rows = []
+    for case in matrix.cases:
+        tds = f"<th>{html.escape(case)}</th>"
+        for column in matrix.columns:
+            entry = matrix.entry(case, column)
+            if entry is None:
+                tds += '<td class="st-empty">—</td>'
+                continue
+            text = html.escape(entry.text)
+            href = None if entry.passed else report.href(entry.evidence)
+            if href is not None:
+                text = f'<a href="{html.escape(href)}">{text}</a>'
+            tip = f' title="{html.escape(entry.reason)}"' if entry.reason else ""
+            colour = _COLOURS.get(entry.status, _COLOURS["empty"])[0]
+            tds += f'<td class="st-{entry.status}"{tip} style="background:{colour}">{text}</td>'
+        rows.append(f"<tr>{tds}</tr>")
+    scope = ", ".join(matrix.common)
+    scope = f"<p>{html.escape('In every column: ' + scope)}</p>" if scope else ""
+    return (
+        f'{scope}<table class="matrix cases"><thead><tr>{head}</tr></thead><tbody>'
+        f"{''.join(rows)}</tbody></table><p>{html.escape(MATRIX_LEGEND)}; an entry that did not "
+        "pass links to its evidence folder.</p>"
+    )
+
+
 def render_html(report: Report) -> str:
     """Render the page; all data is inline JSON, all styling and script inline."""
     table = report.table
@@ -202,7 +223,7 @@ def render_html(report: Report) -> str:
         rows.append(f"<tr>{tds}</tr>")
     data = {
         "cells": cells,
-        "results": [_result(item, report.link_base) for item in report.runs.items],
+        "results": [_result(item, report) for item in report.runs.items],
         "colours": {k: v[0] for k, v in _COLOURS.items()},
     }
     # "<" as \u003c: no "</script" or "<!--" can end or confuse the data block
@@ -229,6 +250,8 @@ def render_html(report: Report) -> str:
 <p>{html.escape(LEGEND)}</p>
 <ul class="notes">{notes}</ul>
 <div id="detail">Click a cell for its results.</div>
+<h2>Cases</h2>
+{_case_matrix(report)}
 <h2>Known issues</h2>
 {_ki_section(report.ki_table)}
 <h2>Sign-off</h2>

@@ -9,10 +9,15 @@ Top-level object:
 ``table``       {headers: [str], rows: [{key: [str], cells: [cell]}]} where cell is
                 {text, status, counts: {outcome: n}, affected: [KI id], fixed: [{fixed_in, id}],
                 notes: [footnote index], results: [result key]}; status is one of
-                regression, error, known, xpass, pass, skip, empty
+                regression, error, flaky, known, xpass, pass, skip, empty
 ``footnotes``   list of {index, kind: skip|error, reason, count}
+``case_matrix`` {common: [axis label], columns: [{cell_id, cell: {axis: value}, label}],
+                rows: [{case, cells: [null | entry]}]} (one entry per column, null: not run), entry =
+                {key, outcome, status, flaky, text, reason, evidence}; evidence is the link to the
+                case's folder (as --link-base makes it) or null
 ``verdict``     {signed_off, exit_code, counts: {outcome: n}, regressions: [key], errors: [key],
-                notices: [key], flaky: [key], baseline: null | {changed_axes: [axis],
+                notices: [key], flaky: [key], flaky_policy: block|warn, flaky_blocks: bool,
+                baseline: null | {changed_axes: [axis],
                 transitions: [{kind, key, before, after, note}]}}; before/after are outcomes or null;
                 kind is new_failure, unsupported, new_error, new_pass, ki_fixed, still_failing, missing
 ``known_issues`` list of {id, title, backend, frontend, archs, cases, fixed_in, declared, cells}:
@@ -21,7 +26,11 @@ Top-level object:
                 evidence: [result key]}; state is affected, outside_range, fixed, not_reproduced or
                 not_covered (report/ki_table.py says when each applies)
 ``known_issue_states`` list of {state, symbol, meaning}, the legend of those states
-``results``     list of CaseResult dicts (validate.model.results schema) plus ``key``, ``cell_label``, ``run_dir``
+``results``     list of CaseResult dicts (validate.model.results schema) plus ``key``, ``cell_label``,
+                ``run_dir``, ``passed_on_rerun`` (a flaky result: not a pass, then a pass on a re-run)
+
+``verdict.flaky`` lists the results that passed on a re-run; they are in neither ``regressions``
+nor ``errors``. With ``flaky_policy`` block they withhold sign-off (``flaky_blocks`` true).
 
 A result key is ``<cell_id>::<case>``. Readers must ignore unknown keys (additions keep v1).
 """
@@ -31,6 +40,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.judge.signoff import passed_on_rerun
 from validate.judge.suggest import spec_text
 from validate.report.ki_table import KI_LEGEND, KI_SYMBOLS
 from validate.report.model import cell_label, natural_key, result_key
@@ -79,6 +89,8 @@ def _verdict(verdict: Verdict) -> dict[str, Any]:
         "errors": _keys(verdict.errors),
         "notices": _keys(verdict.notices),
         "flaky": _keys(verdict.flaky),
+        "flaky_policy": verdict.flaky_policy,
+        "flaky_blocks": verdict.flaky_blocks,
         "baseline": baseline,
     }
 
@@ -117,6 +129,38 @@ def _ki(row: KITableRow) -> dict[str, Any]:
     }
 
 
+def _case_matrix(report: Report) -> dict[str, Any]:
+    matrix = report.cases
+    if matrix is None:
+        return {"common": [], "columns": [], "rows": []}
+    rows = []
+    for case in matrix.cases:
+        cells: list[dict[str, Any] | None] = []
+        for column in matrix.columns:
+            entry = matrix.entry(case, column)
+            cells.append(
+                None
+                if entry is None
+                else {
+                    "key": entry.key,
+                    "outcome": entry.outcome,
+                    "status": entry.status,
+                    "flaky": entry.flaky,
+                    "text": entry.text,
+                    "reason": entry.reason,
+                    "evidence": report.href(entry.evidence),
+                }
+            )
+        rows.append({"case": case, "cells": cells})
+    return {
+        "common": list(matrix.common),
+        "columns": [
+            {"cell_id": c.ident, "cell": dict(c.cell), "label": c.label} for c in matrix.columns
+        ],
+        "rows": rows,
+    }
+
+
 def report_dict(report: Report) -> dict[str, Any]:
     """The v1 document as plain data (what render_json serialises)."""
     table = report.table
@@ -148,6 +192,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             {"index": n.index, "kind": n.kind, "reason": n.reason, "count": n.count}
             for n in table.footnotes
         ],
+        "case_matrix": _case_matrix(report),
         "verdict": _verdict(report.verdict),
         "known_issues": [_ki(row) for row in report.ki_table.rows],
         "known_issue_states": [
@@ -160,6 +205,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "key": result_key(item.result),
                 "cell_label": cell_label(item.result),
                 "run_dir": str(item.run.path),
+                "passed_on_rerun": passed_on_rerun(item.result),
             }
             for item in report.runs.items
         ],

@@ -2,6 +2,12 @@
 
 Each testsuite carries <properties>: the known-issue state of its backend x frontend x arch, one
 property per known issue, e.g. `ki.KI-1.9_24_0_43.fe-1_27_0.sm90` = `affected` (report/ki_table.py).
+
+A flaky testcase (not a pass, then a pass on a re-run) carries the properties `flaky` = `true` and
+`attempts` = `fail/pass`. With `--flaky block` it keeps its <failure> (or <error>); with `--flaky
+warn` it is a passed testcase holding a <flakyFailure> (or <flakyError>), as Maven Surefire writes
+reruns that passed, so Jenkins shows it as flaky and counts it as passed. Each <testsuite>
+carries the policy: property `flaky_policy` = `block` or `warn`.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 from validate._compat import assert_never
 from validate.judge.known_issues import result_pins
+from validate.judge.signoff import passed_on_rerun
 from validate.judge.suggest import normal_arch
 from validate.model.axes import REGISTRY
 from validate.model.outcome import policy
@@ -20,7 +27,7 @@ from validate.textsafe import redact
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from validate.model.outcome import JUnitElement
+    from validate.model.outcome import FlakyPolicy, JUnitElement
     from validate.model.results import CaseResult
     from validate.report import Report
     from validate.report.ki_table import KITable
@@ -70,7 +77,7 @@ def classname(r: CaseResult) -> str:
     return ".".join(parts)
 
 
-def _testcase(parent: ET.Element, item: StoredResult) -> str:
+def _testcase(parent: ET.Element, item: StoredResult, flaky: FlakyPolicy) -> str:
     r = item.result
     case = ET.SubElement(
         parent, "testcase", name=r.case, classname=classname(r), time=f"{r.duration_s:.3f}"
@@ -78,6 +85,17 @@ def _testcase(parent: ET.Element, item: StoredResult) -> str:
     reason = _clean(r.reason or str(r.outcome))
     rule = policy(r.outcome)
     element = rule.junit
+    if passed_on_rerun(r):
+        props = ET.SubElement(case, "properties")
+        ET.SubElement(props, "property", name="flaky", value="true")
+        ET.SubElement(props, "property", name="attempts", value="/".join(r.attempts))
+        if flaky == "warn" and element in ("failure", "error"):
+            tag = "flakyFailure" if element == "failure" else "flakyError"
+            ET.SubElement(case, tag, message=reason, type=str(r.outcome)).text = _clean(
+                r.tail or reason
+            )
+            ET.SubElement(case, "system-out").text = _text(item)
+            return _COUNTERS[None]
     match element:
         case "failure":
             ET.SubElement(case, "failure", message=reason, type=str(r.outcome)).text = _clean(
@@ -98,8 +116,11 @@ def _testcase(parent: ET.Element, item: StoredResult) -> str:
     return _COUNTERS[element]
 
 
-def _properties(suite: ET.Element, ki: KITable, result: CaseResult) -> None:
-    """The known-issue states of the suite's backend x frontend x arch, one property per issue."""
+def _properties(suite: ET.Element, ki: KITable, result: CaseResult, flaky: FlakyPolicy) -> None:
+    """The sign-off's flaky policy, then the known-issue states of the suite's backend x frontend
+    x arch, one property per issue."""
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="flaky_policy", value=flaky)
     p = result_pins(result)
     key = (p["backend"] or "?", p["frontend"] or "?", normal_arch(p["arch"]) or "?")
     index = next(
@@ -107,7 +128,6 @@ def _properties(suite: ET.Element, ki: KITable, result: CaseResult) -> None:
     )
     if index is None or not ki.rows:
         return
-    props = ET.SubElement(suite, "properties")
     for row in ki.rows:
         cell = row.cells[index]
         name = _clean(f"ki.{row.issue.id}.{cell.column.junit}")
@@ -124,10 +144,10 @@ def render_junit(report: Report) -> str:
     total_time = 0.0
     for label, items in suites.items():
         suite = ET.SubElement(root, "testsuite", name=label)
-        _properties(suite, report.ki_table, items[0].result)
+        _properties(suite, report.ki_table, items[0].result, report.verdict.flaky_policy)
         counts = {"tests": len(items), "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
         for item in items:
-            counts[_testcase(suite, item)] += 1
+            counts[_testcase(suite, item, report.verdict.flaky_policy)] += 1
         time = sum(i.result.duration_s for i in items)
         total_time += time
         for key in totals:

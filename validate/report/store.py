@@ -12,11 +12,13 @@ from validate.judge.known_issues import load_known_issues
 from validate.judge.signoff import decide
 from validate.model.results import CaseResult, load_results
 from validate.report import Report
+from validate.report.case_matrix import build_case_matrix
 from validate.report.ki_table import build_ki_table
 from validate.report.model import (
     RunInfo,
     RunSet,
     StoredResult,
+    is_bad,
     merge_runs,
     result_key,
 )
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from validate.judge.known_issues import KnownIssue
+    from validate.model.outcome import FlakyPolicy
     from validate.report.model import Prefer
 
 __all__ = [
@@ -120,16 +123,21 @@ def build_report(
     known_issues: Sequence[KnownIssue] = (),
     baseline: RunSet | None = None,
     link_base: Path | None = None,
+    link_prefix: str | None = None,
+    flaky: FlakyPolicy = "block",
 ) -> Report:
-    """Tables + verdict for merged runs (and an optional baseline)."""
+    """Tables + verdict for merged runs (and an optional baseline); `flaky` is the sign-off policy
+    for results that passed on a re-run, `link_prefix` the --link-base of evidence links."""
     return Report(
         runs=runs,
         table=build_table(runs.items, pivot, known_issues),
-        verdict=decide(runs.results, None if baseline is None else baseline.results),
+        cases=build_case_matrix(runs.items),
+        verdict=decide(runs.results, None if baseline is None else baseline.results, flaky=flaky),
         ki_table=build_ki_table(runs.items, known_issues),
         known_issues=tuple(known_issues),
         baseline_runs=() if baseline is None else baseline.runs,
         link_base=link_base,
+        link_prefix=link_prefix,
     )
 
 
@@ -138,7 +146,8 @@ def bug_report_items(
 ) -> list[tuple[StoredResult, CaseResult | None]]:
     by_key = {result_key(item.result): item for item in report.runs.items}
     items: list[tuple[StoredResult, CaseResult | None]] = [
-        (by_key[result_key(r)], None) for r in report.verdict.regressions
+        (by_key[result_key(r)], None)
+        for r in (*report.verdict.regressions, *(f for f in report.verdict.flaky if is_bad(f)))
     ]
     if baseline is not None:
         items += [

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from validate._compat import assert_never
 from validate.errors import ConfigError
+from validate.judge.signoff import passed_on_rerun
 from validate.model.outcome import POLICY, Status, policy
+from validate.report.case_matrix import FLAKY_SYMBOL
 from validate.report.model import (
     AXIS_TITLES,
     PSEUDO_AXES,
@@ -31,14 +33,32 @@ if TYPE_CHECKING:
 
 __all__ = ["CellStatus", "CompatTable", "Footnote", "Pivot", "TableCell", "build_table"]
 
-CellStatus = Literal["regression", "error", "known", "xpass", "pass", "skip", "empty"]
+CellStatus = Literal["regression", "error", "flaky", "known", "xpass", "pass", "skip", "empty"]
+#: A result's segment: its outcome's status, or "flaky" for a non-pass that passed on a re-run.
+Segment = Literal[Status, "flaky"]
 _MAX_REASON = 110
-#: The order of a cell's segments, e.g. "✕ 1/4 · ! 1 error [2] · ? 1 xpass · 2 skip [1]".
-_SEGMENTS: Final[tuple[Status, ...]] = ("regression", "error", "known", "pass", "xpass", "skip")
-#: A cell takes the first status any of its results has (Status lists them worst first).
-_PRECEDENCE: Final[tuple[Status, ...]] = get_args(Status)
+#: The order of a cell's segments, e.g. "✕ 1/4 · ! 1 error [2] · ≈ 1/4 flaky · 2 skip [1]".
+_SEGMENTS: Final[tuple[Segment, ...]] = (
+    "regression",
+    "error",
+    "flaky",
+    "known",
+    "pass",
+    "xpass",
+    "skip",
+)
+#: A cell takes the first status any of its results has (worst first; flaky after error).
+_PRECEDENCE: Final[tuple[Segment, ...]] = (
+    "regression",
+    "error",
+    "flaky",
+    *(s for s in get_args(Status) if s not in ("regression", "error")),
+)
 #: One symbol per status (check_policy keeps the outcomes of a status on one symbol).
-_SYMBOLS: Final[Mapping[Status, str]] = {p.status: p.symbol for p in POLICY.values()}
+_SYMBOLS: Final[Mapping[Segment, str]] = {
+    **{p.status: p.symbol for p in POLICY.values()},
+    "flaky": FLAKY_SYMBOL,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,10 +200,10 @@ def _cell(
     note_counts: Counter[tuple[str, str]],
 ) -> TableCell:
     counts = Counter(str(r.outcome) for r in results)
-    statuses = Counter(policy(r.outcome).status for r in results)
+    statuses = Counter(_segment_of(r) for r in results)
     marks: dict[str, list[int]] = {"skip": [], "error": []}
     for r in results:
-        if (status := policy(r.outcome).status) in marks:
+        if (status := _segment_of(r)) in marks:
             key = (status, _short(r.reason))
             index = notes.setdefault(key, len(notes) + 1)
             note_counts[key] += 1
@@ -208,9 +228,13 @@ def _cell(
     )
 
 
+def _segment_of(result: CaseResult) -> Segment:
+    return "flaky" if passed_on_rerun(result) else policy(result.outcome).status
+
+
 def _segment(
-    status: Status,
-    statuses: Counter[Status],
+    status: Segment,
+    statuses: Counter[Segment],
     total: int,
     marks: Mapping[str, Sequence[int]],
     affected: Sequence[str],
@@ -220,12 +244,15 @@ def _segment(
     match status:
         case "regression":
             text = f"{n}/{total}" if n else ""
+        case "flaky":
+            text = f"{n}/{total} flaky" if n else ""
         case "error" | "skip":
             text = f"{n} {status} {_marks(marks[status])}" if n else ""
         case "known":
             text = f"affected ({', '.join(affected)})" if affected else ""
-        case "pass":  # the count of passes says nothing next to a regression or error
-            text = str(n) if n and not (statuses["regression"] or statuses["error"]) else ""
+        case "pass":  # the count of passes says nothing next to a k/n of regressions or flakes
+            hidden = statuses["regression"] or statuses["error"] or statuses["flaky"]
+            text = str(n) if n and not hidden else ""
         case "xpass":
             text = f"{n} xpass" if n else ""
         case _:

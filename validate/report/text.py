@@ -7,17 +7,21 @@ from typing import TYPE_CHECKING, Any
 from tabulate import tabulate
 
 from validate.judge.signoff import summary
+from validate.report.case_matrix import MATRIX_LEGEND
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from pathlib import Path
 
     from validate.report import Report
+    from validate.report.case_matrix import CaseMatrix
     from validate.report.ki_table import KITable
     from validate.report.model import RunInfo
     from validate.report.table import CompatTable
 
 __all__ = [
     "LEGEND",
+    "case_matrix_lines",
     "ki_lines",
     "ki_table_text",
     "provenance_lines",
@@ -29,8 +33,8 @@ __all__ = [
 LEGEND = (
     "✓ n: passed · ✕ k/n: k of n failed, crashed or timed out · ! error: environment or harness "
     "broke · ⚠ affected (KI): known issue reproduced · ? xpass: known issue did not reproduce "
-    "(fixed?) · skip [i]: see footnote i · fixed in V (KI): known issue fixed from backend V · "
-    "—: not run"
+    "(fixed?) · ≈ k/n flaky: k of n did not pass, then passed on a re-run · skip [i]: see "
+    "footnote i · fixed in V (KI): known issue fixed from backend V · —: not run"
 )
 _PROVENANCE_KEYS = (
     "provenance",
@@ -79,6 +83,67 @@ def ki_lines(ki: KITable, tablefmt: str = "github") -> list[str]:
     return out
 
 
+def case_matrix_lines(report: Report, tablefmt: str = "github") -> list[str]:
+    """The case x cell matrix below its heading: scope, table (each entry that did not pass marked
+    [eN]), the evidence folder of each mark (a Markdown link, or `text <href>` in rst), legend."""
+    matrix: CaseMatrix | None = report.cases
+    if matrix is None or not matrix.cases:
+        return ["No results.", ""]
+    marks: dict[str, int] = {}
+    notes: list[str] = []
+    for case, column, entry in matrix.unpassed():
+        href = report.href(entry.evidence)
+        if href is None:
+            continue
+        marks[entry.key] = index = len(marks) + 1
+        where = f"`{case}` at {column.label}"
+        why = f" ({_inline(entry.reason, tablefmt)})" if entry.reason else ""
+        text = _folder_text(entry.evidence)
+        link = f"[{text}]({href})" if tablefmt == "github" else f"`{text} <{href}>`__"
+        if tablefmt != "github":
+            where = f"``{case}`` at {column.label}"
+        notes.append(f"- [e{index}] {entry.text}: {where}{why}: {link}")
+    body = []
+    for case in matrix.cases:
+        row = [case]
+        for column in matrix.columns:
+            found = matrix.entry(case, column)
+            text = "—" if found is None else found.text
+            if found is not None and found.key in marks:
+                text += f" [e{marks[found.key]}]"
+            row.append(text)
+        body.append(row)
+    if tablefmt == "github":
+        body = [[cell.replace("|", "\\|") for cell in row] for row in body]
+    scope = "Rows: cases; columns: cells"
+    scope += f" ({', '.join(matrix.common)} in every column)." if matrix.common else "."
+    table = tabulate(body, headers=matrix.headers(), tablefmt=tablefmt, disable_numparse=True)
+    out = [scope, "", table, ""]
+    if notes:
+        out += ["Evidence (the case's folder in its run) of each entry that did not pass:", ""]
+        out += [*notes, ""]
+    return [*out, f"Legend: {MATRIX_LEGEND}", ""]
+
+
+#: Characters that start markup inside running text: Markdown's and reStructuredText's.
+_MARKUP = {"github": "\\`*_[]<>", "rst": "\\`*_|"}
+
+
+def _inline(text: str, tablefmt: str) -> str:
+    """Text (a failure's reason) as plain text in a list item: markup characters escaped, so
+    `CUDNN_ATTR_..._` is no rst reference and `*x*` no emphasis."""
+    special = _MARKUP.get(tablefmt, _MARKUP["rst"])
+    return "".join(f"\\{c}" if c in special else c for c in text)
+
+
+def _folder_text(path: Path | None) -> str:
+    """`cases/<cell id>/<case folder>`: the evidence folder as its run names it."""
+    if path is None:
+        return ""
+    parts = path.parts
+    return "/".join(parts[parts.index("cases") :]) if "cases" in parts else path.name
+
+
 def _fact(value: Any) -> str:
     """A run.json value on one line; dicts (e.g. host) as k=v for the facts that are set."""
     if isinstance(value, dict):
@@ -117,6 +182,7 @@ def render_markdown(report: Report) -> str:
         "",
     ]
     out += [table_text(report.table), "", f"Legend: {LEGEND}", ""]
+    out += ["## Cases", "", *case_matrix_lines(report)]
     out += ["## Known issues", "", *ki_lines(report.ki_table)]
     out += ["## Sign-off", "", "```text", summary(report.verdict), "```", ""]
     return "\n".join(out)
@@ -138,7 +204,9 @@ def render_rst(report: Report) -> str:
     )
     out += [body, ""]
     out += [f"- {n}" for n in report.table.footnote_lines()]
-    out += ["", f"Legend: {LEGEND}", "", "Known issues", "------------", ""]
+    out += ["", f"Legend: {LEGEND}", "", "Cases", "-----", ""]
+    out += case_matrix_lines(report, "rst")
+    out += ["Known issues", "------------", ""]
     out += ki_lines(report.ki_table, "rst")
     out += ["Sign-off", "--------", "", "::", ""]
     out += [f"   {line}" for line in summary(report.verdict).splitlines()]

@@ -19,6 +19,18 @@ shows up there). Tolerances (the notebook's): forward out/mean/inv_var rtol=atol
 dX/dScale/dBias rtol=atol=2e-4; bitmask bits exact, except where the reference output lies within
 1e-4 of a clip bound (rounding may put it on either side).
 
+Root cause: every stage of a graph (construct/build, execute) ends in torch.cuda.synchronize(), so
+an asynchronous CUDA error (an illegal memory access) is reported in the graph and stage that
+caused it, not at a later call. The first such error is kept as ``first_error`` {graph, stage,
+error, cuda_error} in the RESULT JSON and names the verdict's reason; a teardown failure after it
+("cudnnHandle Destroy failed", the H200's masked symptom) is recorded beside it, never instead.
+The runner classifies a context-poisoning CUDA error anywhere in the output as a crash.
+
+Without a GPU the script says, for the frontend it runs with, what it could do and what not: each
+graph's construct and validate() stage is tried on a handle-less cudnn.pygraph and recorded
+(``no_gpu`` in the RESULT JSON: done, not_done, needs); frontends that need the NVIDIA driver even
+to construct a graph (1.32.0: cuda-bindings loads libcuda, a driver library) say so in the reason.
+
 Contract: exit 0 pass / skip, 1 fail, 2 environment error (no verdict); a crash kills the process,
 and the last ``STAGE`` line on stdout names the graph and stage it died in. The last two stdout
 lines are ``RESULT <json>`` and ``VERDICT pass|fail|skip: <reason>``; ``--json PATH`` writes the
@@ -30,12 +42,17 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MIN_BACKEND = 91300  # notebook 26: "LayerNorm with relu bitmask generation ... 9.13.0 or above"
 BATCH, SEQ, EMBED = 4, 1024, 768  # the notebook's shape, so the same engines are picked
@@ -90,10 +107,53 @@ class Outcome:
     graphs: list[dict[str, Any]] = field(default_factory=list)
     verdict: str = "pass"
     reason: str = ""
+    first_error: dict[str, Any] | None = None  # the first failing graph, its stage, the error
+
+
+#: A CUDA runtime/driver error name, or the "CUDA error: <what>" text torch and the frontend print.
+_CUDA_NAME = re.compile(r"\b(cudaError\w+|CUDA_ERROR_\w+)")
+_CUDA_TEXT = re.compile(r"CUDA error:? ?([^\n]+)")
+
+
+def cuda_error(text: str) -> str | None:
+    """`an illegal memory access was encountered (cudaErrorIllegalAddress)`, or None."""
+    name, what = _CUDA_NAME.search(text), _CUDA_TEXT.search(text)
+    if what is None and name is None:
+        return None
+    words = what.group(1).strip() if what else ""
+    if name is not None and name.group(1) not in words:
+        words = f"{words} ({name.group(1)})" if words else name.group(1)
+    return words
 
 
 class StepFailed(Exception):
     """A graph failed at a named stage; the message says which and how."""
+
+    def __init__(self, graph: str, stage: str, exc: BaseException) -> None:
+        self.graph, self.stage = graph, stage
+        self.error = f"{type(exc).__name__}: {str(exc).strip()}"
+        super().__init__(f"{graph} failed at {stage}: {self.error.splitlines()[0][:300]}")
+
+    def record(self) -> dict[str, Any]:
+        """The `first_error` of the RESULT JSON."""
+        return {
+            "graph": self.graph,
+            "stage": self.stage,
+            "error": self.error.splitlines()[0][:400],
+            "cuda_error": cuda_error(self.error),
+        }
+
+
+def staged(label: str, stage: str, work: Callable[[], Any], sync: Callable[[], None]) -> Any:
+    """Run one stage of a graph and synchronize the device, so that an asynchronous CUDA error
+    is raised here, as StepFailed naming this graph and stage, and not at some later call."""
+    _stage(f"{label}: {stage}")
+    try:
+        value = work()
+        sync()
+    except Exception as exc:
+        raise StepFailed(label, stage, exc) from exc
+    return value
 
 
 def _stage(text: str) -> None:
@@ -108,6 +168,7 @@ def _finish(out: Outcome, json_path: str | None) -> int:
         "reason": out.reason,
         **out.facts,
         "graphs": out.graphs,
+        "first_error": out.first_error,
     }
     text = json.dumps(data, sort_keys=True, default=str)
     for path in {json_path, os.environ.get("CUDNN_MATRIX_RESULT_FILE")} - {None, ""}:
@@ -251,21 +312,68 @@ def _add(cudnn: Any, g: Any, step: Step) -> dict[str, Any]:
     return add_backward(cudnn, g, step.uid_base)
 
 
-def construct_only(cudnn: Any, steps: tuple[Step, ...], out: Outcome) -> None:
-    """No GPU: build every graph of the variant on a handle-less cudnn.pygraph and validate() it.
+#: An error that says the step needs the NVIDIA driver (not a GPU-less defect of the frontend):
+#: frontend 1.32.0 validates graphs through cuda-bindings, whose cuda-pathfinder raises
+#: DynamicLibNotFoundError: "cuda" is an NVIDIA driver library (libcuda.so.1).
+_NEEDS_DRIVER = re.compile(
+    r"DynamicLibNotFoundError|driver library|libcuda\.so|cuInit|CUDA driver"
+    r"|no CUDA-capable device|CUDA_ERROR_NO_DEVICE|cudaErrorNoDevice|cudaErrorInsufficientDriver",
+    re.IGNORECASE,
+)
+#: What only a GPU run does (run_step), never tried without one.
+GPU_ONLY = ("build", "execute", "compare")
+
+
+def construct_only(cudnn: Any, steps: tuple[Step, ...], out: Outcome) -> str:
+    """No GPU: try each graph's construct and validate() stages on a handle-less cudnn.pygraph
+    and record, per graph, what was done and what not; return the reason of the skip verdict.
 
     cudnn.Graph (the wrapper) builds plans when its `with` block exits, which needs a GPU, so its
-    graphs are constructed here on the cudnn.pygraph it wraps.
+    graphs are constructed here on the cudnn.pygraph it wraps. A stage that fails for want of the
+    driver is "needs the NVIDIA driver", any other failure is named as it is.
     """
+    frontend = out.facts.get("frontend", "?")
+    stages = ("construct", "validate")
+    done: dict[str, int] = dict.fromkeys(stages, 0)
+    blocked: dict[str, str] = {}  # stage -> why it could not be done (first graph's error)
     for i, step in enumerate(steps, start=1):
         label = step.label(i)
-        _stage(f"{label}: construct (handle-less cudnn.pygraph)")
-        g = cudnn.pygraph(**_fp32(cudnn))
-        tensors = _add(cudnn, g, step)
-        _stage(f"{label}: validate")
-        g.validate()
-        uids = {k: v.get_uid() for k, v in tensors.items()}
-        out.graphs.append({"graph": label, "stage": "validate", "ok": True, "uids": uids})
+        record: dict[str, Any] = {"graph": label, "done": [], "not_done": {}}
+        try:
+            _stage(f"{label}: construct (handle-less cudnn.pygraph)")
+            g = cudnn.pygraph(**_fp32(cudnn))
+            tensors = _add(cudnn, g, step)
+            record["done"].append("construct")
+            done["construct"] += 1
+            record["uids"] = {k: v.get_uid() for k, v in tensors.items()}
+            _stage(f"{label}: validate")
+            g.validate()
+            record["done"].append("validate")
+            done["validate"] += 1
+        except Exception as exc:  # noqa: BLE001 - frontends raise assorted types without a GPU
+            stage = "validate" if record["done"] else "construct"
+            error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+            why = f"needs the NVIDIA driver ({error})" if _NEEDS_DRIVER.search(error) else error
+            record["not_done"][stage] = why
+            blocked.setdefault(stage, why)
+            if stage == "construct":
+                record["not_done"]["validate"] = "not tried: the graph was not constructed"
+        record["stage"] = record["done"][-1] if record["done"] else "none"
+        record["ok"] = len(record["done"]) == len(stages)
+        record["not_done"].update(dict.fromkeys(GPU_ONLY, "needs a GPU"))
+        out.graphs.append(record)
+    n = len(steps)
+    could = [f"{stage} {done[stage]}/{n}" for stage in stages if done[stage]]
+    could_not = [f"{stage}: {why}" for stage, why in blocked.items()]
+    could_not.append(f"{', '.join(GPU_ONLY)}: need a GPU")
+    out.facts["no_gpu"] = {
+        "frontend": frontend,
+        "done": {stage: done[stage] for stage in stages},
+        "graphs": n,
+        "not_done": {**blocked, **dict.fromkeys(GPU_ONLY, "needs a GPU")},
+    }
+    did = ", ".join(could) if could else "nothing"
+    return f"frontend {frontend} without a GPU did {did} graphs; not done: {'; '.join(could_not)}"
 
 
 # --------------------------------------------------------------------------- GPU execution
@@ -379,78 +487,129 @@ def _pack(t: dict[str, Any], bufs: dict[str, Any]) -> dict[Any, Any]:
 
 
 def run_step(cudnn: Any, torch: Any, handle: Any, step: Step, label: str, d: _Data) -> list[str]:
-    """Build, execute and check one graph on the GPU; raise StepFailed naming the stage."""
-    stage = "construct"
-    try:
-        if step.kind == "fwd":
-            bufs = {**d.fwd_in, **d.fwd_out}
-        else:
-            bufs = {
-                **d.bwd_in,
-                "bitmask": d.fwd_out["bitmask"],
-                "mean": d.fwd_out["mean"],
-                "inv_var": d.fwd_out["inv_var"],
-                **d.bwd_out,
-            }
-        if step.api == "graph":
-            _stage(f"{label}: construct + build (cudnn.Graph exit builds plans)")
-            stage = "construct/build"
+    """Build, execute and check one graph on the GPU, synchronizing after each stage; raise
+    StepFailed naming the stage an error (an asynchronous CUDA one too) belongs to."""
+    sync = torch.cuda.synchronize
+    if step.kind == "fwd":
+        bufs = {**d.fwd_in, **d.fwd_out}
+    else:
+        bufs = {
+            **d.bwd_in,
+            "bitmask": d.fwd_out["bitmask"],
+            "mean": d.fwd_out["mean"],
+            "inv_var": d.fwd_out["inv_var"],
+            **d.bwd_out,
+        }
+    if step.api == "graph":
+
+        def construct_and_build() -> Any:
             with cudnn.Graph(handle=handle, **_fp32(cudnn)) as g:
                 t = _add(cudnn, g, step)
-            stage = "execute"
-            _stage(f"{label}: execute")
-            g(_pack(t, bufs), handle=handle)
-        else:
-            _stage(f"{label}: construct")
-            pg = cudnn.pygraph(handle=handle, **_fp32(cudnn))
-            t = _add(cudnn, pg, step)
-            stage = "build"
-            _stage(f"{label}: build")
+            return g, t
+
+        # cudnn.Graph builds its plans when the `with` block exits
+        g, t = staged(label, "construct/build", construct_and_build, sync)
+        staged(label, "execute", lambda: g(_pack(t, bufs), handle=handle), sync)
+    else:
+        pg = cudnn.pygraph(handle=handle, **_fp32(cudnn))
+        t = staged(label, "construct", lambda: _add(cudnn, pg, step), sync)
+
+        def build() -> Any:
             pg.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-            workspace = torch.empty(pg.get_workspace_size(), device="cuda", dtype=torch.uint8)
-            stage = "execute"
-            _stage(f"{label}: execute")
-            pg.execute(_pack(t, bufs), workspace, handle=handle)
-        stage = "synchronize"
-        _stage(f"{label}: synchronize")
-        torch.cuda.synchronize()
-    except Exception as exc:
-        msg = f"{label} failed at {stage}: {type(exc).__name__}: {str(exc).strip()[:400]}"
-        raise StepFailed(msg) from exc
-    _stage(f"{label}: compare")
-    return check_forward(torch, d) if step.kind == "fwd" else check_backward(torch, d)
+            return torch.empty(pg.get_workspace_size(), device="cuda", dtype=torch.uint8)
+
+        workspace = staged(label, "build", build, sync)
+        staged(label, "execute", lambda: pg.execute(_pack(t, bufs), workspace, handle=handle), sync)
+    check = check_forward if step.kind == "fwd" else check_backward
+    problems: list[str] = staged(label, "compare", lambda: check(torch, d), sync)
+    return problems
 
 
-def run_gpu(cudnn: Any, torch: Any, steps: tuple[Step, ...], out: Outcome) -> None:
+def teardown(cudnn: Any, torch: Any, handle: Any, out: Outcome) -> None:
+    """Synchronize, then destroy the handle. An error here becomes the first error only when no
+    graph failed before; otherwise it is recorded beside it (it is that error's echo)."""
+    for stage, work in (
+        ("synchronize", torch.cuda.synchronize),
+        ("destroy handle", lambda: cudnn.destroy_handle(handle)),
+    ):
+        _stage(f"teardown: {stage}")
+        try:
+            work()
+        except Exception as exc:  # noqa: BLE001 - any failure here is reported, none raised
+            failed = StepFailed("teardown", stage, exc)
+            out.facts.setdefault("teardown_errors", []).append(failed.record()["error"])
+            if out.first_error is None:
+                out.first_error = failed.record()
+
+
+def run_gpu(
+    cudnn: Any,
+    torch: Any,
+    steps: tuple[Step, ...],
+    out: Outcome,
+    *,
+    step_fn: Callable[..., list[str]] = run_step,
+    data_fn: Callable[..., _Data] | None = None,
+    check_fn: Callable[..., list[str]] | None = None,
+) -> None:
+    """Every graph in turn; stop at the first that fails (the context may be poisoned). The
+    verdict's reason starts with the first error: graph, stage and the CUDA error. step_fn,
+    data_fn and check_fn (run_step, the torch inputs, the forward check) are what needs a GPU."""
+    make_data = data_fn or _forward_data
+    recheck = check_fn or check_forward
     handle = cudnn.create_handle()
     out.facts["gpu"] = torch.cuda.get_device_name(0)
     out.facts["sm"] = "{}.{}".format(*torch.cuda.get_device_capability(0))
     pairs: list[_Data] = []
     failures: list[str] = []
-    for i, step in enumerate(steps, start=1):
-        label = step.label(i)
-        if step.kind == "fwd":
-            pairs.append(_forward_data(torch, seed=1000 + i))
-        try:
-            problems = run_step(cudnn, torch, handle, step, label, pairs[-1])
-        except StepFailed as exc:
-            out.graphs.append({"graph": label, "ok": False, "error": str(exc)})
-            failures.append(str(exc))
-            break  # the context may be poisoned; later graphs would only repeat the error
-        out.graphs.append({"graph": label, "ok": not problems, "problems": problems})
-        if problems:
-            failures.append(f"{label} wrong results: " + "; ".join(problems))
-    if not failures:  # earlier graphs' outputs must not have changed under later graphs
-        fwd_labels = [s.label(i) for i, s in enumerate(steps, start=1) if s.kind == "fwd"]
-        for label, d in zip(fwd_labels[:-1], pairs[:-1], strict=True):
-            problems = check_forward(torch, d)
+    try:
+        for i, step in enumerate(steps, start=1):
+            label = step.label(i)
+            try:
+                if step.kind == "fwd":  # torch ops: an earlier async error may surface here
+                    inputs = functools.partial(make_data, torch, seed=1000 + i)
+                    pairs.append(staged(label, "inputs", inputs, torch.cuda.synchronize))
+                problems = step_fn(cudnn, torch, handle, step, label, pairs[-1])
+            except StepFailed as exc:
+                out.first_error = exc.record()
+                out.graphs.append({"graph": label, "ok": False, **exc.record()})
+                failures.append(str(exc))
+                break  # the context may be poisoned; later graphs would only repeat the error
+            out.graphs.append({"graph": label, "ok": not problems, "problems": problems})
             if problems:
-                failures.append(
-                    f"{label} outputs changed after later graphs ran: " + "; ".join(problems)
-                )
-    cudnn.destroy_handle(handle)
+                failures.append(f"{label} wrong results: " + "; ".join(problems))
+        if not failures:  # earlier graphs' outputs must not have changed under later graphs
+            fwd_labels = [s.label(i) for i, s in enumerate(steps, start=1) if s.kind == "fwd"]
+            for label, d in zip(fwd_labels[:-1], pairs[:-1], strict=True):
+                try:
+                    problems = staged(
+                        label,
+                        "recheck",
+                        functools.partial(recheck, torch, d),
+                        torch.cuda.synchronize,
+                    )
+                except StepFailed as exc:
+                    out.first_error = exc.record()
+                    out.graphs.append({"graph": label, "ok": False, **exc.record()})
+                    failures.append(str(exc))
+                    break
+                if problems:
+                    failures.append(
+                        f"{label} outputs changed after later graphs ran: " + "; ".join(problems)
+                    )
+    finally:
+        teardown(cudnn, torch, handle, out)
+    first = out.first_error
+    if first is not None and not failures:  # nothing failed until teardown
+        failures.append(f"{first['graph']} failed at {first['stage']}: {first['error']}")
     if failures:
-        out.verdict, out.reason = "fail", " | ".join(failures)
+        reason = " | ".join(failures)
+        if first is not None and first.get("cuda_error"):
+            reason = f"{reason} [first CUDA error: {first['cuda_error']}]"
+        echoes = out.facts.get("teardown_errors", [])
+        if echoes and first is not None and first["graph"] != "teardown":
+            reason += f" (then at teardown: {'; '.join(echoes)})"
+        out.verdict, out.reason = "fail", reason
     else:
         out.reason = f"{len(steps)} graphs match the torch reference"
 
@@ -493,16 +652,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu = _gpu_state()
     out.facts["gpu_state"] = gpu or "ok"
     if gpu is not None:
-        try:
-            construct_only(cudnn, steps, out)
-        except Exception as exc:  # noqa: BLE001 - frontends raise assorted types without a GPU
-            out.verdict = "skip"
-            out.reason = (
-                f"{gpu} (graph construction failed without a GPU: {type(exc).__name__}: {exc})"
-            )
-            return _finish(out, args.json_path)
         out.verdict = "skip"
-        out.reason = f"{gpu} (graph construction ok: {len(steps)} graphs built and validated)"
+        out.reason = f"{gpu}: {construct_only(cudnn, steps, out)}"
         return _finish(out, args.json_path)
     try:
         import torch
@@ -515,7 +666,11 @@ def main(argv: list[str] | None = None) -> int:
         run_gpu(cudnn, torch, steps, out)
     except Exception as exc:  # noqa: BLE001 - outside any graph (reference, handle): still a fail
         traceback.print_exc()
-        out.verdict, out.reason = "fail", f"{type(exc).__name__}: {exc}"
+        first = out.first_error
+        why = f"{type(exc).__name__}: {exc}"
+        if first is not None:  # never mask the first error with a later one
+            why = f"{first['graph']} failed at {first['stage']}: {first['error']} (then {why})"
+        out.verdict, out.reason = "fail", why
     return _finish(out, args.json_path)
 
 
