@@ -4,16 +4,16 @@
 #   bench/gpu_pool.sh PART WHEELHOUSE SAMPLES_CHECKOUT BACKEND_STORE OUT_DIR
 #
 # A device call is capped at 600 s and the sequential loop over one cell alone takes ~280 s, so the
-# figures come from two consecutive calls on the same warm machine (nothing else runs beside them):
-#   PART=a  1. the frontend CI's loop (`jupyter execute` one notebook after another) for cell 1
-#              (backend 9.25.1.1, frontend 1.27.0);  2. `validate` on the two cells (9.24.0.43 and
-#              9.25.1.1, frontend 1.27.0), fresh environment cache, default slots.
-#   PART=b  1. the same loop for cell 2 (9.24.0.43, frontend 1.27.0);  2. `validate` on the whole
-#              matrix: backends 9.19.0.56..9.25.1.1 x frontends 1.26.0, 1.27.0, 1.32.0 (15 cells),
-#              fresh environment cache, default slots.
+# figures come from three consecutive calls on the same warm machine (nothing else runs beside them):
+#   PART=a  the frontend CI's loop (`jupyter execute` one notebook after another) for cell 1
+#           (backend 9.25.1.1, frontend 1.27.0);
+#   PART=b  the same loop for cell 2 (9.24.0.43, frontend 1.27.0), then `validate` on those two
+#           cells, fresh environment cache, default slots;
+#   PART=c  `validate` on the whole matrix: backends 9.19.0.56..9.25.1.1 x frontends 1.26.0, 1.27.0,
+#           1.32.0 (15 cells), fresh environment cache, default slots.
 # The loop pins its backend the way the tool does for `--env current` (the store's folder on the
 # library path, its dispatcher preloaded) so that torch and the frontend bind to the same copy.
-# bench/gpu_pool_figures.py turns OUT_DIR/{a,b} into the ratios (figures.json, figures.md).
+# bench/gpu_pool_figures.py turns OUT_DIR/{a,b,c} into the ratios (figures.json, figures.md).
 set -uo pipefail
 PART=$1; WH=$(realpath "$2"); SAMPLES=$(realpath "$3"); STORE=$(realpath "$4"); OUT=$(realpath -m "$5")
 REPO=$(cd "$(dirname "$0")/.." && pwd); cd "$REPO"
@@ -22,9 +22,10 @@ stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 COMMON=(--env current --backend-store "$STORE" --cuda 13.0 --driver 580 --arch sm90 --wheelhouse "$WH"
   --samples "$SAMPLES" --cases validate/execute/resources/cases --timeout 300)
 case $PART in
-  a) LOOP=9.25.1.1; CUDNN=9.24.0.43,9.25.1.1; FE=1.27.0 ;;
-  b) LOOP=9.24.0.43; CUDNN=9.19.0.56,9.21.1.3,9.22.0.52,9.24.0.43,9.25.1.1; FE=1.26.0,1.27.0,1.32.0 ;;
-  *) echo "PART must be a or b" >&2; exit 2 ;;
+  a) LOOP=9.25.1.1; CUDNN= ;;
+  b) LOOP=9.24.0.43; CUDNN=9.24.0.43,9.25.1.1; FE=1.27.0 ;;
+  c) LOOP=; CUDNN=9.19.0.56,9.21.1.3,9.22.0.52,9.24.0.43,9.25.1.1; FE=1.26.0,1.27.0,1.32.0 ;;
+  *) echo "PART must be a, b or c" >&2; exit 2 ;;
 esac
 {
   echo "date: $(stamp)"
@@ -34,14 +35,17 @@ esac
   echo "backends in the store: $(ls "$STORE" | tr '\n' ' ')"
   echo "samples commit: $(cat "$SAMPLES/COMMIT" 2>/dev/null)"
   echo "tool commit: ${TOOL_COMMIT:-$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)}"
-  echo "loop: jupyter execute --timeout=300, backend $LOOP, frontend 1.27.0"
-  echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn $CUDNN --frontend $FE"
+  [ -n "$LOOP" ] && echo "loop: jupyter execute --timeout=300, backend $LOOP, frontend 1.27.0"
+  [ -n "$CUDNN" ] && echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn $CUDNN --frontend $FE"
 } >"$OUT/$PART/provenance.txt" 2>&1
 cat "$OUT/$PART/provenance.txt"
-echo "== loop $LOOP ($(stamp))"
-LIB="$STORE/$LOOP/lib"
-env PYTHONPATH=/tmp/site PATH="/tmp/site/bin:$PATH" LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  LD_PRELOAD="$LIB/libcudnn.so.9" python3 bench/jupyter_loop.py "$SAMPLES" "$OUT/$PART/loop.json"
+if [ -n "$LOOP" ]; then
+  echo "== loop $LOOP ($(stamp))"
+  LIB="$STORE/$LOOP/lib"
+  env PYTHONPATH=/tmp/site PATH="/tmp/site/bin:$PATH" LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    LD_PRELOAD="$LIB/libcudnn.so.9" python3 bench/jupyter_loop.py "$SAMPLES" "$OUT/$PART/loop.json"
+fi
+[ -n "$CUDNN" ] || exit 0
 echo "== validate ($(stamp))"
 s=$(date +%s.%N)
 python3 -m validate validate "${COMMON[@]}" --cudnn "$CUDNN" --frontend "$FE" \

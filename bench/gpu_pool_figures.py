@@ -1,6 +1,6 @@
-"""The one-pool issue's GPU figures from `bench/gpu_pool.sh` parts a and b.
+"""The one-pool issue's GPU figures from `bench/gpu_pool.sh` parts a, b and c.
 
-    python bench/gpu_pool_figures.py OUT_DIR      (reads OUT_DIR/a and OUT_DIR/b)
+    python bench/gpu_pool_figures.py OUT_DIR      (reads OUT_DIR/a, b and c)
 
 Prints and writes OUT_DIR/figures.json and OUT_DIR/figures.md:
 - two cells: the sequential loop over each cell (measured) against `validate` on both;
@@ -33,30 +33,30 @@ def _results(run: Path) -> tuple[int, set[str]]:
 
 def main(out: Path) -> int:
     loops = {p: json.loads((out / p / "loop.json").read_text()) for p in ("a", "b")}
-    wall = {p: float((out / p / "validate_wall_s").read_text()) for p in ("a", "b")}
+    wall = {p: float((out / p / "validate_wall_s").read_text()) for p in ("b", "c")}
     two_loop = loops["a"]["total_s"] + loops["b"]["total_s"]
-    two_results, two_cells = _results(out / "a" / "validate")
-    all_results, all_cells = _results(out / "b" / "validate")
+    two_results, two_cells = _results(out / "b" / "validate")
+    all_results, all_cells = _results(out / "c" / "validate")
     per_cell = [loops["a"]["total_s"], loops["b"]["total_s"]]
     mean = sum(per_cell) / 2
     fig = {
         "two_cells": {
             "loop_s": round(two_loop, 1),
             "loop_per_cell_s": per_cell,
-            "validate_s": wall["a"],
-            "ratio": round(wall["a"] / two_loop, 3),
+            "validate_s": wall["b"],
+            "ratio": round(wall["b"] / two_loop, 3),
             "validate_results": two_results,
             "cells": len(two_cells),
         },
         "whole_matrix": {
             "cells": len(all_cells),
             "results": all_results,
-            "validate_s": wall["b"],
+            "validate_s": wall["c"],
             "loop_estimate_s": round(mean * len(all_cells), 1),
-            "ratio_to_estimate": round(wall["b"] / (mean * len(all_cells)), 3),
+            "ratio_to_estimate": round(wall["c"] / (mean * len(all_cells)), 3),
             "loop_conservative_estimate_s": round(min(per_cell) * len(all_cells), 1),
             "ratio_to_conservative_estimate": round(
-                wall["b"] / (min(per_cell) * len(all_cells)), 3
+                wall["c"] / (min(per_cell) * len(all_cells)), 3
             ),
             "estimate": "mean of the two measured per-cell loops x cells (the loop was not run per cell)",
         },
