@@ -297,7 +297,9 @@ def _job_ids(state: dict[str, Any]) -> list[str]:
 
 
 def _poll(state: dict[str, Any]) -> bool:
-    """Refresh every task's state; True when every array task and the merge job ended."""
+    """Refresh every task's state (and the merge job's); True when every array task ended and
+    the merge job is not running. A merge job that has not started by then is cancelled: the
+    tool merges itself (the merge job is for a run whose tool is gone)."""
     done = True
     for group in state["groups"]:
         if not group.get("job_id"):
@@ -309,6 +311,9 @@ def _poll(state: dict[str, Any]) -> bool:
     if merge:
         known = sl.TaskState(**merge["state"]) if merge.get("state") else None
         merge_state = sl.job_state(merge["job_id"], known)
+        if done and merge_state.state in {"PENDING", "SUBMITTED"}:
+            sl.cancel([merge["job_id"]])
+            merge_state = replace(merge_state, state="CANCELLED", reason="merged by the tool")
         merge["state"] = asdict(merge_state)
         done = done and merge_state.final
     return done

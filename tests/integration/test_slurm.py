@@ -101,9 +101,12 @@ class Cluster:
         return proc.stdout
 
     def node_state(self, state: str) -> None:
-        """drain (nothing new starts; the jobs stay pending) or resume."""
+        """drain (nothing new starts; the jobs stay pending) or resume (of a drained node)."""
         extra = ["reason=test"] if state == "drain" else []
         self.call("scontrol", "update", f"nodename={self.node}", f"state={state}", *extra)
+
+    def drained(self) -> bool:
+        return "drain" in self.call("sinfo", "-h", "-n", self.node, "-o", "%T")
 
     def job_state(self, job: str) -> dict[str, str]:
         """Task index (or the job's own id) -> JobState, from scontrol."""
@@ -296,9 +299,16 @@ def _submitted(run_dir: Path) -> bool:
     """Every array job of the run has its id in slurm.json."""
     try:
         jobs = _jobs(run_dir)
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError):  # not written yet, or written while read
         return False
     return bool(jobs) and "None" not in jobs
+
+
+def _merge_submitted(run_dir: Path) -> bool:
+    try:
+        return bool(_state(run_dir).get("merge"))
+    except (OSError, ValueError):
+        return False
 
 
 def _shard_results(run_dir: Path) -> list[Path]:
@@ -402,3 +412,117 @@ def test_a_task_cancelled_mid_run_keeps_its_finished_results(
     assert hang["outcome"] == "error"
     assert str(hang["reason"]).startswith(f"slurm CANCELLED: task {job}_0")
     assert "was cancelled" in str(hang["reason"])
+
+
+def test_a_task_past_its_time_limit_is_error_timeout(
+    cluster: Cluster, base_python: Path, tmp_path: Path
+) -> None:
+    """Slurm's smallest limit is a minute, and it checks limits about every 30 s."""
+    args = _args(base_python, tmp_path, "pass_script.py", "hang.py", time_limit="00:01:00")
+    run_dir = tmp_path / "run"
+    tool = _tool(
+        cluster,
+        *["--executor", "slurm", *args, "--arch", "sm90", "--jobs", "2"],
+        *["--results", str(run_dir)],
+        cwd=tmp_path,
+    )
+    rc, out, err = _finish(tool, timeout=400)
+    assert rc == 1, out + err
+    (job,) = _jobs(run_dir)
+    assert cluster.job_state(job) == {"0": "TIMEOUT"}
+    results = {case: r for (_, case), r in _results(run_dir).items()}
+    assert results["pass_script.py"]["outcome"] == "pass"
+    reason = str(results["hang.py"]["outcome"]), str(results["hang.py"]["reason"])
+    assert reason[0] == "error"
+    assert reason[1].startswith(f"slurm TIMEOUT: task {job}_0")
+    assert "hit its time limit (--time 00:01:00)" in reason[1]
+
+
+@pytest.fixture
+def drained(cluster: Cluster) -> Iterator[Cluster]:
+    """The node drained: nothing new starts, submitted jobs stay pending; resumed afterwards."""
+    cluster.node_state("drain")
+    try:
+        yield cluster
+    finally:
+        if cluster.drained():
+            cluster.node_state("resume")
+
+
+def test_the_tool_restarted_while_jobs_pend_reattaches_with_resume(
+    drained: Cluster, base_python: Path, tmp_path: Path
+) -> None:
+    args = _args(base_python, tmp_path, "pass_script.py", "slow_pass.py")
+    run_dir = tmp_path / "run"
+    argv = ["--executor", "slurm", *args, "--arch", "sm90", "--results", str(run_dir)]
+    first = _tool(drained, *argv, cwd=tmp_path)
+    _wait_for("the jobs to be submitted", lambda: _submitted(run_dir) and _merge_submitted(run_dir))
+    (job,) = _jobs(run_dir)
+    assert drained.job_state(job) == {"0": "PENDING"}
+    first.kill()  # the tool dies; its jobs stay queued
+    first.communicate(timeout=30)
+    assert drained.job_state(job) == {"0": "PENDING"}
+    again = _tool(drained, *argv, "--resume", cwd=tmp_path)
+    _wait_for("the restarted tool to watch", lambda: "PENDING" in json.dumps(_state(run_dir)))
+    drained.node_state("resume")
+    rc, out, err = _finish(again)
+    assert rc == 0, out + err
+    assert f"slurm: reattaching to jobs {job}" in err
+    assert "submitted job" not in err  # nothing submitted twice
+    assert drained.job_state(job) == {"0": "COMPLETED"}
+    results = _results(run_dir)
+    assert sorted((case, r["outcome"]) for (_, case), r in results.items()) == [
+        ("pass_script.py", "pass"),
+        ("slow_pass.py", "pass"),
+    ]
+
+
+def test_a_task_pending_past_the_queue_timeout_is_not_scheduled(
+    drained: Cluster, base_python: Path, tmp_path: Path
+) -> None:
+    args = _args(base_python, tmp_path, "pass_script.py")
+    run_dir = tmp_path / "run"
+    argv = ["--executor", "slurm", *args, "--arch", "sm90", "--queue-timeout", "3"]
+    rc, out, err = _finish(_tool(drained, *argv, "--results", str(run_dir), cwd=tmp_path))
+    assert rc == 1, out + err
+    assert "still pending after --queue-timeout 3 s: cancelled" in err
+    (job,) = _jobs(run_dir)
+    assert set(drained.job_state(job).values()) == {"CANCELLED"}
+    assert _state(run_dir)["groups"][0]["states"]["0"]["state"] == "CANCELLED"
+    (result,) = _results(run_dir).values()
+    assert result["outcome"] == "error"
+    assert str(result["reason"]).startswith("not scheduled: slurm task")
+    assert not _shard_results(run_dir)  # the task never ran
+
+
+def test_ctrl_c_cancels_the_jobs_and_resume_merges_what_finished(
+    cluster: Cluster, base_python: Path, tmp_path: Path
+) -> None:
+    args = _args(base_python, tmp_path, "pass_script.py", "hang.py")
+    run_dir = tmp_path / "run"
+    argv = [
+        "--executor",
+        "slurm",
+        *args,
+        "--arch",
+        "sm90",
+        "--jobs",
+        "2",
+        "--results",
+        str(run_dir),
+    ]
+    tool = _tool(cluster, *argv, cwd=tmp_path)
+    _wait_for_result(run_dir, "pass_script.py")
+    tool.send_signal(signal.SIGINT)
+    rc, out, err = _finish(tool, timeout=60)
+    assert rc == 130, out + err
+    assert "slurm: interrupted: scancel" in err
+    (job,) = _jobs(run_dir)
+    merge = str(_state(run_dir)["merge"]["job_id"])
+    _wait_for("the task to end", lambda: cluster.job_state(job) == {"0": "CANCELLED"}, 60)
+    assert cluster.job_state(merge) == {merge: "CANCELLED"}
+    rc, out, err = _finish(_tool(cluster, *argv, "--resume", cwd=tmp_path))
+    assert rc == 1, out + err
+    results = {case: r for (_, case), r in _results(run_dir).items()}
+    assert results["pass_script.py"]["outcome"] == "pass"
+    assert str(results["hang.py"]["reason"]).startswith(f"slurm CANCELLED: task {job}_0")

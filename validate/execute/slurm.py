@@ -216,6 +216,9 @@ def array_states(job_id: str, known: Mapping[int, TaskState], tasks: int) -> dic
         log.warning("scontrol show job %s: %s", job_id, proc.stderr.strip())
         return {i: known.get(i) or TaskState(index=i, state="SUBMITTED") for i in range(tasks)}
     seen = parse_scontrol(proc.stdout) if proc.returncode == 0 else {}
+    # an array cancelled whole while pending is one record whose ArrayTaskId is NO_VAL: it names
+    # no task, so accounting says which
+    seen = {i: t for i, t in seen.items() if i < tasks}
     for index, state in seen.items():
         if index not in out:
             before = known.get(index)
