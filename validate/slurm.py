@@ -281,7 +281,8 @@ def _submit(
         _save_state(run_dir, state)
         log.info("slurm: submitted merge job %s (afterany:%s)", merge_id, ":".join(submitted))
     except BaseException:
-        sl.cancel(submitted)  # no half-submitted run left queued
+        sl.cancel(submitted)  # no half-submitted run left queued, nothing to reattach to
+        _state_path(run_dir).unlink(missing_ok=True)
         raise
     return state
 
@@ -425,6 +426,21 @@ def _shard_results(folder: Path) -> tuple[dict[str, Any], list[CaseResult]]:
     return meta, results
 
 
+#: Task states in which Slurm signalled the task's processes (its cases' too).
+_KILLED: Final = frozenset({"TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "DEADLINE"})
+
+
+def _killed_by_slurm(results: Sequence[CaseResult], reason: str) -> list[CaseResult]:
+    """Slurm signals every process of a task it ends, the running cases with the tool: a case
+    stored as a crash by SIGTERM or SIGKILL there died of Slurm, not of the product."""
+    return [
+        r.with_(outcome=Outcome.ERROR, reason=f"{reason} (the case died of {r.signal})")
+        if r.outcome is Outcome.CRASH and r.signal in {"SIGTERM", "SIGKILL"}
+        else r
+        for r in results
+    ]
+
+
 def _error(cell: Cell, case: Case, reason: str, run_id: str) -> CaseResult:
     return CaseResult(
         case=case.name,
@@ -473,6 +489,9 @@ def finalize(run_dir: Path, state: dict[str, Any]) -> tuple[list[CaseResult], Pl
         for index, mine in enumerate(units):
             folder = _shard_dir(run_dir, group["id"], index)
             shard_meta, results = _shard_results(folder)
+            task = tasks.get(index)
+            if task is not None and task.state in _KILLED:
+                results = _killed_by_slurm(results, _reason(run_dir, group, index, task))
             if results:
                 info = RunInfo(
                     run_id=str(shard_meta.get("run_id", folder)), path=folder, meta=shard_meta
@@ -481,7 +500,7 @@ def finalize(run_dir: Path, state: dict[str, Any]) -> tuple[list[CaseResult], Pl
             done = {(r.cell_id, r.case) for r in results}
             missing = [u for u in mine if u not in done]
             if missing:
-                reason = _reason(run_dir, group, index, tasks.get(index))
+                reason = _reason(run_dir, group, index, task)
                 errors += [_error(cells[c], by_name[n], reason, run_id) for c, n in missing]
     if errors:
         runs.append((RunInfo(run_id=run_id, path=run_dir / "slurm", meta={}), errors))

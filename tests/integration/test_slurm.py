@@ -526,3 +526,25 @@ def test_ctrl_c_cancels_the_jobs_and_resume_merges_what_finished(
     results = {case: r for (_, case), r in _results(run_dir).items()}
     assert results["pass_script.py"]["outcome"] == "pass"
     assert str(results["hang.py"]["reason"]).startswith(f"slurm CANCELLED: task {job}_0")
+
+
+def test_a_partition_slurm_refuses_is_one_line_and_leaves_nothing_queued(
+    cluster: Cluster, base_python: Path, tmp_path: Path
+) -> None:
+    args = _args(base_python, tmp_path, "pass_script.py")
+    # sm90 (planned first) is accepted; sm80 names a partition the cluster lacks
+    head, _, tail = RUNNERS.format(time="00:10:00").partition("[runner.sm80]\n")
+    (tmp_path / "runners.toml").write_text(f'{head}[runner.sm80]\npartition = "nosuch"\n{tail}')
+    run_dir = tmp_path / "run"
+    argv = ["--executor", "slurm", *args, "--arch", "sm90,sm80", "--results", str(run_dir)]
+    rc, out, err = _finish(_tool(cluster, *argv, cwd=tmp_path))
+    assert rc == 4, out + err
+    assert err.count("cudnn-matrix: error:") == 1
+    assert "invalid partition" in err.lower()
+    assert not (run_dir / "slurm.json").exists()  # nothing for --resume to reattach to
+    # the group submitted before the refused one was cancelled
+    submitted = [
+        line.split()[3].rstrip(":") for line in err.splitlines() if "submitted job" in line
+    ]
+    assert len(submitted) == 1, err
+    assert set(cluster.job_state(submitted[0]).values()) == {"CANCELLED"}

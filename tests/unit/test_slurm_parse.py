@@ -96,3 +96,18 @@ def test_slurm_without_its_tools_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "sbatch" in proc.stderr
     assert "not on PATH" in proc.stderr
     assert not (tmp_path / "run" / "slurm.json").exists()
+
+
+def test_a_case_killed_with_its_task_is_an_error_not_a_crash() -> None:
+    from validate.model.outcome import Outcome
+    from validate.model.results import CaseResult
+    from validate.slurm import _killed_by_slurm
+
+    results = [
+        CaseResult(case="a.py", outcome=Outcome.CRASH, signal="SIGTERM"),
+        CaseResult(case="b.py", outcome=Outcome.CRASH, signal="SIGSEGV"),  # the product's own
+        CaseResult(case="c.py", outcome=Outcome.PASS),
+    ]
+    out = _killed_by_slurm(results, "slurm TIMEOUT: task 6_0 hit its time limit")
+    assert [r.outcome for r in out] == [Outcome.ERROR, Outcome.CRASH, Outcome.PASS]
+    assert out[0].reason == "slurm TIMEOUT: task 6_0 hit its time limit (the case died of SIGTERM)"
