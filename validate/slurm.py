@@ -194,6 +194,57 @@ def _describe(group: JobGroup) -> str:
     return f"{group.arch} {env}".strip()
 
 
+def _submit_array(run_dir: Path, entry: dict[str, Any], indices: Sequence[int]) -> str:
+    """Submit the group's array job for these task indices (all of them, or the ones a --resume
+    runs again); its id becomes the group's."""
+    script = run_dir / "slurm" / f"{entry['id']}.sh"
+    output = run_dir / "slurm" / f"{entry['id']}_%a.out"
+    spec = ",".join(str(i) for i in indices)
+    if list(indices) == list(range(entry["tasks"])):
+        spec = f"0-{entry['tasks'] - 1}"
+    options = [
+        f"--job-name=cudnn-matrix-{entry['id']}",
+        f"--array={spec}",
+        f"--output={output}",
+        f"--chdir={Path.cwd()}",
+        *entry["sbatch"],
+    ]
+    job_id = sl.submit(options, script)
+    if entry.get("job_id"):
+        entry.setdefault("previous_jobs", []).append(entry["job_id"])
+    entry["job_id"] = job_id
+    log.info(
+        "slurm: submitted job %s: %s, %d task(s) (%s)",
+        job_id,
+        entry["label"],
+        len(indices),
+        " ".join(entry["sbatch"]) or "default partition",
+    )
+    return job_id
+
+
+def _submit_merge(run_dir: Path, state: dict[str, Any], arrays: Sequence[str]) -> None:
+    script = _script(
+        run_dir,
+        "merge",
+        ["--slurm-merge", "--results", str(run_dir)],
+        "cudnn-matrix: merge the shard run folders once every array job ended",
+    )
+    options = [
+        "--job-name=cudnn-matrix-merge",
+        f"--dependency=afterany:{':'.join(arrays)}",
+        f"--output={run_dir / 'slurm' / 'merge.out'}",
+        f"--chdir={Path.cwd()}",
+        "--time=00:30:00",
+    ]
+    partition = state.get("merge_partition")
+    if partition:  # the first group's: a partition the cluster accepts our jobs in
+        options.append(f"--partition={partition}")
+    merge_id = sl.submit(options, script)
+    state["merge"] = {"job_id": merge_id, "state": None}
+    log.info("slurm: submitted merge job %s (afterany:%s)", merge_id, ":".join(arrays))
+
+
 def _submit(
     config: ValidateConfig, run_dir: Path, runners: Runners, shards: int, plan: Plan
 ) -> dict[str, Any]:
@@ -213,6 +264,7 @@ def _submit(
         "config": config.to_dict(),
         "runners": str(runners.path.resolve()),
         "submitted_at": time.time(),
+        "merge_partition": groups[0].runner.partition,
         "groups": [],
         "merge": None,
     }
@@ -229,62 +281,67 @@ def _submit(
                 "values": values,
                 "executor": group.runner.executor,
                 "time": group.runner.time,
+                "sbatch": _sbatch_options(group),
                 "tasks": shards,
                 "job_id": None,
                 "states": {},
                 "not_scheduled": [],
             }
             state["groups"].append(entry)
-            script = _script(
+            _script(
                 run_dir,
                 group_id,
                 ["--slurm-task", f"{group_id}:@TASK@", "--results", str(run_dir)],
                 f"cudnn-matrix: group {group_id} ({_describe(group)}), one shard per array task",
             )
-            output = run_dir / "slurm" / f"{group_id}_%a.out"
-            options = [
-                f"--job-name=cudnn-matrix-{group_id}",
-                f"--array=0-{shards - 1}",
-                f"--output={output}",
-                f"--chdir={Path.cwd()}",
-                *_sbatch_options(group),
-            ]
             _save_state(run_dir, state)  # the group is on disk before its job exists
-            entry["job_id"] = sl.submit(options, script)
-            submitted.append(entry["job_id"])
+            submitted.append(_submit_array(run_dir, entry, range(shards)))
             _save_state(run_dir, state)
-            log.info(
-                "slurm: submitted job %s: %s, %d task(s) (%s)",
-                entry["job_id"],
-                entry["label"],
-                shards,
-                " ".join(options[4:]) or "default partition",
-            )
-        merge_script = _script(
-            run_dir,
-            "merge",
-            ["--slurm-merge", "--results", str(run_dir)],
-            "cudnn-matrix: merge the shard run folders once every array job ended",
-        )
-        first = groups[0].runner
-        options = [
-            "--job-name=cudnn-matrix-merge",
-            f"--dependency=afterany:{':'.join(submitted)}",
-            f"--output={run_dir / 'slurm' / 'merge.out'}",
-            f"--chdir={Path.cwd()}",
-            "--time=00:30:00",
-        ]
-        if first.partition:
-            options.append(f"--partition={first.partition}")
-        merge_id = sl.submit(options, merge_script)
-        state["merge"] = {"job_id": merge_id, "state": None}
+        _submit_merge(run_dir, state, submitted)
         _save_state(run_dir, state)
-        log.info("slurm: submitted merge job %s (afterany:%s)", merge_id, ":".join(submitted))
     except BaseException:
         sl.cancel(submitted)  # no half-submitted run left queued, nothing to reattach to
         _state_path(run_dir).unlink(missing_ok=True)
         raise
     return state
+
+
+def _incomplete(run_dir: Path, state: dict[str, Any]) -> dict[str, list[int]]:
+    """Group id -> the tasks whose folder lacks a result for some of their units."""
+    config = ValidateConfig.from_dict(state["config"])
+    out: dict[str, list[int]] = {}
+    for group in state["groups"]:
+        _, _, units = _units(_group_config(config, group, run_dir), group["tasks"])
+        for index, mine in enumerate(units):
+            folder = _shard_dir(run_dir, group["id"], index)
+            _, results = _shard_results(folder)
+            done = {(r.cell_id, r.case) for r in results}
+            if any(u not in done for u in mine):
+                out.setdefault(group["id"], []).append(index)
+    return out
+
+
+def _resubmit(run_dir: Path, state: dict[str, Any]) -> bool:
+    """--resume of a run whose jobs all ended: run the unfinished tasks again (each completes its
+    shard folder, as `validate --resume` does); False when every task finished."""
+    todo = _incomplete(run_dir, state)
+    if not todo:
+        return False
+    log.info("slurm: --resume runs the unfinished tasks again")
+    arrays: list[str] = []
+    state["submitted_at"] = time.time()
+    for group in state["groups"]:
+        indices = todo.get(group["id"])
+        if not indices:
+            continue
+        states = {i: t for i, t in _states(group).items() if i not in indices}
+        _put_states(group, states)
+        group["not_scheduled"] = [i for i in group.get("not_scheduled", []) if i not in indices]
+        arrays.append(_submit_array(run_dir, group, indices))
+        _save_state(run_dir, state)
+    _submit_merge(run_dir, state, arrays)
+    _save_state(run_dir, state)
+    return True
 
 
 # --- wait -----------------------------------------------------------------------------------------
@@ -577,6 +634,8 @@ def run(
             raise ConfigError(msg)
         state = _load_state(run_dir)
         log.info("slurm: reattaching to jobs %s", " ".join(_job_ids(state)))
+        _wait(run_dir, state, queue_timeout)
+        _resubmit(run_dir, state)
     else:
         runners = load_runners(runners_path, executors=tuple(EXECUTORS))
         config = replace(config, results_dir=run_dir, resume=False)

@@ -311,6 +311,12 @@ def _merge_submitted(run_dir: Path) -> bool:
         return False
 
 
+def _results_of_shards(run_dir: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line) for p in _shard_results(run_dir) for line in p.read_text().splitlines()
+    ]
+
+
 def _shard_results(run_dir: Path) -> list[Path]:
     return sorted(run_dir.glob("shards/*/*/results.jsonl"))
 
@@ -495,22 +501,15 @@ def test_a_task_pending_past_the_queue_timeout_is_not_scheduled(
     assert not _shard_results(run_dir)  # the task never ran
 
 
-def test_ctrl_c_cancels_the_jobs_and_resume_merges_what_finished(
+def test_ctrl_c_cancels_the_jobs_and_resume_completes_the_run(
     cluster: Cluster, base_python: Path, tmp_path: Path
 ) -> None:
+    """Interrupted while hang.py runs; --resume runs only the unfinished task again, which runs
+    only hang.py (its own --timeout ends it this time)."""
     args = _args(base_python, tmp_path, "pass_script.py", "hang.py")
+    args += ["--arch", "sm90", "--jobs", "2", "--timeout", "8", "--no-api-logs"]
     run_dir = tmp_path / "run"
-    argv = [
-        "--executor",
-        "slurm",
-        *args,
-        "--arch",
-        "sm90",
-        "--jobs",
-        "2",
-        "--results",
-        str(run_dir),
-    ]
+    argv = ["--executor", "slurm", *args, "--results", str(run_dir)]
     tool = _tool(cluster, *argv, cwd=tmp_path)
     _wait_for_result(run_dir, "pass_script.py")
     tool.send_signal(signal.SIGINT)
@@ -521,11 +520,20 @@ def test_ctrl_c_cancels_the_jobs_and_resume_merges_what_finished(
     merge = str(_state(run_dir)["merge"]["job_id"])
     _wait_for("the task to end", lambda: cluster.job_state(job) == {"0": "CANCELLED"}, 60)
     assert cluster.job_state(merge) == {merge: "CANCELLED"}
+    first = _results_of_shards(run_dir)
+    assert [r["case"] for r in first] == ["pass_script.py"]  # hang.py was cut short: no result
+
     rc, out, err = _finish(_tool(cluster, *argv, "--resume", cwd=tmp_path))
-    assert rc == 1, out + err
+    assert rc == 1, out + err  # hang.py times out: a blocking outcome
+    assert f"slurm: reattaching to jobs {job}" in err
+    assert "--resume runs the unfinished tasks again" in err
+    (again,) = _jobs(run_dir)
+    assert again != job
+    assert _state(run_dir)["groups"][0]["previous_jobs"] == [job]
+    assert cluster.job_state(again) == {"0": "COMPLETED"}
     results = {case: r for (_, case), r in _results(run_dir).items()}
-    assert results["pass_script.py"]["outcome"] == "pass"
-    assert str(results["hang.py"]["reason"]).startswith(f"slurm CANCELLED: task {job}_0")
+    assert results["pass_script.py"] == {**first[0], "mac": results["pass_script.py"]["mac"]}
+    assert results["hang.py"]["outcome"] == "timeout"  # the case's own verdict, run to its end
 
 
 def test_a_partition_slurm_refuses_is_one_line_and_leaves_nothing_queued(
