@@ -61,6 +61,7 @@ def test_a_plain_job_is_task_zero_and_unknown_counts_as_ended() -> None:
     [
         (["--queue-timeout", "5"], "--queue-timeout is for --executor slurm"),
         (["--runners", "r.toml"], "--runners is for --executor slurm"),
+        (["--shards", "2"], "--shards is for --executor slurm"),
         (["--executor", "slurm", "--shards", "0"], "argument --shards"),
         (["--executor", "slurm", "--queue-timeout", "nan"], "argument --queue-timeout"),
     ],

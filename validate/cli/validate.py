@@ -141,7 +141,6 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     slurm.add_argument(
         "--shards",
         type=positive(int, 1, 1000),
-        default=1,
         metavar="N",
         help="array tasks per (arch x environment) job, each one shard of its cells' units "
         "(default: 1)",
@@ -243,7 +242,12 @@ def _handle(args: argparse.Namespace) -> int:
     if args.slurm_task or args.slurm_merge:
         return _slurm_node(args)
     if args.executor != "slurm":
-        for flag, value in (("--runners", args.runners), ("--queue-timeout", args.queue_timeout)):
+        slurm_only = (
+            ("--shards", args.shards),
+            ("--runners", args.runners),
+            ("--queue-timeout", args.queue_timeout),
+        )
+        for flag, value in slurm_only:
             if value is not None:
                 msg = f"{flag} is for --executor slurm"
                 raise ConfigError(msg)
@@ -255,7 +259,10 @@ def _handle(args: argparse.Namespace) -> int:
             msg = f"--runners {args.runners}: no such file"
             raise ConfigError(msg)
         return slurm.run(
-            config, shards=args.shards, queue_timeout=args.queue_timeout, runners_path=args.runners
+            config,
+            shards=args.shards or 1,
+            queue_timeout=args.queue_timeout,
+            runners_path=args.runners,
         )
     from validate.workflow import run
 
