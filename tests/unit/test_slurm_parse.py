@@ -112,3 +112,18 @@ def test_a_case_killed_with_its_task_is_an_error_not_a_crash() -> None:
     out = _killed_by_slurm(results, "slurm TIMEOUT: task 6_0 hit its time limit")
     assert [r.outcome for r in out] == [Outcome.ERROR, Outcome.CRASH, Outcome.PASS]
     assert out[0].reason == "slurm TIMEOUT: task 6_0 hit its time limit (the case died of SIGTERM)"
+
+
+def test_sbatch_options_come_from_the_arch_runner() -> None:
+    from validate.plan.pipeline import JobGroup
+    from validate.plan.runners import Runner
+    from validate.slurm import _sbatch_options
+
+    def options(**fields: object) -> list[str]:
+        runner = Runner(arch="sm90", tags=("gpu",), runs_on=("gpu",), **fields)  # type: ignore[arg-type]
+        return _sbatch_options(JobGroup(runner=runner, env=(), drivers=("580",), cells=1))
+
+    hopper = options(partition="hopper", constraint="sm90", gpus=2, time="02:00:00")
+    assert hopper == ["--partition=hopper", "--constraint=sm90", "--gres=gpu:2", "--time=02:00:00"]
+    assert options(gres="gpu:h200:1") == ["--gres=gpu:h200:1"]  # an explicit gres wins
+    assert options(gpus=0) == []  # a CPU-only runner: no gres, the cluster's defaults
