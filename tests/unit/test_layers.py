@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validate.execute",),
     ("validate.judge",),
     ("validate.report",),
-    ("validate.workflow",),
+    ("validate.workflow", "validate.slurm"),
     ("validate.cli", "validate.__main__"),
 )
 

@@ -11,6 +11,7 @@ from validate.cli import (
     add_flaky_option,
     add_run_options,
     add_selector_args,
+    positive,
     split_list,
     writable_dir,
 )
@@ -61,10 +62,11 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     env = parser.add_argument_group("environments")
     env.add_argument(
         "--executor",
-        choices=(*EXECUTORS, "auto"),
+        choices=(*EXECUTORS, "auto", "slurm"),
         default="local",
         help="local venvs (default); docker: each cell in its image; auto: docker when the "
-        "daemon has an NVIDIA runtime, else local",
+        "daemon has an NVIDIA runtime, else local; slurm: sbatch array jobs, one task per "
+        "shard, each running the cells with its arch's runner executor (see --runners)",
     )
     env.add_argument(
         "--base-image",
@@ -143,6 +145,31 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
         help="case durations for --shard (JSON name -> seconds; default: the cache's durations.json; "
         "'none': every case alike, which balances by count)",
     )
+    slurm = parser.add_argument_group("slurm (--executor slurm)")
+    slurm.add_argument(
+        "--shards",
+        type=positive(int, 1, 1000),
+        metavar="N",
+        help="array tasks per (arch x environment) job, each one shard of its cells' units "
+        "(default: 1)",
+    )
+    slurm.add_argument(
+        "--queue-timeout",
+        type=positive(float, 1),
+        metavar="S",
+        help="cancel a task still pending S seconds after submission; its cases are `error` "
+        "'not scheduled' (default: wait as long as it takes)",
+    )
+    slurm.add_argument(
+        "--runners",
+        type=Path,
+        metavar="FILE",
+        help="runner pools per arch (default: matrix/runners.toml): partition, constraint, gres, "
+        "time; cells of an arch without a runner are pruned",
+    )
+    # what the batch scripts run on the nodes (validate/slurm.py); not for people
+    slurm.add_argument("--slurm-task", metavar="GROUP:I", help=argparse.SUPPRESS)
+    slurm.add_argument("--slurm-merge", action="store_true", help=argparse.SUPPRESS)
     run.add_argument(
         "--known-issues",
         type=Path,
@@ -221,6 +248,43 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
 
 
 def _handle(args: argparse.Namespace) -> int:
+    if args.slurm_task or args.slurm_merge:
+        return _slurm_node(args)
+    if args.executor != "slurm":
+        slurm_only = (
+            ("--shards", args.shards),
+            ("--runners", args.runners),
+            ("--queue-timeout", args.queue_timeout),
+        )
+        for flag, value in slurm_only:
+            if value is not None:
+                msg = f"{flag} is for --executor slurm"
+                raise ConfigError(msg)
+    config = config_from_args(args)
+    if args.executor == "slurm":
+        from validate import slurm
+
+        if args.runners is not None and not args.runners.is_file():
+            msg = f"--runners {args.runners}: no such file"
+            raise ConfigError(msg)
+        return slurm.run(
+            config,
+            shards=args.shards or 1,
+            queue_timeout=args.queue_timeout,
+            runners_path=args.runners,
+        )
     from validate.workflow import run
 
-    return run(config_from_args(args))
+    return run(config)
+
+
+def _slurm_node(args: argparse.Namespace) -> int:
+    """A batch script's call on a node: one array task, or the merge job."""
+    from validate import slurm
+
+    if args.results is None:
+        msg = "--slurm-task/--slurm-merge need --results RUN (the Slurm run folder)"
+        raise ConfigError(msg)
+    if args.slurm_merge:
+        return slurm.merge_job(args.results)
+    return slurm.run_task(args.results.resolve(), args.slurm_task)
