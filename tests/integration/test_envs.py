@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from validate.cli import main
+from validate.env.frontend_build import build_frontend_wheel
 from validate.env.sources import (
-    build_frontend_wheel,
     parse_backend_source,
     parse_frontend_source,
     same_backend,

@@ -23,10 +23,10 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from validate import __version__
+from validate.env.frontend_build import build_frontend_wheel
 from validate.env.sources import (
     BackendSource,
     FrontendSource,
-    build_frontend_wheel,
     decode_backend_version,
     missing_sublibraries,
     read_libdir_version,
@@ -363,7 +363,11 @@ def _build(
         python = work / "bin" / "python"
         if spec.base not in ("isolated", "system-site-packages"):
             _layer_on_base(spec.base, python)
-        wheel = build_frontend_wheel(spec.frontend, cache) if spec.frontend.kind == "git" else None
+        wheel = None
+        if spec.frontend.kind == "git":
+            wheel = build_frontend_wheel(
+                spec.frontend, cache, wheelhouse=wheelhouse, backend=spec.backend
+            )
         frontend_req = spec.frontend.requirement(wheel)
         reqs = [*TOOLING, *spec.extras, *([frontend_req] if frontend_req else [])]
         _install(tool, python, reqs, wheelhouse)
