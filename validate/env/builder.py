@@ -25,6 +25,7 @@ from validate.env.images import (
     compat_for,
     repo_root,
 )
+from validate.env.progress import Activity, activity
 from validate.env.wheelhouse import Wheelhouse, default_wheelhouse, link
 from validate.errors import ConfigError, DockerError, ImageBuildError
 
@@ -50,6 +51,7 @@ logger = logging.getLogger(__name__)
 _TAIL_LINES: Final = 40
 _CLIENT_TIMEOUT_S: Final = 3600  # a backend layer's pip install is silent for minutes
 _STEP_RE: Final = re.compile(r"^Step (\d+)/\d+ : (.*)$")
+_STEP_OF_RE: Final = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _LAYER_RE: Final = re.compile(r"^ ---> ([0-9a-f]{12,})$")
 _TOOL_PARTS: Final = ("validate", "matrix")
 _IGNORE: Final = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".mypy_cache")
@@ -380,15 +382,17 @@ class ImageBuilder:
                 decode=True,
                 network_mode=self.network,
             )
-            for chunk in stream:
-                for line in _chunk_lines(chunk):
-                    lines.append(line)
-                    if sink:
-                        sink.write(line + "\n")
-                # read the stream to its end even after an error: it frees the connection
-                error = error or chunk.get("error", "")
-                if aux := chunk.get("aux"):
-                    image_id = aux.get("ID", image_id)
+            with activity(f"image {tag}") as act:
+                for chunk in stream:
+                    for line in _chunk_lines(chunk):
+                        lines.append(line)
+                        if sink:
+                            sink.write(line + "\n")
+                        _show_build_line(line, act)
+                    # read the stream to its end even after an error: it frees the connection
+                    error = error or chunk.get("error", "")
+                    if aux := chunk.get("aux"):
+                        image_id = aux.get("ID", image_id)
         except docker.errors.DockerException as exc:
             raise ImageBuildError(_failure(spec, tag, str(exc), lines)) from exc
         if error:
@@ -430,7 +434,9 @@ class ImageBuilder:
         if image not in self._pull_failures:
             logger.info("pulling %s", image)
             try:
-                self.client.images.pull(image)
+                with activity(f"pull {image}") as act:
+                    act.update("waiting for the registry")
+                    self.client.images.pull(image)
                 return
             except docker.errors.DockerException as exc:
                 self._pull_failures[image] = (
@@ -534,6 +540,15 @@ def _order(info: ImageInfo) -> tuple[bool, str]:
 def _copy_or_link(src: str, dst: str) -> str:
     link(Path(src), Path(dst))
     return dst
+
+
+def _show_build_line(line: str, act: Activity) -> None:
+    """A docker build step is a milestone (one plain line each); other output running state."""
+    if match := _STEP_OF_RE.match(line):
+        act.update(done=int(match[1]) - 1, total=int(match[2]))
+        act.milestone(f"step {match[1]}/{match[2]}: {match[3][:80]}")
+    elif line.strip() and not line.startswith(" ---> "):
+        act.update(line.strip()[:100])
 
 
 def _chunk_lines(chunk: Mapping[str, Any]) -> Iterator[str]:

@@ -23,7 +23,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -41,10 +40,11 @@ from packaging.utils import (
 )
 
 from validate._compat import tomllib
+from validate.env.progress import Activity, Streamed, activity, ninja_line, run_streamed
 from validate.errors import EnvBuildError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from packaging.version import Version
 
@@ -621,17 +621,14 @@ def _toolchain_file(plan: BuildPlan, folder: Path) -> Path | None:
 
 
 def _run_logged(
-    argv: Sequence[str], sink: Path, env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    log.debug("+ %s", shlex.join(argv))
+    argv: Sequence[str],
+    sink: Path,
+    act: Activity,
+    env: Mapping[str, str] | None = None,
+    parse: Callable[[str, Activity], None] | None = None,
+) -> Streamed:
     with sink.open("a", encoding="utf-8") as out:
-        out.write(f"+ {shlex.join(argv)}\n")
-        out.flush()
-        proc = subprocess.run(
-            list(argv), capture_output=True, text=True, check=False, env=dict(env) if env else None
-        )
-        out.write(proc.stdout + proc.stderr)
-    return proc
+        return run_streamed(argv, act, parse, env=env, log_file=out)
 
 
 def build_frontend_wheel(
@@ -658,7 +655,10 @@ def build_frontend_wheel(
     build_log = target.parent / f"{source.commit}.log"
     build_log.write_text("")
     short = source.commit[:12]
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp,
+        activity(f"frontend wheel {short}") as act,
+    ):
         work, out = Path(tmp) / "src", Path(tmp) / "wheels"
         git_steps = [
             ["git", "clone", "--quiet", "--shared", "--no-checkout", str(source.path), str(work)],
@@ -666,9 +666,10 @@ def build_frontend_wheel(
             ["git", "-C", str(work), "submodule", "update", "--init", "--recursive", "--quiet"],
         ]
         for argv in git_steps:
-            proc = _run_logged(argv, build_log)
+            act.update(f"git {argv[3] if argv[1] == '-C' else argv[1]}")
+            proc = _run_logged(argv, build_log, act)
             if proc.returncode != 0:
-                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
+                tail = proc.tail(6)
                 msg = f"building the frontend at {short} failed: {shlex.join(argv)}\n{tail}"
                 raise EnvBuildError(msg)
         plan = plan_build(
@@ -682,7 +683,7 @@ def build_frontend_wheel(
         if plan.include_dirs:
             cpath = [str(p) for p in plan.include_dirs]
             env["CPATH"] = os.pathsep.join([*cpath, *filter(None, [os.environ.get("CPATH")])])
-        argv = [python, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check"]
+        argv = [python, "-m", "pip", "wheel", "-v", "--no-deps", "--disable-pip-version-check"]
         argv += [*plan.pip_args, "--wheel-dir", str(out), str(work)]
         log.info(
             "building frontend %s@%s into a wheel%s (log: %s)",
@@ -691,9 +692,10 @@ def build_frontend_wheel(
             f": {'; '.join(plan.notes)}" if plan.notes else "",
             build_log,
         )
-        proc = _run_logged(argv, build_log, env)
+        act.update("pip wheel")
+        proc = _run_logged(argv, build_log, act, env, ninja_line)
         if proc.returncode != 0:
-            output = proc.stdout + proc.stderr
+            output = proc.output
             if causes := compile_causes(output, work, plan):
                 names = ", ".join(c.split(":", 1)[0] for c in causes)
                 msg = "\n".join(
