@@ -164,10 +164,13 @@ def test_interactive_only_on_a_terminal_outside_ci(monkeypatch: pytest.MonkeyPat
 def test_on_a_terminal_rich_draws_the_rows() -> None:
     """A child on a real pseudo-terminal: nested steps are rows of one rich display."""
     code = (
-        "import time\n"
+        "import logging, time\n"
+        "from validate.log import setup_logging\n"
         "from validate.env.progress import activity\n"
+        "setup_logging()\n"
         "with activity('environment abc') as env:\n"
         "    env.update('installing 5 requirements')\n"
+        "    logging.getLogger('validate').info('a log line while the display is live')\n"
         "    with activity('download cmake', unit='bytes') as dl:\n"
         "        dl.update('downloading cmake.whl', done=5e6, total=10e6)\n"
         "        time.sleep(0.5)\n"
@@ -201,4 +204,5 @@ def test_on_a_terminal_rich_draws_the_rows() -> None:
     assert "environment abc: installing 5 requirements" in screen
     assert "download cmake: downloading cmake.whl" in screen
     assert "5.0 MB of 10.0 MB" in screen
+    assert "a log line while the display is live" in screen
     assert "DONE" in screen

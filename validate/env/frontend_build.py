@@ -142,7 +142,7 @@ class _Wheel:
 
 def _wheel_index(wheelhouse: Path) -> dict[NormalizedName, list[_Wheel]]:
     index: dict[NormalizedName, list[_Wheel]] = {}
-    for path in sorted(wheelhouse.rglob("*.whl")):
+    for path in sorted(wheelhouse.glob("*.whl")):  # --find-links reads the folder, not below
         try:
             name, version, _build, tags = parse_wheel_filename(path.name)
         except InvalidWheelFilename:

@@ -135,6 +135,7 @@ class _Display:
     def __init__(self) -> None:
         self.progress: Any = None
         self.open: list[Activity] = []
+        self.routed: list[logging.StreamHandler[Any]] = []
         self.lock = threading.Lock()
 
     def start(self, act: Activity) -> None:
@@ -159,9 +160,24 @@ class _Display:
                     transient=True,
                 )
                 self.progress.start()
+                self._route_logs(to_display=True)
             self.open.append(act)
             if self.progress is not None:
                 act._task = self.progress.add_task(act.title, total=None, amount="")
+
+    def _route_logs(self, *, to_display: bool) -> None:
+        """While the display is live, the `validate` log handlers on stderr write through
+        rich's stderr proxy (lines print above the display instead of through it)."""
+        for handler in logging.getLogger("validate").handlers:
+            if not isinstance(handler, logging.StreamHandler):
+                continue
+            if to_display and handler.stream is sys.__stderr__:
+                self.routed.append(handler)
+                handler.setStream(sys.stderr)  # rich's proxy while the display is live
+        if not to_display:
+            for handler in self.routed:
+                handler.setStream(sys.__stderr__)
+            self.routed.clear()
 
     def refresh(self, act: Activity) -> None:
         progress = self.progress
@@ -181,6 +197,7 @@ class _Display:
                 if act._task is not None:
                     self.progress.remove_task(act._task)
                 if not self.open:
+                    self._route_logs(to_display=False)
                     self.progress.stop()
                     self.progress = None
 
