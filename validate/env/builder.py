@@ -434,9 +434,7 @@ class ImageBuilder:
         if image not in self._pull_failures:
             logger.info("pulling %s", image)
             try:
-                with activity(f"pull {image}") as act:
-                    act.update("waiting for the registry")
-                    self.client.images.pull(image)
+                self._pull(image)
                 return
             except docker.errors.DockerException as exc:
                 self._pull_failures[image] = (
@@ -444,6 +442,32 @@ class ImageBuilder:
                     f"({_pull_cause(exc)}); {_FIX_BASE}"
                 )
         raise ImageBuildError(self._pull_failures[image])
+
+    def _pull(self, image: str) -> None:
+        """Pull with the bytes of its layers shown as they arrive; an error the daemon reports
+        inside the stream (not only one before it) is an APIError, as images.pull would raise."""
+        import docker
+
+        layers: dict[str, tuple[float, float]] = {}
+        error = ""
+        with activity(f"pull {image}", unit="bytes") as act:
+            act.update("waiting for the registry")
+            for event in self.client.api.pull(image, stream=True, decode=True):
+                error = error or str(event.get("error") or "")
+                status, layer = str(event.get("status", "")), str(event.get("id", ""))
+                detail = event.get("progressDetail") or {}
+                if status == "Downloading" and detail.get("total"):
+                    layers[layer] = (float(detail.get("current", 0)), float(detail["total"]))
+                elif status in ("Download complete", "Pull complete") and layer in layers:
+                    layers[layer] = (layers[layer][1], layers[layer][1])
+                elif status.startswith("Status:"):
+                    act.milestone(status.removeprefix("Status: "))
+                if layers:
+                    done = sum(current for current, _ in layers.values())
+                    total = sum(size for _, size in layers.values())
+                    act.update(f"{len(layers)} layers", done=done, total=total)
+        if error:
+            raise docker.errors.APIError(error)
 
     def has_cuda_apt_repo(self, image: str) -> bool:
         """Whether the image's apt sources name NVIDIA's CUDA repository.
