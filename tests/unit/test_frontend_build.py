@@ -368,3 +368,40 @@ def test_a_real_missing_header_error_is_one_line(host: Path) -> None:
             "wheelhouse or install the toolkit's nvrtc headers"
         )
     ]
+
+
+@pytest.mark.skipif(
+    not os.environ.get("CUDNN_MATRIX_FRONTEND_CHECKOUT"),
+    reason="set CUDNN_MATRIX_FRONTEND_CHECKOUT to a cudnn-frontend checkout[@ref] to read its layout",
+)
+def test_a_real_checkout_layout_with_an_empty_wheelhouse(host: Path) -> None:
+    """The real python/CMakeLists.txt, pyproject.toml and dlpack_version.txt of a checkout: its
+    switches are seen, and every build requirement it names is missing from an empty folder."""
+    from validate.env.sources import parse_frontend_source
+
+    git = shutil.which("git", path=HOST_PATH) or "git"
+    source = parse_frontend_source(os.environ["CUDNN_MATRIX_FRONTEND_CHECKOUT"], git=git)
+    assert source.path is not None
+    assert source.commit is not None
+    empty = host / "empty"
+    empty.mkdir()
+    got = plan_build(
+        source.path,
+        commit=source.commit,
+        cache=host / "cache",
+        wheelhouse=empty,
+        dlpack_dirs=(),
+        cuda_roots=(),
+    )
+    names = [line.split(":", 1)[0] for line in got.missing]
+    assert [n for n in names if n.startswith(("setuptools", "cmake", "ninja", "pybind11"))]
+    dlpack = [line for line in got.missing if line.startswith("dlpack:")]
+    pinned = (source.path / "dlpack_version.txt").read_text().strip()
+    assert dlpack == [
+        (
+            f"dlpack: {source.commit[:12]} needs dlpack >= {pinned} headers; install Debian's "
+            "libdlpack-dev where it is new enough, set dlpack_DIR to a dlpack CMake package, or put "
+            "a wheel that ships include/dlpack/dlpack.h (e.g. apache-tvm-ffi) in the wheelhouse"
+        )
+    ]
+    assert 'set(CUDNN_FRONTEND_FETCH_PYBINDS_IN_CMAKE OFF CACHE BOOL "" FORCE)' in got.toolchain
