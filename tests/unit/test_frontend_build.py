@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from validate.env.frontend_build import BuildPlan, compile_causes, missing_requirements, plan_build
+from validate.errors import EnvBuildError
 
 HOST_PATH = os.environ.get("PATH", "")  # before the `host` fixture narrows it
 COMMIT = "3929da2ef4c1dba1bb8acb68727b9134f26f40c0"
@@ -405,3 +406,14 @@ def test_a_real_checkout_layout_with_an_empty_wheelhouse(host: Path) -> None:
         )
     ]
     assert 'set(CUDNN_FRONTEND_FETCH_PYBINDS_IN_CMAKE OFF CACHE BOOL "" FORCE)' in got.toolchain
+
+
+def test_an_unreadable_pyproject_is_one_line_naming_the_commit(host: Path) -> None:
+    source = checkout(host / "fe")
+    (source / "pyproject.toml").write_text("[build-system\n")
+    with pytest.raises(EnvBuildError) as caught:
+        plan(host, source, full_wheelhouse(host / "wheels"))
+    assert str(caught.value).startswith(
+        f"building the frontend at {COMMIT[:12]} failed: pyproject.toml is not valid TOML ("
+    )
+    assert "\n" not in str(caught.value)

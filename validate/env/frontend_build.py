@@ -118,14 +118,14 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _build_requires(checkout: Path) -> list[str]:
+def _build_requires(checkout: Path, commit: str) -> list[str]:
     pyproject = checkout / "pyproject.toml"
     if not pyproject.is_file():
         return list(_DEFAULT_REQUIRES)
     try:
         data = tomllib.loads(_read(pyproject))
     except tomllib.TOMLDecodeError as exc:
-        msg = f"{pyproject}: not valid TOML ({exc})"
+        msg = f"building the frontend at {commit[:12]} failed: pyproject.toml is not valid TOML ({exc})"
         raise EnvBuildError(msg) from exc
     system = data.get("build-system")
     if not isinstance(system, dict) or "requires" not in system:
@@ -483,7 +483,7 @@ def plan_build(
     plan = BuildPlan(
         frontend=(checkout / "python" / "CMakeLists.txt").is_file(), offline=bool(wheelhouse)
     )
-    requires = _build_requires(checkout)
+    requires = _build_requires(checkout, commit)
     if wheelhouse is not None:
         plan.pip_args = ["--no-index", "--find-links", str(wheelhouse)]
         plan.missing += missing_requirements(requires, wheelhouse, tags)
