@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -19,8 +20,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from validate.cli import main
+from validate.env.frontend_build import build_frontend_wheel
 from validate.env.sources import (
-    build_frontend_wheel,
     parse_backend_source,
     parse_frontend_source,
     same_backend,
@@ -168,6 +169,29 @@ def test_pip_installer_builds_the_same_env(
     assert probe_backend(handle)[0] == 91200
     head = (handle.python.parent / "jupyter-kernel").read_text().splitlines()[0]
     assert head == f"#!{handle.python}"  # shebangs point at the final folder, not the build one
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_an_env_build_logs_what_it_does_without_commands_or_scripts(
+    wheel_spec: EnvSpec,
+    wheelhouse: Path,
+    tmp_path: Path,
+    installer: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Off a terminal (CI) an environment build says what it installs, one line each, and
+    nothing of the command lines or of the inline scripts it runs in the new env."""
+    monkeypatch.setenv("CI", "true")
+    caplog.set_level(logging.INFO, logger="validate")
+    handle = ensure_env(wheel_spec, tmp_path, wheelhouse=wheelhouse, installer=installer)  # type: ignore[arg-type]
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    env = f"environment {handle.root.name if handle.root else '?'}"
+    assert lines[0] == f"building environment {env.split()[1]} ({installer})"
+    backend = Path(wheel_spec.backend.requirement(13) or "").name  # the wheel file's name
+    assert f"  {env}: installing {backend}" in lines
+    assert not [ln for ln in lines if ln.startswith("+ ") or "\n" in ln or "import " in ln]
+    assert len(lines) <= 8, lines
 
 
 def test_half_built_env_is_rebuilt(wheelhouse: Path, tmp_path: Path) -> None:

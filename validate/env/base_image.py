@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Final, Literal
 
 from validate.env.images import LOCAL_BASE_IMAGE
+from validate.env.progress import Activity, activity, run_streamed
 from validate.errors import ConfigError, DockerError
 
 __all__ = ["BOOTSTRAP_TOOLS", "DEBIAN_MIRROR", "base_image_exists", "build_base_image"]
@@ -43,12 +44,23 @@ def _pick(tool: Tool) -> str:
     raise ConfigError(msg)
 
 
+_PACKAGE_STEP = re.compile(r"^I: (Retrieving|Validating|Extracting|Unpacking|Configuring) (\S+)")
+
+
+def _bootstrap_line(line: str, act: Activity) -> None:
+    """debootstrap/mmdebstrap: a phase ("I: Installing core packages...") is a milestone, each
+    package retrieved or unpacked counts as it arrives."""
+    if match := _PACKAGE_STEP.match(line):
+        act.update(f"{match[1].lower()} {match[2]}", done=act.done + 1)
+    elif line.startswith("I: ") and (line.endswith("...") or "successfully" in line):
+        act.milestone(line.removeprefix("I: ").rstrip("."))
+
+
 def _run(argv: list[str]) -> None:
-    logger.info("+ %s", shlex.join(argv))
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    with activity(argv[0]) as act:
+        proc = run_streamed(argv, act, _bootstrap_line)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
-        msg = f"{argv[0]} failed (exit {proc.returncode}):\n{tail}"
+        msg = f"{argv[0]} failed (exit {proc.returncode}): {shlex.join(argv)}\n{proc.tail(30)}"
         raise DockerError(msg)
 
 
@@ -105,6 +117,7 @@ def build_base_image(
         )
         raise ConfigError(msg)
     start = time.monotonic()
+    logger.info("bootstrapping Debian %s from %s with %s", suite, mirror, chosen)
     with tempfile.TemporaryDirectory(prefix="cudnn-matrix-base-", dir=work_dir) as tmp:
         tarball = _rootfs_tarball(chosen, suite, mirror, Path(tmp))
         image_id = ImageBuilder().import_rootfs(tarball, tag, _CHANGES)

@@ -25,6 +25,7 @@ from validate.env.images import (
     compat_for,
     repo_root,
 )
+from validate.env.progress import Activity, activity
 from validate.env.wheelhouse import Wheelhouse, default_wheelhouse, link
 from validate.errors import ConfigError, DockerError, ImageBuildError
 
@@ -50,6 +51,7 @@ logger = logging.getLogger(__name__)
 _TAIL_LINES: Final = 40
 _CLIENT_TIMEOUT_S: Final = 3600  # a backend layer's pip install is silent for minutes
 _STEP_RE: Final = re.compile(r"^Step (\d+)/\d+ : (.*)$")
+_STEP_OF_RE: Final = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _LAYER_RE: Final = re.compile(r"^ ---> ([0-9a-f]{12,})$")
 _TOOL_PARTS: Final = ("validate", "matrix")
 _IGNORE: Final = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".mypy_cache")
@@ -380,15 +382,17 @@ class ImageBuilder:
                 decode=True,
                 network_mode=self.network,
             )
-            for chunk in stream:
-                for line in _chunk_lines(chunk):
-                    lines.append(line)
-                    if sink:
-                        sink.write(line + "\n")
-                # read the stream to its end even after an error: it frees the connection
-                error = error or chunk.get("error", "")
-                if aux := chunk.get("aux"):
-                    image_id = aux.get("ID", image_id)
+            with activity(f"image {tag}") as act:
+                for chunk in stream:
+                    for line in _chunk_lines(chunk):
+                        lines.append(line)
+                        if sink:
+                            sink.write(line + "\n")
+                        _show_build_line(line, act)
+                    # read the stream to its end even after an error: it frees the connection
+                    error = error or chunk.get("error", "")
+                    if aux := chunk.get("aux"):
+                        image_id = aux.get("ID", image_id)
         except docker.errors.DockerException as exc:
             raise ImageBuildError(_failure(spec, tag, str(exc), lines)) from exc
         if error:
@@ -430,7 +434,7 @@ class ImageBuilder:
         if image not in self._pull_failures:
             logger.info("pulling %s", image)
             try:
-                self.client.images.pull(image)
+                self._pull(image)
                 return
             except docker.errors.DockerException as exc:
                 self._pull_failures[image] = (
@@ -438,6 +442,32 @@ class ImageBuilder:
                     f"({_pull_cause(exc)}); {_FIX_BASE}"
                 )
         raise ImageBuildError(self._pull_failures[image])
+
+    def _pull(self, image: str) -> None:
+        """Pull with the bytes of its layers shown as they arrive; an error the daemon reports
+        inside the stream (not only one before it) is an APIError, as images.pull would raise."""
+        import docker
+
+        layers: dict[str, tuple[float, float]] = {}
+        error = ""
+        with activity(f"pull {image}", unit="bytes") as act:
+            act.update("waiting for the registry")
+            for event in self.client.api.pull(image, stream=True, decode=True):
+                error = error or str(event.get("error") or "")
+                status, layer = str(event.get("status", "")), str(event.get("id", ""))
+                detail = event.get("progressDetail") or {}
+                if status == "Downloading" and detail.get("total"):
+                    layers[layer] = (float(detail.get("current", 0)), float(detail["total"]))
+                elif status in ("Download complete", "Pull complete") and layer in layers:
+                    layers[layer] = (layers[layer][1], layers[layer][1])
+                elif status.startswith("Status:"):
+                    act.milestone(status.removeprefix("Status: "))
+                if layers:
+                    done = sum(current for current, _ in layers.values())
+                    total = sum(size for _, size in layers.values())
+                    act.update(f"{len(layers)} layers", done=done, total=total)
+        if error:
+            raise docker.errors.APIError(error)
 
     def has_cuda_apt_repo(self, image: str) -> bool:
         """Whether the image's apt sources name NVIDIA's CUDA repository.
@@ -534,6 +564,15 @@ def _order(info: ImageInfo) -> tuple[bool, str]:
 def _copy_or_link(src: str, dst: str) -> str:
     link(Path(src), Path(dst))
     return dst
+
+
+def _show_build_line(line: str, act: Activity) -> None:
+    """A docker build step is a milestone (one plain line each); other output running state."""
+    if match := _STEP_OF_RE.match(line):
+        act.update(done=int(match[1]) - 1, total=int(match[2]))
+        act.milestone(f"step {match[1]}/{match[2]}: {match[3][:80]}")
+    elif line.strip() and not line.startswith(" ---> "):
+        act.update(line.strip()[:100])
 
 
 def _chunk_lines(chunk: Mapping[str, Any]) -> Iterator[str]:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
-import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -28,7 +24,6 @@ __all__ = [
     "FrontendSource",
     "Sources",
     "backend_package",
-    "build_frontend_wheel",
     "decode_backend_version",
     "find_backend_libdir",
     "missing_sublibraries",
@@ -46,7 +41,6 @@ FrontendKind = Literal["pypi", "wheel", "git", "current"]
 
 #: Dispatcher library every cuDNN 9 layout holds; its cudnnGetVersion() needs no GPU (DOMAIN §2).
 _DISPATCHER = "libcudnn.so.9"
-_BUILD_CAUSE = re.compile(r"CMake Error|fatal:|error:|Could not|not found", re.IGNORECASE)
 _FRONTEND_PACKAGE = "nvidia-cudnn-frontend"
 #: Sub-libraries every cuDNN 9 backend has (DOMAIN.md §2); newer ones (_engines_tensor_ir,
 #: _ext) count where the dispatcher or libcudnn_graph names them (they dlopen them by name).
@@ -461,49 +455,3 @@ def read_libdir_version(libdir: Path) -> str:
         msg = f"cannot read the cuDNN version of {libdir / _DISPATCHER}: {tail[0]}"
         raise EnvBuildError(msg)
     return decode_backend_version(int(proc.stdout.strip()))
-
-
-def build_frontend_wheel(
-    source: FrontendSource, cache_dir: Path, *, python: str = sys.executable
-) -> Path:
-    """Build a git checkout's commit into a wheel once; later calls return the cached wheel."""
-    assert source.kind == "git"
-    assert source.path is not None
-    assert source.commit is not None
-    target = cache_dir / "frontend-wheels" / source.commit
-    wheels = sorted(target.glob("*.whl"))
-    if wheels:
-        return wheels[0]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
-        work, out = Path(tmp) / "src", Path(tmp) / "wheels"
-        commands = [
-            ["git", "clone", "--quiet", "--shared", "--no-checkout", str(source.path), str(work)],
-            ["git", "-C", str(work), "checkout", "--quiet", source.commit],
-            ["git", "-C", str(work), "submodule", "update", "--init", "--recursive", "--quiet"],
-            [python, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(work)],
-        ]
-        for argv in commands:
-            log.info("+ %s", shlex.join(argv))
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                lines = (proc.stdout + proc.stderr).strip().splitlines()
-                # the cause sits mid-log (a CMake error, a failed fetch), the traceback at the end
-                causes = [ln.strip() for ln in lines if _BUILD_CAUSE.search(ln)][:6]
-                tail = "\n".join([*causes, *lines[-6:]])
-                msg = f"building the frontend at {source.commit[:12]} failed: {shlex.join(argv)}\n{tail}"
-                raise EnvBuildError(msg)
-        built = sorted(out.glob("*.whl"))
-        if not built:
-            msg = f"pip wheel of {source.path}@{source.commit[:12]} produced no wheel"
-            raise EnvBuildError(msg)
-        staged = target.with_name(
-            f".{source.commit}.{hashlib.sha256(tmp.encode()).hexdigest()[:8]}"
-        )
-        staged.mkdir()
-        shutil.move(str(built[0]), staged / built[0].name)
-        try:
-            staged.rename(target)
-        except OSError:  # another process finished first: keep its wheel
-            shutil.rmtree(staged, ignore_errors=True)
-    return min(target.glob("*.whl"))

@@ -23,10 +23,11 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from validate import __version__
+from validate.env.frontend_build import build_frontend_wheel
+from validate.env.progress import Activity, activity, pip_line, run_streamed, uv_line
 from validate.env.sources import (
     BackendSource,
     FrontendSource,
-    build_frontend_wheel,
     decode_backend_version,
     missing_sublibraries,
     read_libdir_version,
@@ -237,7 +238,7 @@ def _pick_installer(installer: Installer) -> Literal["uv", "pip"]:
 
 
 def _run(argv: Sequence[str], what: str) -> str:
-    log.info("+ %s", shlex.join(argv))
+    log.debug("+ %s", shlex.join(argv))
     proc = subprocess.run(list(argv), capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-12:])
@@ -265,7 +266,7 @@ def _find_python(version: str, tool: Literal["uv", "pip"]) -> str:
     hint = f"install it (e.g. `uv python install {version}`) or drop it from the python axis"
     if tool == "uv":
         argv = ["uv", "python", "find", version]
-        log.info("+ %s", shlex.join(argv))
+        log.debug("+ %s", shlex.join(argv))
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode == 0 and proc.stdout.strip():
             return proc.stdout.strip().splitlines()[-1]
@@ -313,19 +314,29 @@ def _install(
     python: Path,
     reqs: Sequence[str],
     wheelhouse: Path | None,
+    act: Activity,
     *,
     no_deps: bool = False,
 ) -> None:
+    """Install `reqs`, packages (uv) or bytes (pip) shown as they arrive."""
     if not reqs:
         return
     index = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
     deps = ["--no-deps"] if no_deps else []
     if tool == "uv":
-        argv = ["uv", "pip", "install", "--quiet", "--python", str(python), *index, *deps, *reqs]
+        argv = ["uv", "pip", "install", "--python", str(python), *index, *deps, *reqs]
+        parse = uv_line
     else:
         pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check"]
-        argv = [*pip, "install", "--quiet", *index, *deps, *reqs]
-    _run(argv, f"installing {' '.join(reqs)}")
+        argv = [*pip, "install", "--progress-bar", "raw", *index, *deps, *reqs]
+        parse = pip_line
+    names = [Path(req).name if os.sep in req else req for req in reqs]
+    act.update(f"installing {len(reqs)} requirement{'s' if len(reqs) > 1 else ''}", done=0, total=0)
+    act.milestone(f"installing {', '.join(names)}")
+    proc = run_streamed(argv, act, parse, env={**os.environ, "NO_COLOR": "1"})
+    if proc.returncode != 0:
+        msg = f"installing {' '.join(names)} failed (exit {proc.returncode}): {shlex.join(argv)}\n{proc.tail()}"
+        raise EnvBuildError(msg)
 
 
 def _fix_shebangs(bin_dir: Path, old: Path, new: Path) -> None:
@@ -357,20 +368,30 @@ def _build(
     started = time.monotonic()
     root.parent.mkdir(parents=True, exist_ok=True)
     log.info("building environment %s (%s)", root.name, tool)
-    with tempfile.TemporaryDirectory(dir=root.parent, prefix=f".{spec.hash}.") as tmp:
+    with (
+        tempfile.TemporaryDirectory(dir=root.parent, prefix=f".{spec.hash}.") as tmp,
+        activity(f"environment {root.name}") as act,
+    ):
         work = Path(tmp) / "env"
+        act.update("creating the venv")
         _create_venv(spec, work, tool)
         python = work / "bin" / "python"
         if spec.base not in ("isolated", "system-site-packages"):
             _layer_on_base(spec.base, python)
-        wheel = build_frontend_wheel(spec.frontend, cache) if spec.frontend.kind == "git" else None
+        wheel = None
+        if spec.frontend.kind == "git":
+            act.update(f"building the frontend at {(spec.frontend.commit or '')[:12]}")
+            wheel = build_frontend_wheel(
+                spec.frontend, cache, wheelhouse=wheelhouse, backend=spec.backend
+            )
         frontend_req = spec.frontend.requirement(wheel)
         reqs = [*TOOLING, *spec.extras, *([frontend_req] if frontend_req else [])]
-        _install(tool, python, reqs, wheelhouse)
+        _install(tool, python, reqs, wheelhouse, act)
         # Last and alone, so the pinned backend wins over any copy an extra (torch) pulled in.
         backend_req = spec.backend.requirement(spec.cuda_major)
         if backend_req:
-            _install(tool, python, [backend_req], wheelhouse, no_deps=not spec.backend_deps)
+            _install(tool, python, [backend_req], wheelhouse, act, no_deps=not spec.backend_deps)
+        act.update("reading the new environment", done=0, total=0)
         facts = json.loads(_run([str(python), "-c", _FACTS], "reading the new environment"))
         backend_dir = _backend_dir(spec, Path(facts["purelib"]), facts.get("cudnn_lib"))
         if backend_dir is not None and not (backend_dir / "libcudnn.so.9").is_file():

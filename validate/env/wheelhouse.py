@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from validate.env.progress import activity, pip_line, run_streamed
 from validate.env.sources import backend_package
 from validate.errors import ConfigError, EnvBuildError
 
@@ -56,13 +56,14 @@ class Wheelhouse:
             f"--platform={tag}" for tag in (*_MANYLINUX, "manylinux2014_x86_64", "linux_x86_64")
         ]
         argv += [] if deps else ["--no-deps"]
-        argv += list(requirements)
-        logger.info("+ %s", " ".join(argv))
+        argv += ["--progress-bar", "raw", *requirements]
         dest.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        what = " ".join(requirements)
+        logger.info("downloading %s for Python %s into %s", what, python, dest)
+        with activity(f"download {what if len(what) <= 60 else what[:57] + '...'}") as act:
+            proc = run_streamed(argv, act, pip_line)
         if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-_TAIL_LINES:])
-            msg = f"pip download {' '.join(requirements)} into {dest} failed:\n{tail}"
+            msg = f"pip download {what} into {dest} failed:\n{proc.tail(_TAIL_LINES)}"
             raise EnvBuildError(msg)
 
     def find(self, pattern: str) -> Path | None:
