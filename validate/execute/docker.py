@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import glob
 import logging
 import os
@@ -27,6 +28,7 @@ from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildE
 from validate.execute.cases import SHIPPED_CASES
 from validate.execute.classify import ExecResult
 from validate.execute.incontainer import CONFIG_FILE, payload
+from validate.execute.pool import Job
 from validate.execute.records import record_all
 from validate.log import step as log_step
 from validate.model.outcome import Outcome
@@ -302,35 +304,60 @@ class DockerExecutor:
             return "image build failed: " + "\n".join([lines[0], *lines[1:][-_REASON_LINES:]])
         return ExecTarget(image=image, expected_backend=short_version(cell.cudnn))
 
-    def run(self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext) -> None:
-        """Each cell in its own container from the step's image; its results are collected.
-        A shard's container runs the cases given here, the shard's part of the step."""
+    def run(
+        self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext
+    ) -> list[Job]:
+        """One pool job per cell: its own container from the step's image, holding as many slots
+        as the container runs cases at once; its results are collected when it ends. A shard's
+        container runs the cases given here, the shard's part of the step."""
         config = run.config
         if config.shard is not None:  # this shard's cases of the step, named exactly
             names = tuple(glob.escape(c.name) for c in cases)
             config = dataclasses.replace(config, case_names=names)
+        slots = max(1, min(run.slots, len(cases)))
+        config = dataclasses.replace(config, jobs=slots)
         limit = config.timeout_s * max(1, len(cases)) * (config.reruns + 1) + _GRACE_S
-        for cell in step.cells:
-            cell_dir = run.results_dir / "cells" / cell.id
-            title = f"cell {cell.id}: {cell.label} in {target.image} ({len(cases)} cases)"
-            with log_step(title):
-                try:
-                    ended = self.run_cell(
-                        cell,
-                        target,
-                        config,
-                        cell_dir,
-                        timeout_s=limit,
-                        run_id=run.run_id,
-                    )
-                except DockerError as exc:
-                    reason = f"container: {exc}".splitlines()[0]
-                    record_all(run.store, cell, cases, Outcome.ERROR, reason, run.run_id)
-                    continue
-            if ended.timed_out:
-                logger.warning("cell %s: the container ran out of time and was killed", cell.id)
-            _collect(run.store, cell, cases, cell_dir, run.run_id, ended.tail)
-            RunKey.for_run(cell_dir).seal(cell_dir)  # the cell folder verifies on its own
+        estimates = [run.history.estimate(c.name) for c in cases] if run.history else [None]
+        known = [e for e in estimates if e is not None]
+        estimate = (
+            max(max(known), sum(known) / slots) if known and len(known) == len(estimates) else None
+        )
+        return [
+            Job(
+                name=f"cell {cell.id}",
+                run=functools.partial(self._run_cell_job, cell, target, cases, config, run, limit),
+                estimate_s=estimate,
+                slots=slots,
+                cases=len(cases),
+            )
+            for cell in step.cells
+        ]
+
+    def _run_cell_job(
+        self,
+        cell: Cell,
+        target: ExecTarget,
+        cases: Sequence[Case],
+        config: ValidateConfig,
+        run: RunContext,
+        limit: float,
+    ) -> tuple[Job, ...]:
+        cell_dir = run.results_dir / "cells" / cell.id
+        title = f"cell {cell.id}: {cell.label} in {target.image} ({len(cases)} cases)"
+        with log_step(title):
+            try:
+                ended = self.run_cell(
+                    cell, target, config, cell_dir, timeout_s=limit, run_id=run.run_id
+                )
+            except DockerError as exc:
+                reason = f"container: {exc}".splitlines()[0]
+                record_all(run.store, cell, cases, Outcome.ERROR, reason, run.run_id)
+                return ()
+        if ended.timed_out:
+            logger.warning("cell %s: the container ran out of time and was killed", cell.id)
+        _collect(run.store, cell, cases, cell_dir, run.run_id, ended.tail)
+        RunKey.for_run(cell_dir).seal(cell_dir)  # the cell folder verifies on its own
+        return ()
 
     def container(
         self,

@@ -1,13 +1,16 @@
 """Run cases, each in its own process group, classify them and append every result as it lands.
 
-`--jobs N` runs N case processes at once from a thread pool. On a GPU host they all share the
-visible GPU(s): N kernels then compete for memory and SMs (no partitioning is done), so the
-default there is 1; on a CPU-only host it is the number of cores.
+A case is a pool job (execute/pool.py): `CaseBatch` turns one cell's cases into jobs, a failing
+case's re-runs become follow-up jobs, and `run_cases` runs one batch in a pool of its own (the
+`run` command, the runner inside a container). `validate` puts the batches of every cell into
+one pool (workflow.run_cells). On a GPU host the cases share the visible GPU(s): their kernels
+compete for memory and SMs (no partitioning is done); execute/slots.py bounds how many at once.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -15,13 +18,14 @@ import signal
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.execute.cases.script import RESULT_FILE_ENV, read_result_file, verdict_line
 from validate.execute.classify import ExecResult, classify, signal_name
+from validate.execute.history import History
+from validate.execute.pool import Job, Pool
 from validate.execute.resources.capture import verify_pins
 from validate.execute.resources.guard import PARENT_ENV
 from validate.model.outcome import POLICY, Outcome, policy
@@ -34,8 +38,9 @@ if TYPE_CHECKING:
 
     from validate.env.target import ExecTarget
     from validate.execute.cases import Case
+    from validate.execute.slots import GpuSampler
 
-__all__ = ["FAILING", "RunOptions", "run_case", "run_cases"]
+__all__ = ["FAILING", "CaseBatch", "RunOptions", "gpu_sampler", "run_case", "run_cases", "run_pool"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +103,17 @@ class _LiveGroups:
         if late:
             _kill_group(pgid, signal.SIGKILL)
 
+    def sessions(self) -> dict[int, int]:
+        """Session id -> the case's group, for the running cases and their notebook kernels
+        (each runs in a session of its own): who holds which GPU memory (slots.GpuSampler)."""
+        with self._lock:
+            groups = list(self._groups.items())
+        out = {pgid: pgid for pgid, _ in groups}
+        for pgid, kernel_file in groups:
+            with suppress(OSError, ValueError):
+                out[int(kernel_file.read_text(encoding="utf-8").strip())] = pgid
+        return out
+
     def discard(self, pgid: int) -> None:
         with self._lock:
             self._groups.pop(pgid, None)
@@ -125,12 +141,18 @@ def _wait_quietly(proc: subprocess.Popen[bytes], seconds: float) -> bool:
 
 
 def _spawn(
-    argv: list[str], env: Mapping[str, str], log_path: Path, limit_s: float, kernel_file: Path
-) -> tuple[int, bool]:
-    """Run argv in a new session, output to log_path; on timeout TERM then KILL the group."""
+    argv: list[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    limit_s: float,
+    kernel_file: Path,
+    sampler: GpuSampler | None = None,
+) -> tuple[int, bool, float | None]:
+    """Run argv in a new session, output to log_path; on timeout TERM then KILL the group.
+    Returns the exit status, whether it timed out, and its GPU memory peak (MiB) if sampled."""
     log.debug("+ %s", " ".join(argv))
     if _LIVE.stopped.is_set():  # interrupted: a re-run must not start behind the user's back
-        return -signal.SIGKILL, False
+        return -signal.SIGKILL, False, None
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             argv,
@@ -171,7 +193,8 @@ def _spawn(
         except ValueError:
             pass
         kernel_file.unlink(missing_ok=True)
-    return proc.returncode, timed_out
+    peak = sampler.peak(proc.pid) if sampler is not None else None
+    return proc.returncode, timed_out, peak
 
 
 def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
@@ -201,8 +224,15 @@ def _pin_error(target: ExecTarget, env: Mapping[str, Any]) -> str | None:
 
 
 def _attempt(
-    case: Case, target: ExecTarget, options: RunOptions, folder: Path, n: int, *, api_logs: bool
-) -> ExecResult:
+    case: Case,
+    target: ExecTarget,
+    options: RunOptions,
+    folder: Path,
+    n: int,
+    *,
+    api_logs: bool,
+    sampler: GpuSampler | None = None,
+) -> tuple[ExecResult, float | None]:
     suffix = "" if n == 1 else f".{n}"
     log_path = folder / f"output{suffix}.log"
     report_path = folder / f"report{suffix}.json"
@@ -213,7 +243,8 @@ def _attempt(
     env = _case_env(target, result_file, folder if api_logs else None)
     start = time.monotonic()
     argv = case.command(target.python, report_path, options.timeout_s)
-    returncode, timed_out = _spawn(argv, env, log_path, limit, report_path.with_suffix(".kernel"))
+    kernel_file = report_path.with_suffix(".kernel")
+    returncode, timed_out, peak = _spawn(argv, env, log_path, limit, kernel_file, sampler)
     duration = time.monotonic() - start
     tail = _tail(log_path)
     report: dict[str, Any] | None = None
@@ -222,7 +253,7 @@ def _attempt(
             report = json.loads(report_path.read_text(encoding="utf-8", errors="replace"))
         except ValueError:
             report = None
-    return ExecResult(
+    result = ExecResult(
         kind=case.kind,
         returncode=returncode,
         timed_out=timed_out,
@@ -234,6 +265,7 @@ def _attempt(
         result_file=read_result_file(result_file) if case.kind == "script" else None,
         verdict=verdict_line(tail) if case.kind == "script" else None,
     )
+    return result, peak
 
 
 def _captured(run: ExecResult) -> Mapping[str, Any]:
@@ -268,62 +300,217 @@ def _skip_result(case: Case, target: ExecTarget, options: RunOptions, reason: st
     )
 
 
-def run_case(case: Case, target: ExecTarget, options: RunOptions) -> CaseResult:
-    """Check requirements, run the case, re-run failures (API logs, then --reruns), build a result."""
+def _requirement_skip(case: Case, target: ExecTarget) -> str | None:
     req = case.requirements
     missing = missing_modules(target.python, req.imports) if req.imports else frozenset()
-    reason = check(
+    return check(
         req,
         has_gpu=target.has_gpu,
         host_arch=target.host_arch,
         backend_version=target.backend_version,
         missing=missing,
     )
-    if reason:
-        return _skip_result(case, target, options, reason)
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    folder = _case_dir(case, target, options)
-    folder.mkdir(parents=True, exist_ok=True)
-    first = _attempt(case, target, options, folder, 1, api_logs=False)
-    outcome, reason = _verdict(first, target)
-    outcomes = [str(outcome)]
-    api_logs: dict[str, str] = {}
-    if policy(outcome).rerun:
-        extra = options.reruns + (1 if options.api_logs else 0)
-        for n in range(2, 2 + extra):
-            with_logs = options.api_logs and n == 2
-            again = _attempt(case, target, options, folder, n, api_logs=with_logs)
-            outcomes.append(str(_verdict(again, target)[0]))
+
+
+class _CaseRun:
+    """One case in the pool: the first attempt is a job, each re-run (the API-log one, then
+    --reruns) a follow-up job; the result is built and handed to `finish` when the last ends."""
+
+    def __init__(
+        self,
+        case: Case,
+        target: ExecTarget,
+        options: RunOptions,
+        finish: Callable[[CaseResult, float | None], None],
+        sampler: GpuSampler | None = None,
+    ) -> None:
+        self.case, self.target, self.options = case, target, options
+        self._finish = finish
+        self._sampler = sampler
+        self._lock = threading.Lock()
+        self._outcomes: dict[int, str] = {}
+        self._api_logs: dict[str, str] = {}
+        self._left = 0
+        self._peak: float | None = None
+
+    def job(self, estimate_s: float | None) -> Job:
+        return Job(name=self.case.name, run=self.first, estimate_s=estimate_s)
+
+    def _attempt(self, n: int, *, api_logs: bool) -> ExecResult:
+        run, peak = _attempt(
+            self.case,
+            self.target,
+            self.options,
+            self.folder,
+            n,
+            api_logs=api_logs,
+            sampler=self._sampler,
+        )
+        if peak is not None:
+            with self._lock:
+                self._peak = max(self._peak or 0.0, peak)
+        return run
+
+    def first(self) -> Sequence[Job]:
+        reason = _requirement_skip(self.case, self.target)
+        if reason:
+            self._finish(_skip_result(self.case, self.target, self.options, reason), None)
+            return ()
+        self.started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.folder = _case_dir(self.case, self.target, self.options)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.run1 = self._attempt(1, api_logs=False)
+        self.outcome, self.reason = _verdict(self.run1, self.target)
+        self._outcomes[1] = str(self.outcome)
+        extra = 0
+        if policy(self.outcome).rerun:
+            extra = self.options.reruns + (1 if self.options.api_logs else 0)
+        if not extra:
+            self._done()
+            return ()
+        self._left = extra
+        return [
+            Job(
+                name=f"{self.case.name} #{n}",
+                run=functools.partial(self.again, n),
+                estimate_s=self.run1.duration_s,
+                cases=0,
+            )
+            for n in range(2, 2 + extra)
+        ]
+
+    def again(self, n: int) -> Sequence[Job]:
+        with_logs = self.options.api_logs and n == 2
+        run = self._attempt(n, api_logs=with_logs)
+        outcome = str(_verdict(run, self.target)[0])
+        with self._lock:
+            self._outcomes[n] = outcome
             if with_logs:
-                logs = {"frontend": folder / "fe.log", "backend": folder / "be.log"}
-                api_logs = {k: str(v) for k, v in logs.items() if v.exists()}
-    kernel_sig = (first.report or {}).get("kernel_signal")
-    kernel_code = (first.report or {}).get("kernel_exit_code")
-    result = CaseResult(
-        case=case.name,
-        outcome=outcome,
-        reason=reason,
-        duration_s=round(first.duration_s, 3),
-        cell_id=target.cell_id,
-        cell=dict(target.cell),
-        case_path=str(case.path),
-        exit_code=kernel_code if kernel_code is not None else first.returncode,
-        signal=kernel_sig or signal_name(first.returncode),
-        exception=_exception(first),
-        tail=first.tail,
-        log_path=str(first.log_path),
-        api_logs=api_logs,
-        env=_captured(first),
-        attempts=tuple(outcomes),
-        flaky=len(set(outcomes)) > 1,
-        started_at=started,
-        run_id=options.run_id,
-        content_key=case.content_key(target.cell),
-    )
-    (folder / "result.json").write_text(
-        json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8"
-    )
-    return result
+                logs = {"frontend": self.folder / "fe.log", "backend": self.folder / "be.log"}
+                self._api_logs = {k: str(v) for k, v in logs.items() if v.exists()}
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._done()
+        return ()
+
+    def _done(self) -> None:
+        first = self.run1
+        outcomes = [self._outcomes[n] for n in sorted(self._outcomes)]
+        kernel_sig = (first.report or {}).get("kernel_signal")
+        kernel_code = (first.report or {}).get("kernel_exit_code")
+        result = CaseResult(
+            case=self.case.name,
+            outcome=self.outcome,
+            reason=self.reason,
+            duration_s=round(first.duration_s, 3),
+            cell_id=self.target.cell_id,
+            cell=dict(self.target.cell),
+            case_path=str(self.case.path),
+            exit_code=kernel_code if kernel_code is not None else first.returncode,
+            signal=kernel_sig or signal_name(first.returncode),
+            exception=_exception(first),
+            tail=first.tail,
+            log_path=str(first.log_path),
+            api_logs=self._api_logs,
+            env=_captured(first),
+            attempts=tuple(outcomes),
+            flaky=len(set(outcomes)) > 1,
+            started_at=self.started,
+            run_id=self.options.run_id,
+            content_key=self.case.content_key(self.target.cell),
+        )
+        (self.folder / "result.json").write_text(
+            json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8"
+        )
+        self._finish(result, self._peak)
+
+
+def run_case(case: Case, target: ExecTarget, options: RunOptions) -> CaseResult:
+    """Check requirements, run the case, re-run failures (API logs, then --reruns), build a result:
+    one case, its re-runs one after another, in this thread (no pool)."""
+    got: list[CaseResult] = []
+    case_run = _CaseRun(case, target, options, lambda result, _peak: got.append(result))
+    for follow in case_run.first():
+        follow.run()
+    return got[0]
+
+
+class CaseBatch:
+    """The cases of one cell as pool jobs (resume applied); results go to `store` as they land."""
+
+    def __init__(
+        self,
+        cases: Sequence[Case],
+        target: ExecTarget,
+        options: RunOptions,
+        store: ResultStore,
+        *,
+        history: History | None = None,
+        sampler: GpuSampler | None = None,
+        on_result: Callable[[CaseResult, int, int], None] | None = None,
+    ) -> None:
+        self.cases, self.target, self.options, self.store = cases, target, options, store
+        self.history = history if history is not None else History.load(options.history)
+        self._sampler = sampler
+        self._on_result = on_result
+        self._lock = threading.Lock()
+        self.results: list[CaseResult] = []
+        previous: dict[str, CaseResult] = {}
+        if options.resume:  # a stored result counts only for the same case content and pins
+            stored = {r.key: r for r in store}
+            for case in cases:
+                old = stored.get(f"{target.cell_id}::{case.name}")
+                if old is not None and old.content_key in ("", case.content_key(target.cell)):
+                    previous[old.key] = old
+        self.todo = [c for c in cases if f"{target.cell_id}::{c.name}" not in previous]
+        self.kept = [previous[k] for c in cases if (k := f"{target.cell_id}::{c.name}") in previous]
+
+    def jobs(self) -> list[Job]:
+        """One job per case left to run, longest first by the history."""
+        return [
+            _CaseRun(c, self.target, self.options, self._finish, self._sampler).job(
+                self.history.estimate(c.name)
+            )
+            for c in _longest_first(self.todo, self.history.durations)
+        ]
+
+    def _finish(self, result: CaseResult, gpu_mib: float | None) -> None:
+        self.store.append(result)
+        if result.outcome is not Outcome.SKIP:
+            self.history.record(result.case, result.duration_s, gpu_mib)
+        with self._lock:
+            self.results.append(result)
+            if self._on_result is not None:
+                self._on_result(result, len(self.results), len(self.todo))
+
+    def ordered(self) -> list[CaseResult]:
+        """Kept and new results in the given case order."""
+        order = {c.name: i for i, c in enumerate(self.cases)}
+        return sorted(self.kept + self.results, key=lambda r: order.get(r.case, len(order)))
+
+
+def run_pool(pool: Pool) -> None:
+    """Run `pool` to the end; on Ctrl-C end every running case (finished results are stored,
+    --resume redoes the rest) and re-raise."""
+    _LIVE.stopped.clear()
+    try:
+        pool.run()
+    except KeyboardInterrupt:
+        # what is running is ended, not recorded (a half-run case killed by us is not a crash
+        # of the product)
+        _LIVE.kill_all()
+        raise
+
+
+def gpu_sampler(has_gpu: bool) -> GpuSampler | None:
+    """A started GPU-memory sampler over the live cases, where NVML answers (else None)."""
+    if not has_gpu:
+        return None
+    from validate.execute.slots import GpuSampler  # only on a GPU host: NVML
+
+    sampler = GpuSampler(_LIVE.sessions).start()
+    return sampler if sampler.active else None
 
 
 def run_cases(
@@ -334,64 +521,23 @@ def run_cases(
     *,
     on_result: Callable[[CaseResult, int, int], None] | None = None,
 ) -> list[CaseResult]:
-    """Run every case (threads, one process group each), storing each result as it finishes."""
-    previous: dict[str, CaseResult] = {}
-    if options.resume:  # a stored result counts only for the same case content and pins
-        stored = {r.key: r for r in store}
-        for case in cases:
-            old = stored.get(f"{target.cell_id}::{case.name}")
-            if old is not None and old.content_key in ("", case.content_key(target.cell)):
-                previous[old.key] = old
-    todo = [c for c in cases if f"{target.cell_id}::{c.name}" not in previous]
-    kept = [previous[k] for c in cases if (k := f"{target.cell_id}::{c.name}") in previous]
-    todo = _longest_first(todo, _read_history(options.history))
-    results: list[CaseResult] = []
-    lock = threading.Lock()
-    _LIVE.stopped.clear()
-    pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
+    """Run every case in a pool of `options.jobs` slots (one process group each), storing each
+    result as it finishes; returns them in the given order (with the kept ones on resume)."""
+    sampler = gpu_sampler(target.has_gpu)
+    batch = CaseBatch(cases, target, options, store, sampler=sampler, on_result=on_result)
+    pool = Pool(options.jobs)
+    pool.submit(batch.jobs())
+    pool.close()
     try:
-        futures = [pool.submit(run_case, case, target, options) for case in todo]
-        for future in as_completed(futures):
-            result = future.result()
-            with lock:
-                store.append(result)
-                results.append(result)
-                if on_result is not None:
-                    on_result(result, len(results), len(todo))
-    except KeyboardInterrupt:
-        # Finished results are already stored; what is running is ended, not recorded (a
-        # half-run case killed by us is not a crash of the product), and --resume redoes it.
-        pool.shutdown(wait=False, cancel_futures=True)
-        _LIVE.kill_all()
-        raise
-    pool.shutdown(wait=True)
-    _write_history(options.history, results)
-    order = {c.name: i for i, c in enumerate(cases)}
-    return sorted(kept + results, key=lambda r: order.get(r.case, len(order)))
-
-
-def _read_history(path: Path | None) -> dict[str, float]:
-    if path is None or not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        return {}
-    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        run_pool(pool)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+    batch.history.save()
+    return batch.ordered()
 
 
 def _longest_first(cases: Sequence[Case], history: Mapping[str, float]) -> list[Case]:
     """Cases with the longest known duration start first (a long case started last is the tail
     of the whole run); unknown cases count as longest, ties keep the given order."""
     return sorted(cases, key=lambda c: -history.get(c.name, float("inf")))
-
-
-def _write_history(path: Path | None, results: Sequence[CaseResult]) -> None:
-    ran = {r.case: round(r.duration_s, 2) for r in results if r.outcome is not Outcome.SKIP}
-    if path is None or not ran:
-        return
-    merged = {**_read_history(path), **ran}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(merged, indent=0, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)

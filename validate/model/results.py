@@ -7,6 +7,7 @@ import hmac
 import json
 import os
 import secrets
+import threading
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -105,12 +106,13 @@ class ResultStore:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self.key = key or RunKey.for_run(path.parent, create=True)
+        self._lock = threading.Lock()  # the pool's workers append from several threads
 
     def append(self, result: CaseResult) -> None:
         data: dict[str, Any] = redact_obj(result.to_dict())  # no secret reaches the file
         data["mac"] = self.key.sign(data)
         line = json.dumps(data, sort_keys=True, default=str)
-        with self.path.open("a+b") as fh:
+        with self._lock, self.path.open("a+b") as fh:
             fh.seek(0, os.SEEK_END)
             if fh.tell():
                 fh.seek(-1, os.SEEK_END)
@@ -121,7 +123,8 @@ class ResultStore:
             os.fsync(fh.fileno())
 
     def __iter__(self) -> Iterator[CaseResult]:
-        return iter(read_results(self.path, self.key).results)
+        with self._lock:  # never a line half written by another thread
+            return iter(read_results(self.path, self.key).results)
 
     def done_keys(self) -> set[str]:
         """Keys of results already recorded (for --resume)."""
