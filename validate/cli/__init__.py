@@ -144,8 +144,9 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
         "--jobs",
         type=positive(int, 1),
         metavar="N",
-        help="cases at once (default: cores; on a GPU host up to 2 per core, 4 GiB of GPU "
-        "memory per case: several kernels share one GPU)",
+        help="cases at once (default: from resources: one per core, two on a GPU host; 2 GiB "
+        "of free host memory per case; free GPU memory over the largest peak a case reached, "
+        "else 4 GiB; the bound and why are logged at start)",
     )
     group.add_argument(
         "--timeout",

@@ -1,0 +1,173 @@
+"""The run's one pool: longest first, follow-up jobs, slot limits, feeding while it runs."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from validate.env.target import ExecTarget
+from validate.execute.cases import discover_cases
+from validate.execute.pool import Job, Pool
+from validate.execute.progress import pool_line, pool_progress
+from validate.execute.runner import RunOptions, run_cases
+from validate.model.results import ResultStore
+
+
+def _recording(order: list[str], name: str, estimate: float | None, **kw: object) -> Job:
+    def run() -> tuple[Job, ...]:
+        order.append(name)
+        return ()
+
+    return Job(name=name, run=run, estimate_s=estimate, **kw)  # type: ignore[arg-type]
+
+
+def _drain(pool: Pool) -> None:
+    pool.close()
+    pool.run()
+
+
+def test_longest_first_unknown_first_ties_in_submission_order() -> None:
+    order: list[str] = []
+    pool = Pool(1)
+    pool.submit(
+        _recording(order, n, e)
+        for n, e in [("a", 1.0), ("b", None), ("c", 5.0), ("d", 3.0), ("e", 5.0), ("f", None)]
+    )
+    _drain(pool)
+    assert order == ["b", "f", "c", "e", "d", "a"]
+
+
+def test_jobs_of_several_submissions_are_ordered_together() -> None:
+    """The cells' jobs go into one queue: a long case of the second cell starts before the short
+    ones of the first that are still queued."""
+    order: list[str] = []
+    pool = Pool(1)
+    pool.submit([_recording(order, f"cell1/short{i}", 1.0) for i in range(3)])
+    pool.submit([_recording(order, "cell2/long", 60.0)])
+    _drain(pool)
+    assert order == ["cell2/long", "cell1/short0", "cell1/short1", "cell1/short2"]
+
+
+def test_follow_up_jobs_run_in_the_same_pool_before_it_ends() -> None:
+    order: list[str] = []
+
+    def first() -> list[Job]:
+        order.append("first")
+        return [_recording(order, f"rerun{n}", 2.0, cases=0) for n in (2, 3)]
+
+    pool = Pool(2)
+    pool.submit([Job(name="case", run=first, estimate_s=2.0), _recording(order, "other", 1.0)])
+    _drain(pool)
+    assert order[0] == "first"
+    assert sorted(order) == ["first", "other", "rerun2", "rerun3"]
+    assert pool.stats().done == 2  # re-runs are not cases of their own
+
+
+def test_never_more_than_the_slots_and_a_wide_job_runs_alone() -> None:
+    lock = threading.Lock()
+    active = {"now": 0, "max": 0, "with_wide": 0}
+    barrier = threading.Barrier(2, timeout=10)
+
+    def narrow() -> tuple[Job, ...]:
+        with lock:
+            active["now"] += 1
+            active["max"] = max(active["max"], active["now"])
+        try:
+            barrier.wait()  # two at once, or the test fails on the timeout
+        finally:
+            with lock:
+                active["now"] -= 1
+        return ()
+
+    def wide() -> tuple[Job, ...]:
+        with lock:
+            active["with_wide"] = active["now"]
+        return ()
+
+    pool = Pool(2)
+    pool.submit([Job(name=f"n{i}", run=narrow, estimate_s=1.0) for i in range(6)])
+    pool.submit([Job(name="wide", run=wide, estimate_s=0.5, slots=5)])  # clamped to 2
+    _drain(pool)
+    assert active["max"] == 2
+    assert active["with_wide"] == 0
+
+
+def test_jobs_submitted_while_running_and_a_job_error_is_raised() -> None:
+    order: list[str] = []
+    pool = Pool(2)
+    started = threading.Event()
+
+    def feed() -> None:
+        started.wait(10)
+        pool.submit([_recording(order, "late", None)], announced=1)
+        pool.close()
+
+    pool.expect(1)
+
+    def early() -> tuple[Job, ...]:
+        started.set()
+        return ()
+
+    pool.submit([Job(name="early", run=early)])
+    assert pool.stats().left == 2  # one queued, one announced
+    thread = threading.Thread(target=feed)
+    thread.start()
+    pool.run()
+    thread.join()
+    assert order == ["late"]
+    assert pool.stats().left == 0
+
+    def boom() -> tuple[Job, ...]:
+        msg = "bad job"
+        raise RuntimeError(msg)
+
+    failing = Pool(1)
+    failing.submit([Job(name="boom", run=boom)])
+    failing.close()
+    with pytest.raises(RuntimeError, match="bad job"):
+        failing.run()
+
+
+def test_reruns_are_follow_up_jobs_and_all_attempts_are_kept(tmp_path: Path) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text("raise SystemExit(1)\n")
+    ok = tmp_path / "ok.py"
+    ok.write_text("print('VERDICT pass')\n")
+    options = RunOptions(results_dir=tmp_path / "run", reruns=2, api_logs=False, jobs=3)
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    target = ExecTarget(python=Path(sys.executable), cell_id="c1")
+    results = run_cases(discover_cases([script, ok]), target, options, store)
+    by_case = {r.case: r for r in results}
+    assert by_case["fails.py"].attempts == ("fail", "fail", "fail")
+    assert by_case["ok.py"].attempts == ("pass",)
+    folder = Path(by_case["fails.py"].log_path).parent
+    assert {p.name for p in folder.glob("output*.log")} == {
+        "output.log",
+        "output.2.log",
+        "output.3.log",
+    }
+    assert len(store.path.read_text().splitlines()) == 2  # one line per case, not per attempt
+
+
+def test_progress_line_and_plain_rate() -> None:
+    pool = Pool(3)
+    pool.expect(4)
+    assert pool_line(pool.stats()) == "cases: 0 done, 0 running, 4 left, ETA 0:40 (3 slots)"
+    lines: list[str] = []
+
+    class Out:
+        def write(self, text: str) -> int:
+            lines.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    with pool_progress(tty=False, every_s=3600, stream=Out()) as show:  # type: ignore[arg-type]
+        for _ in range(5):
+            show(pool.stats())
+    printed = [line for line in lines if line.strip()]
+    assert len(printed) == 2  # the first one, then only the last one at the end
