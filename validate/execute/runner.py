@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import heapq
+import itertools
 import json
 import logging
 import os
@@ -131,6 +133,54 @@ class _LiveGroups:
 _LIVE: Final = _LiveGroups()
 
 
+class _Watchdog:
+    """One thread for the time limits of every running case: a `threading.Timer` per case cost
+    a thread start (and its hand-shake) per case, 1-3 ms on a loaded host. An expired limit's
+    action runs in a thread of its own (it waits out the TERM grace)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._cancelled: set[int] = set()
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, seconds: float, action: Callable[[], None]) -> int:
+        """Run `action` in `seconds` unless cancelled; returns the token for `cancel`."""
+        with self._cond:
+            token = next(self._seq)
+            heapq.heappush(self._heap, (time.monotonic() + seconds, token, action))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return token
+
+    def cancel(self, token: int) -> None:
+        with self._cond:
+            self._cancelled.add(token)
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][1] in self._cancelled:
+                        self._cancelled.discard(heapq.heappop(self._heap)[1])
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    delay = self._heap[0][0] - time.monotonic()
+                    if delay <= 0:
+                        action = heapq.heappop(self._heap)[2]
+                        break
+                    self._cond.wait(delay)
+            threading.Thread(target=action, name="case-timeout", daemon=True).start()
+
+
+_WATCHDOG: Final = _Watchdog()
+
+
 def _wait_quietly(proc: subprocess.Popen[bytes], seconds: float) -> bool:
     """Whether the process ended within `seconds` (used only on the timeout path)."""
     try:
@@ -162,7 +212,7 @@ def _spawn(
             env=dict(env),
             start_new_session=True,
         )
-        # A timer thread enforces the limit so this thread blocks in waitpid() and sees the exit
+        # The watchdog enforces the limit so this thread blocks in waitpid() and sees the exit
         # at once: Popen.wait(timeout=...) polls with sleeps of up to 50 ms, which was most of a
         # short script's overhead (bench/runner_bench.py).
         expired = threading.Event()
@@ -173,14 +223,12 @@ def _spawn(
             if not _wait_quietly(proc, _TERM_GRACE_S):
                 _kill_group(proc.pid, signal.SIGKILL)
 
-        timer = threading.Timer(limit_s, _expire)
-        timer.daemon = True
-        timer.start()
+        timer = _WATCHDOG.add(limit_s, _expire)
         _LIVE.add(proc.pid, kernel_file)
         try:
             proc.wait()
         finally:
-            timer.cancel()
+            _WATCHDOG.cancel(timer)
             _LIVE.discard(proc.pid)
             # what is left of the case's group (a case that killed its supervising parent,
             # resources/guard.py become_reaper, is still running): it ends with the case
