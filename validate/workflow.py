@@ -171,7 +171,8 @@ def run_cells(
         work = [(step, parts) for step in steps.steps if (parts := _step_parts(step, cases, only))]
         with pool_progress() as on_change:
             pool = Pool(bound.slots, on_change=on_change)
-            pool.expect(sum(len(c) * len(part.cells) for _, parts in work for part, c in parts))
+            counted = [(c, len(part.cells)) for _, step_parts in work for part, c in step_parts]
+            pool.expect(sum(len(c) * n for c, n in counted), _expected_s(history, counted))
             feeder = threading.Thread(
                 target=_feed, args=(pool, executor, context, work), name="prepare", daemon=True
             )
@@ -183,6 +184,14 @@ def run_cells(
             sampler.stop()
         history.save()
         executor.close()
+
+
+def _expected_s(history: History, parts: Sequence[tuple[Sequence[Case], int]]) -> float:
+    """Seconds of work the run's cases hold by the history (for the ETA); a case it does not
+    know counts as the mean of those it knows (30 s when it knows none)."""
+    known = list(history.durations.values())
+    mean = sum(known) / len(known) if known else 30.0
+    return sum(n * (history.estimate(case.name) or mean) for cases, n in parts for case in cases)
 
 
 def _feed(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from validate.env.target import ExecTarget
-from validate.execute.cases import discover_cases
+from validate.execute.cases import cases_for, discover_cases
 from validate.execute.pool import Job, Pool
 from validate.execute.progress import pool_line, pool_progress
 from validate.execute.runner import RunOptions, run_cases
@@ -171,3 +171,63 @@ def test_progress_line_and_plain_rate() -> None:
             show(pool.stats())
     printed = [line for line in lines if line.strip()]
     assert len(printed) == 2  # the first one, then only the last one at the end
+
+
+def test_the_next_environment_is_built_while_the_first_cells_cases_run(tmp_path: Path) -> None:
+    """run_cells prepares step 2 in the background: its build sees step 1's case running (the
+    case waits for the build to finish, so cell by cell this would only end on the timeouts)."""
+    from validate.config import ValidateConfig
+    from validate.execute.local import LocalExecutor
+    from validate.model.matrix import Cell
+    from validate.model.results import load_results
+    from validate.plan.host import HostFacts
+    from validate.plan.rules import Plan
+    from validate.workflow import run_cells
+
+    started, ended = tmp_path / "case-started", tmp_path / "case-ended"
+    built = tmp_path / "second-env-built"
+    case = tmp_path / "cases" / "waits.py"
+    case.parent.mkdir()
+    case.write_text(
+        "import pathlib, time, sys\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        "for _ in range(100):\n"
+        f"    if pathlib.Path({str(built)!r}).exists(): break\n"
+        "    time.sleep(0.05)\n"
+        f"pathlib.Path({str(ended)!r}).touch()\n"
+    )
+    seen: list[bool] = []
+
+    def ensure(spec: object) -> ExecTarget:  # noqa: ARG001 - one interpreter for every cell
+        if seen == []:
+            seen.append(False)  # the first environment: nothing runs yet
+        else:
+            for _ in range(100):  # the second: wait for the first cell's case to be running
+                if started.exists():
+                    break
+                threading.Event().wait(0.05)
+            seen.append(started.exists() and not ended.exists())
+            built.touch()
+        return ExecTarget(python=Path(sys.executable))
+
+    cells = [
+        Cell(cudnn=v, frontend="1.27.0", cuda="13.0", driver="580", arch="sm90")
+        for v in ("9.12.0.46", "9.13.0.50")
+    ]
+    config = ValidateConfig(
+        cases=(case.parent,), jobs=2, timeout_s=60, api_logs=False, cache_dir=tmp_path / "cache"
+    )
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    executor = LocalExecutor(ensure=ensure)
+    run_cells(
+        config,
+        Plan(planned=cells, pruned=[]),
+        cases_for(config),
+        HostFacts(),
+        store,
+        "R",
+        executor=executor,
+    )
+    assert seen == [False, True]
+    assert {r.cell_id for r in load_results([tmp_path / "run"])} == {c.id for c in cells}
+    assert (tmp_path / "cache" / "durations.json").is_file()  # the shared history was saved

@@ -67,6 +67,7 @@ class _State:
     error: BaseException | None = None
     open: bool = True
     pending: int = 0  # cases announced (`expect`) whose jobs have not come yet
+    pending_s: float | None = None  # their estimated seconds in all (None: unknown)
 
 
 class Pool:
@@ -89,15 +90,26 @@ class Pool:
             for job in jobs:
                 key = -(job.estimate_s if job.estimate_s is not None else float("inf"))
                 heapq.heappush(self._state.queue, (key, next(self._seq), job))
-            self._state.pending = max(0, self._state.pending - announced)
+            state = self._state
+            before = state.pending
+            state.pending = max(0, before - announced)
+            if state.pending_s is not None and before:
+                state.pending_s *= state.pending / before
             self._cond.notify_all()
         self._changed()
 
-    def expect(self, cases: int) -> None:
+    def expect(self, cases: int, seconds: float | None = None) -> None:
         """Announce `cases` jobs that will come (a cell whose environment is being prepared), so
-        the progress counts them as left; a negative number withdraws (the cell never ran)."""
+        the progress counts them as left (and `seconds` of work, if known, in the ETA); a
+        negative number withdraws (the cell never ran)."""
         with self._cond:
-            self._state.pending = max(0, self._state.pending + cases)
+            state = self._state
+            before = state.pending
+            state.pending = max(0, before + cases)
+            if seconds is not None and cases > 0:
+                state.pending_s = (state.pending_s or 0.0) + seconds
+            elif state.pending_s is not None and before:  # withdrawn: its share of the estimate
+                state.pending_s *= state.pending / before
         self._changed()
 
     def close(self) -> None:
@@ -182,7 +194,10 @@ class Pool:
                 rest = max(0.0, estimate - (now - item.started))
                 work.append(rest * item.taken)
                 longest = max(longest, rest)
-            work.extend([default] * state.pending)
+            if state.pending:
+                work.append(
+                    state.pending_s if state.pending_s is not None else default * state.pending
+                )
             eta = max(sum(work) / self.slots, longest) if work else 0.0
             return PoolStats(
                 done=state.done,
