@@ -231,3 +231,21 @@ def test_the_next_environment_is_built_while_the_first_cells_cases_run(tmp_path:
     assert seen == [False, True]
     assert {r.cell_id for r in load_results([tmp_path / "run"])} == {c.id for c in cells}
     assert (tmp_path / "cache" / "durations.json").is_file()  # the shared history was saved
+
+
+def test_terminal_progress_keeps_log_lines_and_restores_the_handler() -> None:
+    import logging
+
+    from validate.log import setup_logging
+
+    setup_logging()
+    handler = next(
+        h for h in logging.getLogger("validate").handlers if h.get_name() == "cudnn-matrix"
+    )
+    assert isinstance(handler, logging.StreamHandler)
+    before = handler.stream
+    pool = Pool(2)
+    with pool_progress(tty=True) as show:
+        show(pool.stats())
+        logging.getLogger("validate").info("a log line while the status line shows")
+    assert handler.stream is before
