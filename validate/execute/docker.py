@@ -355,8 +355,12 @@ class DockerExecutor:
                 return ()
         if ended.timed_out:
             logger.warning("cell %s: the container ran out of time and was killed", cell.id)
-        _collect(run.store, cell, cases, cell_dir, run.run_id, ended.tail)
+        collected = _collect(run.store, cell, cases, cell_dir, run.run_id, ended.tail)
         RunKey.for_run(cell_dir).seal(cell_dir)  # the cell folder verifies on its own
+        if run.history is not None:  # the durations the container measured, for the next run
+            for result in collected:
+                if result.outcome is not Outcome.SKIP and result.duration_s:
+                    run.history.record(result.case, result.duration_s)
         return ()
 
     def container(
@@ -449,11 +453,13 @@ def _host_path(path: str, cell_dir: Path) -> str:
 
 def _collect(
     store: ResultStore, cell: Cell, cases: Sequence[Case], cell_dir: Path, run_id: str, tail: str
-) -> None:
+) -> list[CaseResult]:
     """Stamp the container's results with cell and run, append them; missing cases are errors.
-    Only lines signed with the cell's key count (one a case wrote itself is skipped, and named)."""
+    Only lines signed with the cell's key count (one a case wrote itself is skipped, and named).
+    Returns the results the container recorded."""
     done = store.done_keys()
     seen: set[str] = set()
+    collected: list[CaseResult] = []
     read = read_results(cell_dir / "results.jsonl", RunKey.for_run(cell_dir))
     for line in read.skipped:
         logger.warning("cell %s: skipped %s", cell.id, line)
@@ -465,6 +471,7 @@ def _collect(
             log_path=_host_path(result.log_path, cell_dir),
         )
         seen.add(stamped.case)
+        collected.append(stamped)
         if stamped.key not in done:
             store.append(stamped)
             done.add(stamped.key)
@@ -473,6 +480,7 @@ def _collect(
         last = tail.strip().splitlines()[-1:] or ["no output"]
         reason = f"runner in the container recorded no result: {last[0][:200]}"
         record_all(store, cell, missing, Outcome.ERROR, reason, run_id)
+    return collected
 
 
 def _decode(data: bytes | Iterator[bytes]) -> str:
