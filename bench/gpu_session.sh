@@ -59,30 +59,7 @@ echo "validate wall: $(python3 -c "print(round($end-$start,1))") s" | tee -a "$O
 tail -40 /tmp/validate.err >"$OUT/validate_stderr_tail.txt"
 
 echo "== 3. sequential jupyter execute loop, frontend 1.27.0 ($(stamp))"
-[ "${SEQUENTIAL:-1}" = 0 ] || python3 - "$SAMPLES" "$OUT/sequential.json" <<'PY'
-import json, os, subprocess, sys, time
-from pathlib import Path
-samples = sorted((Path(sys.argv[1]) / "samples" / "python").glob("*.ipynb"))
-env = {**os.environ, "PYTHONPATH": "/tmp/site", "PATH": "/tmp/site/bin:" + os.environ["PATH"]}
-rows, t0, first_fail = [], time.monotonic(), None
-for nb in samples:
-    s = time.monotonic()
-    p = subprocess.run(["jupyter", "execute", "--timeout=300", str(nb)], env=env, cwd=nb.parent,
-                       capture_output=True, text=True)
-    rows.append({"notebook": nb.name, "rc": p.returncode, "seconds": round(time.monotonic() - s, 2),
-                 "tail": (p.stderr or "")[-300:] if p.returncode else ""})
-    if p.returncode and first_fail is None:
-        first_fail = nb.name
-total = time.monotonic() - t0
-stop = next((i for i, r in enumerate(rows) if r["rc"]), None)
-out = {"total_s": round(total, 1), "notebooks": len(rows), "ok": sum(r["rc"] == 0 for r in rows),
-       "set_e_would_stop_at": first_fail,
-       "set_e_verdicts": len(rows) if stop is None else stop + 1,
-       "set_e_wall_s": round(sum(r["seconds"] for r in rows[: (len(rows) if stop is None else stop + 1)]), 1),
-       "rows": rows}
-Path(sys.argv[2]).write_text(json.dumps(out, indent=1))
-print("sequential total", out["total_s"], "s;", out["ok"], "/", out["notebooks"], "ok; set -e stops at", first_fail)
-PY
+[ "${SEQUENTIAL:-1}" = 0 ] || env $SITE python3 bench/jupyter_loop.py "$SAMPLES" "$OUT/sequential.json"
 
 echo "== 4. reports ($(stamp))"
 for fmt in md html junit json; do

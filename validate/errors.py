@@ -10,6 +10,7 @@ __all__ = [
     "ImageBuildError",
     "MatrixError",
     "ResultsError",
+    "ResultsLost",
     "ValidateError",
 ]
 
@@ -36,6 +37,13 @@ class ResultsError(ValidateError):
     """A stored run that this tool cannot read (e.g. written by a newer results schema)."""
 
     return_code = 2
+
+
+class ResultsLost(ValidateError):
+    """The results folder broke mid-run (disk full, folder or file deleted): no new case starts,
+    every finished result is kept where that is possible, the message names the cause."""
+
+    return_code = 5
 
 
 class CaseError(ValidateError):

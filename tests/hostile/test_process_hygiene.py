@@ -4,40 +4,23 @@ environment that only this test's run carries."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
+
+from proctags import kill_tagged, tagged, tagged_env
 
 from validate.model.results import read_results
 
 PROCS = Path(__file__).resolve().parents[1] / "resources" / "hostile" / "procs"
-_TAG = "CUDNN_MATRIX_TEST_TAG"
-
-
-def _tagged(tag: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and f"{_TAG}={tag}".encode() in environ:
-            found.append(int(proc.name))
-    return found
 
 
 def test_nothing_a_case_starts_outlives_it(tmp_path: Path) -> None:
     cases = tmp_path / "cases"
     shutil.copytree(PROCS, cases)
-    tag = uuid.uuid4().hex
-    env = {**os.environ, _TAG: tag}
+    tag, env = tagged_env()
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "1"]
     try:
@@ -62,12 +45,8 @@ def test_nothing_a_case_starts_outlives_it(tmp_path: Path) -> None:
         assert outcomes["kills_parent.py"] != "pass"  # its own "VERDICT pass" is not believed
         assert proc.returncode == 1
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _tagged(tag):
+        while time.monotonic() < deadline and tagged(tag):
             time.sleep(0.1)
-        left = [
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ") for pid in _tagged(tag)
-        ]
-        assert left == [], proc.stderr  # no daemon, setsid child or orphan of any case is left
+        assert tagged(tag) == [], proc.stderr  # no daemon, setsid child or orphan of a case is left
     finally:
-        for pid in _tagged(tag):
-            os.kill(pid, 9)
+        kill_tagged(tag)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -10,38 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
+
+from proctags import kill_tagged, tagged, tagged_env
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 KERNEL = "kernelapp.launch_new_instance"  # in the argv of every kernel the notebook runner starts
-
-
-_TAG_VAR = "CUDNN_MATRIX_TEST_TAG"
-
-
-def _tagged_env() -> tuple[str, dict[str, str]]:
-    """A unique tag in the tool's environment: every process it starts inherits it, so the tests
-    find only their own processes, never another checkout's tests running on the same machine."""
-    tag = uuid.uuid4().hex
-    return tag, {**os.environ, _TAG_VAR: tag}
-
-
-def _alive(marker: str, tag: str) -> list[str]:
-    """`pid args` of the live processes carrying `tag` whose command line contains `marker`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes()
-            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (proc / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        if state != "Z" and f"{_TAG_VAR}={tag}".encode() in environ.split(b"\0") and marker in args:
-            found.append(f"{proc.name} {args.strip()}")
-    return found
 
 
 def _default_sigint() -> None:
@@ -52,9 +25,7 @@ def _end(tool: subprocess.Popen[bytes], tag: str) -> None:
     """Whatever a failed assertion left behind: the tool and every tagged process."""
     tool.kill()
     tool.communicate()
-    for line in _alive("", tag):
-        with contextlib.suppress(OSError):
-            os.kill(int(line.split()[0]), signal.SIGKILL)
+    kill_tagged(tag)
 
 
 def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) -> None:
@@ -65,7 +36,7 @@ def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) ->
     shutil.copy(SCRIPTS / "hang.py", hang)
     results = tmp_path / "run"
     argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
-    tag, env = _tagged_env()
+    tag, env = tagged_env()
     tool = subprocess.Popen(
         [*argv, "--timeout", "300", "--results", str(results)],
         stdout=subprocess.PIPE,
@@ -79,7 +50,7 @@ def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) ->
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             store = results / "results.jsonl"
-            if store.exists() and store.read_text().strip() and _alive(hang.name, tag):
+            if store.exists() and store.read_text().strip() and tagged(tag, hang.name):
                 break
             time.sleep(0.2)
         else:
@@ -93,9 +64,9 @@ def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) ->
         recorded = [json.loads(line) for line in stored]
         assert [(r["case"], r["outcome"]) for r in recorded] == [("a_quick.py", "pass")]
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _alive("", tag):
+        while time.monotonic() < deadline and tagged(tag):
             time.sleep(0.2)
-        assert _alive("", tag) == []  # the script, the child it started: everything the tool ran
+        assert tagged(tag) == []  # the script, the child it started: everything the tool ran
     finally:
         _end(tool, tag)
 
@@ -109,7 +80,7 @@ def test_cases_die_with_a_killed_tool(tmp_path: Path) -> None:
     notebook = cases / f"orphan_{os.getpid()}.ipynb"
     shutil.copy(SCRIPTS.parent / "notebooks" / "hang.ipynb", notebook)
     argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
-    tag, env = _tagged_env()
+    tag, env = tagged_env()
     tool = subprocess.Popen(
         [*argv, "--timeout", "300", "--results", str(tmp_path / "run")],
         stdout=subprocess.DEVNULL,
@@ -119,21 +90,21 @@ def test_cases_die_with_a_killed_tool(tmp_path: Path) -> None:
     try:
         _wait_then_kill(tool, tag)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _alive("", tag):
+        while time.monotonic() < deadline and tagged(tag):
             time.sleep(0.2)
-        assert _alive(f"orphan_{os.getpid()}", tag) == []
-        assert _alive("time.sleep(3600)", tag) == []  # the script's own child
-        assert _alive(KERNEL, tag) == []  # and the kernel
+        assert tagged(tag, f"orphan_{os.getpid()}") == []
+        assert tagged(tag, "time.sleep(3600)") == []  # the script's own child
+        assert tagged(tag, KERNEL) == []  # and the kernel
     finally:
         _end(tool, tag)
 
 
 def _wait_then_kill(tool: subprocess.Popen[bytes], tag: str) -> None:
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(_alive(f"orphan_{os.getpid()}", tag)) < 2:
+    while time.monotonic() < deadline and len(tagged(tag, f"orphan_{os.getpid()}")) < 2:
         time.sleep(0.2)
-    while time.monotonic() < deadline and not _alive(KERNEL, tag):
+    while time.monotonic() < deadline and not tagged(tag, KERNEL):
         time.sleep(0.2)  # the notebook's kernel runs in a session of its own: wait until it is up
-    assert _alive(KERNEL, tag), "the kernel never started"
+    assert tagged(tag, KERNEL), "the kernel never started"
     tool.kill()
     tool.wait(timeout=10)

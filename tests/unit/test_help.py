@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +34,11 @@ def test_every_option_has_help_and_the_exit_codes(name: str) -> None:
     ]
     assert missing == [], f"{name}: options without help text"
     assert parser.format_help().rstrip().endswith(EXIT_CODES.splitlines()[-1])
+
+
+def test_the_readme_has_the_same_exit_codes() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("Exit codes (also at the end of every `--help`):", 1)[1].split("\n\n")[1]
+    in_readme = re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)
+    in_help = re.findall(r"^  (\d+) ", EXIT_CODES, flags=re.MULTILINE)
+    assert in_readme == in_help

@@ -11,6 +11,7 @@ from validate.execute import ExecTarget, Executor, RunContext, pick_executor
 from validate.execute.cases import cases_for
 from validate.execute.local import LocalExecutor
 from validate.execute.pool import Pool
+from validate.execute.runner import run_pool
 from validate.model.matrix import Cell
 from validate.model.results import ResultStore, load_results
 from validate.plan.host import HostFacts
@@ -37,7 +38,7 @@ def _run(cells: tuple[Cell, ...], config: ValidateConfig, run: RunContext) -> in
     pool = Pool(2)
     pool.submit(jobs)
     pool.close()
-    pool.run()
+    run_pool(pool)
     return len(jobs)
 
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from validate.config import ValidateConfig
 from validate.env.builder import base_image_for
 from validate.env.images import LOCAL_BASE_IMAGE
-from validate.errors import ImageBuildError
+from validate.errors import ImageBuildError, ResultsLost
 from validate.execute import ExecResult, ExecTarget
 from validate.execute.cases import SHIPPED_CASES, cases_for
 from validate.execute.docker import DockerExecutor, container_config, container_kwargs
@@ -278,3 +281,26 @@ def test_a_shards_cases_reach_the_container(tmp_path: Path) -> None:
     assert started.inner.case_names == ("pin_check.py",)
     stored = [json.loads(line)["case"] for line in store.path.read_text().splitlines()]
     assert stored == ["pin_check.py"]
+
+
+class DeletesTheRun(FakeDocker):
+    """FAKE container whose case deletes the host's whole run folder (the cell folder's parent)."""
+
+    def inside(self, started: _Started, results_dir: Path) -> ExecResult:  # noqa: ARG002
+        shutil.rmtree(results_dir.parents[1])
+        return ExecResult(kind="runner", returncode=1, tail="case deleted the run\n")
+
+
+def test_a_run_folder_deleted_in_a_cell_stops_before_the_next_cell(tmp_path: Path) -> None:
+    cells = [dataclasses.replace(CELLS[1], arch=arch) for arch in ("sm90", "sm100")]
+    config = ValidateConfig(executor="docker")
+    cases = cases_for(config)
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    executor = DeletesTheRun(FakeBuilder({LOCAL_BASE_IMAGE}))
+    plan = Plan(planned=cells, pruned=[])
+    with pytest.raises(ResultsLost, match="was deleted or replaced mid-run"):
+        run_cells(config, plan, cases, HostFacts(), store, "RUN1", executor=executor)
+    assert [s.cell for s in executor.started] == cells[:1]  # the second cell never started
+    results = load_results([tmp_path / "run"])  # re-created, with the first cell's verdicts
+    assert {(r.cell_id, r.outcome) for r in results} == {(cells[0].id, Outcome.ERROR)}
+    assert len(results) == len(cases)

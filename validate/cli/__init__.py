@@ -59,6 +59,7 @@ EXIT_CODES: Final = """exit codes:
   2    bad input: a flag, a data file, a path; one line on stderr, nothing run or written
   3    an environment could not be built (outside a run; inside one it is the cell's `error`)
   4    docker daemon unreachable, image build or pull failed
+  5    results lost mid-run (disk full, folder deleted): run stopped, finished results kept
   130  interrupted (Ctrl-C): finished results are kept, --resume completes the run"""
 
 

@@ -22,7 +22,7 @@ from validate.cli.validate import add_validate_args, config_from_args
 from validate.config import Selectors, ValidateConfig
 from validate.env import releases
 from validate.env.sources import BackendStore, backend_package
-from validate.errors import ConfigError, ValidateError
+from validate.errors import ConfigError, ResultsLost, ValidateError
 from validate.judge.bisect import (
     BisectResult,
     Observation,
@@ -47,7 +47,7 @@ _EXIT_CODES: Final = """exit codes:
   1    no exact boundary: skipped (error/skip/flaky) candidates leave it open; they are named
   2    bad input: a flag, an unknown version, an empty range, both ends with the same outcome
   3/4  never: an environment that cannot be built is that probe's `error` (skipped)
-""" + EXIT_CODES.splitlines()[-1]  # the shared 130 line; for bisect, --resume is implied
+""" + "\n".join(EXIT_CODES.splitlines()[-2:])  # the shared 5 and 130 lines (--resume implied)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -259,7 +259,7 @@ def _prober(base: ValidateConfig, args: argparse.Namespace, folder: Path) -> Pro
         try:
             with contextlib.redirect_stdout(out):
                 run(config)
-        except ConfigError:
+        except (ConfigError, ResultsLost):  # bad input, or a disk that is full: stop bisecting
             raise
         except ValidateError as exc:  # an environment that could not be made: error, not bad
             return Observation(outcome="error", reason=str(exc), folder=str(run_dir))

@@ -356,6 +356,7 @@ class DockerExecutor:
         if ended.timed_out:
             logger.warning("cell %s: the container ran out of time and was killed", cell.id)
         collected = _collect(run.store, cell, cases, cell_dir, run.run_id, ended.tail)
+        run.store.check()  # the disk filled or the run folder went: ResultsLost, no new cell
         RunKey.for_run(cell_dir).seal(cell_dir)  # the cell folder verifies on its own
         if run.history is not None:  # the durations the container measured, for the next run
             for result in collected:

@@ -24,6 +24,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.errors import ResultsLost
 from validate.execute.cases.script import RESULT_FILE_ENV, read_result_file, verdict_line
 from validate.execute.classify import ExecResult, classify, signal_name
 from validate.execute.history import History
@@ -362,7 +363,11 @@ def _requirement_skip(case: Case, target: ExecTarget) -> str | None:
 
 class _CaseRun:
     """One case in the pool: the first attempt is a job, each re-run (the API-log one, then
-    --reruns) a follow-up job; the result is built and handed to `finish` when the last ends."""
+    --reruns) a follow-up job; the result is built and handed to `finish` when the last ends.
+
+    With `store`, no attempt starts once the results folder broke (disk full, deleted):
+    `ResultsLost` ends the run like Ctrl-C; a case file another case deleted is this case's
+    `error`; a bad outcome while the folder is in trouble is `error` (no product failure)."""
 
     def __init__(
         self,
@@ -371,8 +376,10 @@ class _CaseRun:
         options: RunOptions,
         finish: Callable[[CaseResult, float | None], None],
         sampler: GpuSampler | None = None,
+        store: ResultStore | None = None,
     ) -> None:
         self.case, self.target, self.options = case, target, options
+        self._store = store
         self._finish = finish
         self._sampler = sampler
         self._lock = threading.Lock()
@@ -385,15 +392,22 @@ class _CaseRun:
         return Job(name=self.case.name, run=self.first, estimate_s=estimate_s)
 
     def _attempt(self, n: int, *, api_logs: bool) -> ExecResult:
-        run, peak = _attempt(
-            self.case,
-            self.target,
-            self.options,
-            self.folder,
-            n,
-            api_logs=api_logs,
-            sampler=self._sampler,
-        )
+        if self._store is not None and n > 1:
+            self._store.check()  # ResultsLost: the run stops before this re-run (first: first())
+        try:
+            run, peak = _attempt(
+                self.case,
+                self.target,
+                self.options,
+                self.folder,
+                n,
+                api_logs=api_logs,
+                sampler=self._sampler,
+            )
+        except OSError:
+            if self._store is not None:
+                self._store.check()  # the folder broke under the case: that is the cause
+            raise
         if peak is not None:
             with self._lock:
                 self._peak = max(self._peak or 0.0, peak)
@@ -404,9 +418,21 @@ class _CaseRun:
         if reason:
             self._finish(_skip_result(self.case, self.target, self.options, reason), None)
             return ()
+        if self._store is not None:
+            self._store.check()
+            if not self.case.path.is_file():
+                why = "case file vanished before it ran"
+                vanished = _skip_result(self.case, self.target, self.options, why)
+                self._finish(vanished.with_(outcome=Outcome.ERROR), None)
+                return ()
         self.started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         self.folder = _case_dir(self.case, self.target, self.options)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            if self._store is not None:
+                self._store.check()
+            raise
         self.run1 = self._attempt(1, api_logs=False)
         self.outcome, self.reason = _verdict(self.run1, self.target)
         self._outcomes[1] = str(self.outcome)
@@ -468,9 +494,14 @@ class _CaseRun:
             run_id=self.options.run_id,
             content_key=self.case.content_key(self.target.cell),
         )
-        (self.folder / "result.json").write_text(
-            json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8"
-        )
+        trouble = self._store.problem() if self._store is not None else None
+        if trouble is not None and policy(result.outcome).bad:  # e.g. it died of a full disk
+            reason = f"while it ran: {trouble}; it ended {result.outcome}: {result.reason}"
+            result = result.with_(outcome=Outcome.ERROR, reason=reason)
+        with suppress(OSError):  # a copy of the results line: a full disk must not lose the line
+            (self.folder / "result.json").write_text(
+                json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8"
+            )
         self._finish(result, self._peak)
 
 
@@ -517,7 +548,7 @@ class CaseBatch:
     def jobs(self) -> list[Job]:
         """One job per case left to run, longest first by the history."""
         return [
-            _CaseRun(c, self.target, self.options, self._finish, self._sampler).job(
+            _CaseRun(c, self.target, self.options, self._finish, self._sampler, self.store).job(
                 self.history.estimate(c.name)
             )
             for c in _longest_first(self.todo, self.history.durations)
@@ -539,12 +570,12 @@ class CaseBatch:
 
 
 def run_pool(pool: Pool) -> None:
-    """Run `pool` to the end; on Ctrl-C end every running case (finished results are stored,
-    --resume redoes the rest) and re-raise."""
+    """Run `pool` to the end; on Ctrl-C, or a results folder that broke (`ResultsLost`), end
+    every running case (finished results are stored, --resume redoes the rest) and re-raise."""
     _LIVE.stopped.clear()
     try:
         pool.run()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ResultsLost):
         # what is running is ended, not recorded (a half-run case killed by us is not a crash
         # of the product)
         _LIVE.kill_all()

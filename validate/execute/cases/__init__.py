@@ -55,11 +55,15 @@ class Case:
         """Folder-safe, collision-free name for the case's evidence folder."""
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", self.name).strip("_")[:80]
         ident = "\0".join((str(self.path), *self.args))
-        return f"{stem}-{hashlib.sha256(ident.encode()).hexdigest()[:6]}"
+        digest = hashlib.sha256(ident.encode("utf-8", "surrogateescape"))  # a non-UTF-8 file name
+        return f"{stem}-{digest.hexdigest()[:6]}"
 
     def content_key(self, cell: Mapping[str, str]) -> str:
         """Hash of the case file and the cell pins (same content + pins -> same key)."""
-        digest = hashlib.sha256(self.path.read_bytes())
+        try:
+            digest = hashlib.sha256(self.path.read_bytes())
+        except OSError:  # vanished (another case deleted it): a key no file's content has
+            digest = hashlib.sha256(b"\0case file missing\0")
         digest.update("\0".join(self.args).encode())
         for axis, value in sorted(cell.items()):
             digest.update(f"\0{axis}={value}".encode())

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The one-pool issue's GPU figures on the lent H200, as a user runs the tool.
+#
+#   bench/gpu_pool.sh PART WHEELHOUSE SAMPLES_CHECKOUT BACKEND_STORE OUT_DIR
+#
+# A device call is capped at 600 s and the sequential loop over one cell alone takes ~280 s, so the
+# figures come from two consecutive calls on the same warm machine (nothing else runs beside them):
+#   PART=a  1. the frontend CI's loop (`jupyter execute` one notebook after another) for cell 1
+#              (backend 9.25.1.1, frontend 1.27.0);  2. `validate` on the two cells (9.24.0.43 and
+#              9.25.1.1, frontend 1.27.0), fresh environment cache, default slots.
+#   PART=b  1. the same loop for cell 2 (9.24.0.43, frontend 1.27.0);  2. `validate` on the whole
+#              matrix: backends 9.19.0.56..9.25.1.1 x frontends 1.26.0, 1.27.0, 1.32.0 (15 cells),
+#              fresh environment cache, default slots.
+# The loop pins its backend the way the tool does for `--env current` (the store's folder on the
+# library path, its dispatcher preloaded) so that torch and the frontend bind to the same copy.
+# bench/gpu_pool_figures.py turns OUT_DIR/{a,b} into the ratios (figures.json, figures.md).
+set -uo pipefail
+PART=$1; WH=$(realpath "$2"); SAMPLES=$(realpath "$3"); STORE=$(realpath "$4"); OUT=$(realpath -m "$5")
+REPO=$(cd "$(dirname "$0")/.." && pwd); cd "$REPO"
+mkdir -p "$OUT/$PART"; export PYTHONUNBUFFERED=1
+stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+COMMON=(--env current --backend-store "$STORE" --cuda 13.0 --driver 580 --arch sm90 --wheelhouse "$WH"
+  --samples "$SAMPLES" --cases validate/execute/resources/cases --timeout 300)
+case $PART in
+  a) LOOP=9.25.1.1; CUDNN=9.24.0.43,9.25.1.1; FE=1.27.0 ;;
+  b) LOOP=9.24.0.43; CUDNN=9.19.0.56,9.21.1.3,9.22.0.52,9.24.0.43,9.25.1.1; FE=1.26.0,1.27.0,1.32.0 ;;
+  *) echo "PART must be a or b" >&2; exit 2 ;;
+esac
+{
+  echo "date: $(stamp)"
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
+  echo "cpus: $(nproc)"
+  python3 -c "import torch,sys; print('python', sys.version.split()[0], 'torch', torch.__version__)"
+  echo "backends in the store: $(ls "$STORE" | tr '\n' ' ')"
+  echo "samples commit: $(cat "$SAMPLES/COMMIT" 2>/dev/null)"
+  echo "tool commit: ${TOOL_COMMIT:-$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)}"
+  echo "loop: jupyter execute --timeout=300, backend $LOOP, frontend 1.27.0"
+  echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn $CUDNN --frontend $FE"
+} >"$OUT/$PART/provenance.txt" 2>&1
+cat "$OUT/$PART/provenance.txt"
+echo "== loop $LOOP ($(stamp))"
+LIB="$STORE/$LOOP/lib"
+env PYTHONPATH=/tmp/site PATH="/tmp/site/bin:$PATH" LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  LD_PRELOAD="$LIB/libcudnn.so.9" python3 bench/jupyter_loop.py "$SAMPLES" "$OUT/$PART/loop.json"
+echo "== validate ($(stamp))"
+s=$(date +%s.%N)
+python3 -m validate validate "${COMMON[@]}" --cudnn "$CUDNN" --frontend "$FE" \
+  --cache-dir "/tmp/envs-pool-$PART" --results "$OUT/$PART/validate" >"$OUT/$PART/validate.txt" 2>"$OUT/$PART/validate.err"
+echo "rc=$?" >>"$OUT/$PART/validate.txt"
+e=$(date +%s.%N)
+python3 -c "print(round($e-$s,1))" >"$OUT/$PART/validate_wall_s"
+echo "validate wall: $(cat "$OUT/$PART/validate_wall_s") s ($(stamp))"
+grep -m3 -e "slots" "$OUT/$PART/validate.err"
+tail -n 6 "$OUT/$PART/validate.txt"
