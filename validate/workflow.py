@@ -148,7 +148,7 @@ def run_cells(
     """
     executor = executor or EXECUTORS[config.executor]()
     history = History.load(cache_root(config.cache_dir) / "durations.json")
-    bound = choose_slots(host, jobs=config.jobs, gpu_peak_mib=history.peak_gpu_mib())
+    bound = choose_slots(host, jobs=config.jobs, gpu_peak_mib=history.typical_gpu_mib())
     log.info("%s", bound.line())
     sampler = gpu_sampler(host.has_gpu)
     context = RunContext(
@@ -170,7 +170,7 @@ def run_cells(
                 record_all(store, cell, mine, Outcome.SKIP, skip, run_id)
         work = [(step, parts) for step in steps.steps if (parts := _step_parts(step, cases, only))]
         with pool_progress() as on_change:
-            pool = Pool(bound.slots, on_change=on_change)
+            pool = Pool(bound.slots, gpu_mib=bound.gpu_free_mib, on_change=on_change)
             counted = [(c, len(part.cells)) for _, step_parts in work for part, c in step_parts]
             pool.expect(sum(len(c) * n for c, n in counted), _expected_s(history, counted))
             feeder = threading.Thread(

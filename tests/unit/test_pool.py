@@ -95,6 +95,42 @@ def test_never_more_than_the_slots_and_a_wide_job_runs_alone() -> None:
     assert active["with_wide"] == 0
 
 
+def test_gpu_budget_holds_each_job_to_its_memory_in_queue_order() -> None:
+    """Two jobs of 6 GiB never run together under a 10 GiB budget, though slots are free; one
+    larger than the whole budget runs alone; the order of the queue is kept."""
+    lock = threading.Lock()
+    active: list[str] = []
+    overlaps: list[tuple[str, ...]] = []
+    order: list[str] = []
+
+    def job(name: str, gpu: float, estimate: float) -> Job:
+        def run() -> tuple[Job, ...]:
+            with lock:
+                order.append(name)
+                active.append(name)
+                overlaps.append(tuple(sorted(active)))
+            threading.Event().wait(0.05)
+            with lock:
+                active.remove(name)
+            return ()
+
+        return Job(name=name, run=run, estimate_s=estimate, gpu_mib=gpu)
+
+    pool = Pool(4, gpu_mib=10 * 1024)
+    pool.submit(
+        [
+            job("big-a", 6 * 1024, 9.0),
+            job("big-b", 6 * 1024, 8.0),
+            job("huge", 50 * 1024, 7.0),
+            job("small", 1024, 6.0),
+        ]
+    )
+    _drain(pool)
+    assert order == ["big-a", "big-b", "huge", "small"]
+    assert not any({"big-a", "big-b"} <= set(o) for o in overlaps)
+    assert all(o == ("huge",) for o in overlaps if "huge" in o)
+
+
 def test_jobs_submitted_while_running_and_a_job_error_is_raised() -> None:
     order: list[str] = []
     pool = Pool(2)

@@ -42,7 +42,8 @@ def test_gpu_host_is_bounded_by_free_gpu_memory_per_case() -> None:
     assert "cpu 16x2=32" in default.why
     measured = choose_slots(GPU_HOST, resources=have, gpu_peak_mib=8 * 1024)
     assert measured.slots == 5
-    assert "8.0GiB peak=5" in measured.why
+    assert "8.0GiB median peak=5" in measured.why
+    assert measured.gpu_free_mib == 40 * 1024  # the pool's GPU budget
     roomy = choose_slots(
         GPU_HOST, resources=Resources(cores=16, mem_mib=250 * 1024, gpu_free_mib=(139 * 1024,))
     )
@@ -55,6 +56,9 @@ def test_gpu_host_is_bounded_by_free_gpu_memory_per_case() -> None:
 
 def test_jobs_overrides_and_this_host_is_read() -> None:
     assert choose_slots(GPU_HOST, jobs=3).line() == "slots: 3 (--jobs)"
+    have = Resources(cores=2, mem_mib=None, gpu_free_mib=(1000, 2000))
+    assert choose_slots(GPU_HOST, jobs=3, resources=have).gpu_free_mib == 3000  # still a budget
+    assert choose_slots(HostFacts(), jobs=3, resources=have).gpu_free_mib is None  # no GPU
     here = choose_slots(HostFacts())
     assert here.slots >= 1
     assert here.why.startswith("cpu ")
@@ -81,6 +85,10 @@ def test_history_keeps_peaks_beside_durations_that_shards_still_read(tmp_path: P
     }
     again = History.load(path)
     assert again.peak_gpu_mib() == 3000.0
+    assert again.gpu_estimate("a.ipynb", 4096) == 3000.0
+    assert again.gpu_estimate("b.py", 4096) == 4096  # no peak recorded for it
+    again.gpu_mib.update({"x": 1000.0, "y": 9000.0})
+    assert again.typical_gpu_mib() == 3000.0  # the median of 1000, 3000, 9000
     assert again.estimate("b.py") == 1.0
     path.write_text("not json")
     assert History.load(path).durations == {}

@@ -48,6 +48,19 @@ class History:
         """The largest GPU peak any case reached (None: no peak recorded)."""
         return max(self.gpu_mib.values(), default=None)
 
+    def typical_gpu_mib(self) -> float | None:
+        """The median of the cases' GPU peaks (None: no peak recorded): what the slot count is
+        sized by; the pool's GPU budget holds each case to its own peak."""
+        peaks = sorted(self.gpu_mib.values())
+        if not peaks:
+            return None
+        mid = len(peaks) // 2
+        return peaks[mid] if len(peaks) % 2 else (peaks[mid - 1] + peaks[mid]) / 2
+
+    def gpu_estimate(self, name: str, default: float) -> float:
+        """The GPU memory the case needs: its recorded peak, else `default`."""
+        return self.gpu_mib.get(name, default)
+
     def record(self, name: str, duration_s: float, gpu_mib: float | None = None) -> None:
         """What one case took now (thread-safe; written by `save`)."""
         with self._lock:

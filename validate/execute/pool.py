@@ -5,8 +5,10 @@ submits a cell's jobs as soon as its environment is ready) and start longest fir
 estimate (the duration history across cells; a job without one counts as longest, ties keep
 submission order). A job may return follow-up jobs (a failing case's API-log re-run and its
 `--reruns`); they go into the same queue. A job holds `slots` slots while it runs (a case one,
-a docker cell's container as many as it runs at once). Nothing here knows about results: jobs
-store their own (the store is thread-safe).
+a docker cell's container as many as it runs at once) and, where the pool has a GPU-memory
+budget (the free memory of the GPUs at start), its `gpu_mib` of it (a case's recorded peak).
+The queue's order is kept: a job that does not fit yet waits, and those behind it wait too (no
+job starves). Nothing here knows about results: jobs store their own (the store is thread-safe).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Job:
     estimate_s: float | None = None  # seconds from the history; None: unknown (starts first)
     slots: int = 1
     cases: int = 1  # cases it stands for in the progress (a re-run 0, a docker cell its cases)
+    gpu_mib: float = 0.0  # GPU memory it holds while it runs (its recorded peak, or an estimate)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +59,7 @@ class _Running:
     job: Job
     started: float
     taken: int
+    gpu: float
 
 
 @dataclass
@@ -73,8 +77,16 @@ class _State:
 class Pool:
     """`slots` slots; `run()` dispatches until `close()` was called and every job has ended."""
 
-    def __init__(self, slots: int, *, on_change: Callable[[PoolStats], None] | None = None) -> None:
+    def __init__(
+        self,
+        slots: int,
+        *,
+        gpu_mib: float | None = None,
+        on_change: Callable[[PoolStats], None] | None = None,
+    ) -> None:
         self.slots = max(1, slots)
+        self.gpu_mib = gpu_mib  # the GPU-memory budget; None: not accounted
+        self._gpu_free = gpu_mib or 0.0
         self._on_change = on_change
         self._cond = threading.Condition()
         self._state = _State()
@@ -139,15 +151,18 @@ class Pool:
                     if state.queue:
                         job = state.queue[0][2]
                         need = min(job.slots, self.slots)
-                        if need <= self._free:
+                        # a job larger than the whole budget runs when the GPUs are all its own
+                        gpu = 0.0 if self.gpu_mib is None else min(job.gpu_mib, self.gpu_mib)
+                        if need <= self._free and gpu <= self._gpu_free:
                             heapq.heappop(state.queue)
                             break
                     elif not state.open and not state.running:
                         return
                     self._cond.wait()
                 self._free -= need
+                self._gpu_free -= gpu
                 ident = next(self._seq)
-                state.running[ident] = _Running(job, time.monotonic(), need)
+                state.running[ident] = _Running(job, time.monotonic(), need, gpu)
             thread = threading.Thread(
                 target=self._work, args=(ident,), name=f"pool:{job.name}", daemon=True
             )
@@ -167,6 +182,7 @@ class Pool:
             state = self._state
             del state.running[ident]
             self._free += running.taken
+            self._gpu_free += running.gpu
             state.done += job.cases
             if job.cases == 1:
                 state.durations.append(time.monotonic() - running.started)

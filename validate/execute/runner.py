@@ -31,6 +31,7 @@ from validate.execute.history import History
 from validate.execute.pool import Job, Pool
 from validate.execute.resources.capture import verify_pins
 from validate.execute.resources.guard import PARENT_ENV
+from validate.execute.slots import GPU_PER_CASE_MIB
 from validate.model.outcome import POLICY, Outcome, policy
 from validate.model.results import CaseResult, ResultStore
 from validate.plan.requirements import check, missing_modules
@@ -387,9 +388,11 @@ class _CaseRun:
         self._api_logs: dict[str, str] = {}
         self._left = 0
         self._peak: float | None = None
+        self._gpu_mib = 0.0
 
-    def job(self, estimate_s: float | None) -> Job:
-        return Job(name=self.case.name, run=self.first, estimate_s=estimate_s)
+    def job(self, estimate_s: float | None, gpu_mib: float = 0.0) -> Job:
+        self._gpu_mib = gpu_mib  # its re-runs hold as much
+        return Job(name=self.case.name, run=self.first, estimate_s=estimate_s, gpu_mib=gpu_mib)
 
     def _attempt(self, n: int, *, api_logs: bool) -> ExecResult:
         if self._store is not None and n > 1:
@@ -449,6 +452,7 @@ class _CaseRun:
                 run=functools.partial(self.again, n),
                 estimate_s=self.run1.duration_s,
                 cases=0,
+                gpu_mib=self._gpu_mib,
             )
             for n in range(2, 2 + extra)
         ]
@@ -546,13 +550,18 @@ class CaseBatch:
         self.kept = [previous[k] for c in cases if (k := f"{target.cell_id}::{c.name}") in previous]
 
     def jobs(self) -> list[Job]:
-        """One job per case left to run, longest first by the history."""
-        return [
-            _CaseRun(c, self.target, self.options, self._finish, self._sampler, self.store).job(
-                self.history.estimate(c.name)
+        """One job per case left to run, longest first by the history; on a GPU host each holds
+        its recorded GPU peak (4 GiB unknown) of the pool's GPU budget."""
+        jobs = []
+        for case in _longest_first(self.todo, self.history.durations):
+            gpu = (
+                self.history.gpu_estimate(case.name, GPU_PER_CASE_MIB)
+                if self.target.has_gpu
+                else 0.0
             )
-            for c in _longest_first(self.todo, self.history.durations)
-        ]
+            run = _CaseRun(case, self.target, self.options, self._finish, self._sampler, self.store)
+            jobs.append(run.job(self.history.estimate(case.name), gpu))
+        return jobs
 
     def _finish(self, result: CaseResult, gpu_mib: float | None) -> None:
         self.store.append(result)

@@ -7,11 +7,13 @@
   much of its time starting a kernel and importing torch (an H200 host with 16 cores ran 24
   notebooks at once in 17.4 s against 23.3 s at 16, reports/gpu/2026-12-02-h200/speed.json).
 - mem: the host memory available now, 2 GiB per case.
-- gpu: the free memory of each GPU now, divided by the largest peak any case reached in the
+- gpu: the free memory of each GPU now, divided by the typical (median) peak of the cases in the
   duration history (execute/history.py; 4 GiB when none is recorded: a CUDA context plus a
   sample's tensors), summed over the GPUs. Read with NVML (pynvml) where it imports, else with
-  nvidia-smi. `GpuSampler` records the peaks: it polls NVML for the memory each case's processes
-  hold (attributed by session: every case runs in a session of its own).
+  nvidia-smi. The free memory is also the pool's GPU budget (`SlotBound.gpu_free_mib`): each
+  case holds its own recorded peak of it while it runs, so a few large cases never run together
+  beyond what is free. `GpuSampler` records the peaks: it polls NVML for the memory each case's
+  processes hold (attributed by session: every case runs in a session of its own).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class SlotBound:
 
     slots: int
     why: str
+    gpu_free_mib: float | None = None  # the GPUs' free memory in all: the pool's GPU budget
 
     def line(self) -> str:
         return f"slots: {self.slots} ({self.why})"
@@ -144,9 +147,10 @@ def choose_slots(
 ) -> SlotBound:
     """The slot count for a run on `host`: `jobs` (--jobs) when given, else the smallest of the
     cpu, mem and gpu bounds. `resources`: what the host offers (None: read it now)."""
-    if jobs:
-        return SlotBound(slots=jobs, why="--jobs")
     have = resources or Resources.read(host)
+    budget = float(sum(have.gpu_free_mib)) if host.gpus and have.gpu_free_mib else None
+    if jobs:
+        return SlotBound(slots=jobs, why="--jobs", gpu_free_mib=budget)
     cores = have.cores
     parts: list[tuple[str, int]] = []
     per_core = 2 if host.gpus else 1
@@ -158,7 +162,7 @@ def choose_slots(
     if host.gpus:
         free = have.gpu_free_mib
         per_case = max(256.0, gpu_peak_mib) if gpu_peak_mib else float(GPU_PER_CASE_MIB)
-        source = "peak" if gpu_peak_mib else "default"
+        source = "median peak" if gpu_peak_mib else "default"
         if free:
             n = max(1, sum(int(f // per_case) for f in free))
             total = sum(free) / _GIB
@@ -168,7 +172,7 @@ def choose_slots(
             total = sum(g.memory_mib for g in host.gpus) / _GIB
             parts.append((f"gpu {total:.0f}GiB total/{per_case / _GIB:.1f}GiB {source}={n}", n))
     slots = max(1, min(n for _, n in parts))
-    return SlotBound(slots=slots, why=", ".join(text for text, _ in parts))
+    return SlotBound(slots=slots, why=", ".join(text for text, _ in parts), gpu_free_mib=budget)
 
 
 class GpuSampler:
