@@ -128,21 +128,6 @@ def test_an_append_waits_for_the_one_in_progress(tmp_path: Path) -> None:
     assert [r.case for r in store] == ["a.py"]
 
 
-class _FakeNvml:
-    """FAKE NVML (no GPU here): reports the given processes' memory; the processes are real."""
-
-    class NVMLError(Exception):
-        pass
-
-    def __init__(self, used: dict[int, int]) -> None:
-        self.used = used  # pid -> bytes
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[object]:  # noqa: ARG002
-        return [
-            type("P", (), {"pid": pid, "usedGpuMemory": used})() for pid, used in self.used.items()
-        ]
-
-
 def test_gpu_sampler_attributes_memory_to_the_case_by_session() -> None:
     """Memory of a case's processes (its own session, or its kernel's) counts for that case; a
     process of another session does not; the peak is the largest sum seen."""
@@ -157,11 +142,9 @@ def test_gpu_sampler_attributes_memory_to_the_case_by_session() -> None:
     stranger = subprocess.Popen(sleep)  # this test's own session
     try:
         sampler = GpuSampler(lambda: {case.pid: case.pid, kernel.pid: case.pid})
-        mib = 1024 * 1024
-        sampler._nvml = _FakeNvml({case.pid: 100 * mib, kernel.pid: 50 * mib, stranger.pid: mib})
-        sampler.sample([object()])
-        sampler._nvml.used = {case.pid: 20 * mib}
-        sampler.sample([object()])
+        # two polls' (pid, MiB), as NVML or nvidia-smi report them (no GPU here)
+        sampler.record([(case.pid, 100.0), (kernel.pid, 50.0), (stranger.pid, 1.0), (1 << 30, 9.0)])
+        sampler.record([(case.pid, 20.0)])
         assert sampler.peak(case.pid) == 150.0
         assert sampler.peak(case.pid) is None  # forgotten once read
         assert sampler.peak(stranger.pid) is None

@@ -12,8 +12,8 @@
   sample's tensors), summed over the GPUs. Read with NVML (pynvml) where it imports, else with
   nvidia-smi. The free memory is also the pool's GPU budget (`SlotBound.gpu_free_mib`): each
   case holds its own recorded peak of it while it runs, so a few large cases never run together
-  beyond what is free. `GpuSampler` records the peaks: it polls NVML for the memory each case's
-  processes hold (attributed by session: every case runs in a session of its own).
+  beyond what is free. `GpuSampler` records the peaks: it polls NVML (else nvidia-smi) for the
+  memory each case's processes hold (attributed by session: every case runs in its own).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from validate.plan.host import HostFacts
 
@@ -176,11 +176,13 @@ def choose_slots(
 
 
 class GpuSampler:
-    """Polls NVML for the GPU memory each live case holds; `peak(session)` after it ended.
+    """Polls the GPU memory each live case holds; `peak(case)` after it ended.
 
-    `sessions()` maps the sessions of the cases running now to the case they belong to (the
-    runner's live process groups, which are sessions of their own, and their notebook kernels'
-    sessions). A no-op where NVML does not import or finds no GPU."""
+    NVML (pynvml) where it imports, else `nvidia-smi --query-compute-apps` (one call a poll, so
+    at most one a second). `sessions()` maps the sessions of the cases running now to the case
+    they belong to (the runner's live process groups, which are sessions of their own, and their
+    notebook kernels' sessions). A no-op where neither answers. A case shorter than a poll may
+    leave no peak; its GPU estimate then stays the default."""
 
     def __init__(self, sessions: Callable[[], Mapping[int, int]], interval_s: float = 0.5) -> None:
         self._sessions = sessions
@@ -190,11 +192,15 @@ class GpuSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: Any = None
+        self._smi: str | None = None
 
     def start(self) -> GpuSampler:
         self._nvml = _nvml()
         if self._nvml is None:
-            return self
+            self._smi = shutil.which("nvidia-smi")
+            if self._smi is None:
+                return self
+            self._interval = max(self._interval, 1.0)
         self._thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
         self._thread.start()
         return self
@@ -204,33 +210,59 @@ class GpuSampler:
         return self._thread is not None
 
     def _loop(self) -> None:
-        nvml = self._nvml
-        try:
-            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        except nvml.NVMLError:
-            return
-        while not self._stop.wait(self._interval):
-            self.sample(handles)
-
-    def sample(self, handles: list[Any]) -> None:
-        """One poll: the memory every process holds, summed per case session."""
-        live = self._sessions()
-        if not live:
-            return
-        used: dict[int, float] = {}
-        for handle in handles:
+        handles: list[Any] = []
+        if self._nvml is not None:
             try:
-                procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                count = self._nvml.nvmlDeviceGetCount()
+                handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
             except self._nvml.NVMLError:
-                continue
-            for proc in procs:
+                return
+        while not self._stop.wait(self._interval):
+            if self._sessions():
+                self.record(self._processes(handles))
+
+    def _processes(self, handles: list[Any]) -> list[tuple[int, float]]:
+        """(pid, MiB) of every process holding GPU memory now."""
+        found: list[tuple[int, float]] = []
+        if self._nvml is not None:
+            for handle in handles:
                 try:
-                    sid = os.getsid(proc.pid)
-                except OSError:
+                    procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                except self._nvml.NVMLError:
                     continue
-                case = live.get(sid)
-                if case is not None and proc.usedGpuMemory:
-                    used[case] = used.get(case, 0.0) + proc.usedGpuMemory / (1024 * 1024)
+                found += [(p.pid, (p.usedGpuMemory or 0) / (1024 * 1024)) for p in procs]
+            return found
+        assert self._smi is not None
+        query = "--query-compute-apps=pid,used_memory"
+        try:
+            proc = subprocess.run(
+                [self._smi, query, "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return found
+        for line in proc.stdout.splitlines():
+            pid, _, mib = line.partition(",")
+            try:
+                found.append((int(pid), float(mib)))
+            except ValueError:
+                continue
+        return found
+
+    def record(self, processes: Iterable[tuple[int, float]]) -> None:
+        """One poll's (pid, MiB): summed per case (by the process's session), peaks kept."""
+        live = self._sessions()
+        used: dict[int, float] = {}
+        for pid, mib in processes:
+            try:
+                case = live.get(os.getsid(pid))
+            except OSError:
+                continue
+            if case is not None and mib:
+                used[case] = used.get(case, 0.0) + mib
         with self._lock:
             for case, mib in used.items():
                 self._peaks[case] = max(self._peaks.get(case, 0.0), mib)
@@ -244,7 +276,7 @@ class GpuSampler:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=15)
             self._thread = None
         if self._nvml is not None:
             with contextlib.suppress(self._nvml.NVMLError):
