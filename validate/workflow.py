@@ -148,7 +148,9 @@ def run_cells(
     """
     executor = executor or EXECUTORS[config.executor]()
     history = History.load(cache_root(config.cache_dir) / "durations.json")
-    bound = choose_slots(host, jobs=config.jobs, gpu_peak_mib=history.typical_gpu_mib())
+    bound = choose_slots(
+        host, jobs=config.jobs, gpu_peak_mib=history.typical_gpu_mib(), budget=True
+    )
     log.info("%s", bound.line())
     sampler = gpu_sampler(host.has_gpu)
     context = RunContext(

@@ -57,8 +57,9 @@ def test_gpu_host_is_bounded_by_free_gpu_memory_per_case() -> None:
 def test_jobs_overrides_and_this_host_is_read() -> None:
     assert choose_slots(GPU_HOST, jobs=3).line() == "slots: 3 (--jobs)"
     have = Resources(cores=2, mem_mib=None, gpu_free_mib=(1000, 2000))
-    assert choose_slots(GPU_HOST, jobs=3, resources=have).gpu_free_mib == 3000  # still a budget
-    assert choose_slots(HostFacts(), jobs=3, resources=have).gpu_free_mib is None  # no GPU
+    assert choose_slots(GPU_HOST, jobs=3, resources=have).gpu_free_mib is None  # not asked for
+    assert choose_slots(GPU_HOST, jobs=3, resources=have, budget=True).gpu_free_mib == 3000
+    assert choose_slots(HostFacts(), jobs=3, resources=have, budget=True).gpu_free_mib is None
     here = choose_slots(HostFacts())
     assert here.slots >= 1
     assert here.why.startswith("cpu ")

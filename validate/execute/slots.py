@@ -144,13 +144,17 @@ def choose_slots(
     jobs: int | None = None,
     gpu_peak_mib: float | None = None,
     resources: Resources | None = None,
+    budget: bool = False,
 ) -> SlotBound:
     """The slot count for a run on `host`: `jobs` (--jobs) when given, else the smallest of the
-    cpu, mem and gpu bounds. `resources`: what the host offers (None: read it now)."""
+    cpu, mem and gpu bounds. `resources`: what the host offers (None: read it now). `budget`:
+    also the GPUs' free memory for the pool's GPU budget (read even with `jobs`)."""
+    if jobs and not budget:  # nothing to read (no nvidia-smi call on the start-up path)
+        return SlotBound(slots=jobs, why="--jobs")
     have = resources or Resources.read(host)
-    budget = float(sum(have.gpu_free_mib)) if host.gpus and have.gpu_free_mib else None
+    gpu_budget = float(sum(have.gpu_free_mib)) if host.gpus and have.gpu_free_mib else None
     if jobs:
-        return SlotBound(slots=jobs, why="--jobs", gpu_free_mib=budget)
+        return SlotBound(slots=jobs, why="--jobs", gpu_free_mib=gpu_budget)
     cores = have.cores
     parts: list[tuple[str, int]] = []
     per_core = 2 if host.gpus else 1
@@ -172,7 +176,8 @@ def choose_slots(
             total = sum(g.memory_mib for g in host.gpus) / _GIB
             parts.append((f"gpu {total:.0f}GiB total/{per_case / _GIB:.1f}GiB {source}={n}", n))
     slots = max(1, min(n for _, n in parts))
-    return SlotBound(slots=slots, why=", ".join(text for text, _ in parts), gpu_free_mib=budget)
+    why = ", ".join(text for text, _ in parts)
+    return SlotBound(slots=slots, why=why, gpu_free_mib=gpu_budget)
 
 
 class GpuSampler:
