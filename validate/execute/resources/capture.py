@@ -8,10 +8,10 @@ Never imports torch just to capture: torch facts are read only when the case alr
 from __future__ import annotations
 
 import os
-import re
 import sys
 
-# No typing, json, pathlib or importlib at import: every script case loads this at exit.
+# No re, typing, json, pathlib or importlib at import: every script case loads this at exit
+# (a case environment's site imports none of them; `re` alone is milliseconds).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -26,7 +26,7 @@ __all__ = [
     "write_capture",
 ]
 
-_SECRET = re.compile(r"TOKEN|PASSWORD|SECRET|KEY", re.IGNORECASE)
+_SECRET = ("TOKEN", "PASSWORD", "SECRET", "KEY")  # in a name, any case
 _ENV_PREFIXES = ("CUDA", "CUDNN", "LD_", "NVIDIA", "PYTHON", "PATH", "VIRTUAL_ENV", "CONDA")
 
 
@@ -34,7 +34,8 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Relevant environment variables, with values of *TOKEN*/*PASSWORD*/*SECRET*/*KEY* hidden."""
     out: dict[str, str] = {}
     for name, value in sorted(env.items()):
-        if _SECRET.search(name):
+        upper = name.upper()
+        if any(word in upper for word in _SECRET):
             out[name] = "<redacted>"
         elif name.startswith(_ENV_PREFIXES):
             out[name] = value
@@ -279,6 +280,8 @@ def write_capture(path: str, *, in_case: bool = True) -> None:
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
+    import re
+
     return tuple(int(p) for p in re.findall(r"\d+", text))
 
 

@@ -12,7 +12,6 @@ group it names (a notebook's kernel runs in a session of its own too). Stdlib on
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 
@@ -20,8 +19,14 @@ import time
 # imports it too (PARENT_ENV); ctypes is loaded once, by _prctl.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal
     from collections.abc import Callable, Iterable
     from typing import Any
+else:
+    try:  # the C module: `signal` builds its IntEnums at import, most of a millisecond per case
+        import _signal as signal
+    except ImportError:  # pragma: no cover - not CPython
+        import signal
 
 __all__ = ["PARENT_ENV", "become_reaper", "die_with_parent"]
 
