@@ -3,14 +3,25 @@
 1. N synthetic notebooks (one calls os.abort()) through `cudnn-matrix run --jobs K`, against a
    sequential `jupyter execute` loop with `set -e` semantics (stop at the first failure).
 2. Per-case overhead of a script through the runner against a bare `python script.py`.
+3. Issue 17 item 3: `cudnn-matrix run` on T trivial scripts at `--jobs 1` against a plain loop of
+   `python x.py` over them (goal: within 1.3x), with its two parts: start-up (`run --help`
+   against `python -c pass`) and the bookkeeping per case (the runner's time for one case less
+   the time of the same bootstrap process run on its own).
+
+Every subprocess gets a bytecode cache (PYTHONPYCACHEPREFIX in the temporary folder, warmed
+first, PYTHONDONTWRITEBYTECODE dropped), as an installed tool has one.
 
 Usage: python bench/runner_bench.py [--notebooks N] [--jobs K] [--crash-at I] [--scripts M]
+       [--trivial T] [--only-trivial]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,13 +52,85 @@ def _notebooks(folder: Path, n: int, crash_at: int) -> list[Path]:
     return paths
 
 
+def _env(folder: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+    return env
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=REPO, env=env, capture_output=True, check=True)
+    return time.perf_counter() - start
+
+
+def _cpu() -> float:
+    """CPU seconds of every waited-for child so far (their own children included): less moved
+    by other load on the host than wall time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _trivial(folder: Path, t: int, rounds: int) -> dict[str, float]:
+    """Medians over `rounds` interleaved rounds: the loop, the runner, and both parts."""
+    scripts = folder / "trivial"
+    scripts.mkdir()
+    for i in range(t):
+        (scripts / f"s{i:02d}.py").write_text(f"print({i} + sum(range(1000)))\n", encoding="utf-8")
+    env = _env(folder)
+    py = sys.executable
+    paths = sorted(scripts.glob("*.py"))
+    boot = str(REPO / "validate" / "execute" / "resources" / "run_script.py")
+
+    def loop() -> float:
+        start = time.perf_counter()
+        for path in paths:
+            subprocess.run([py, str(path)], env=env, capture_output=True, check=True)
+        return time.perf_counter() - start
+
+    def runner(n: int) -> float:
+        out = folder / f"trivial-run-{n}"
+        return _timed(
+            [py, "-m", "validate", "run", str(scripts), "--jobs", "1", "--results", str(out)], env
+        )
+
+    def bootstrap_alone() -> float:
+        start = time.perf_counter()
+        for path in paths:
+            subprocess.run(
+                [py, boot, str(path), str(folder / "r.json")],
+                env=env,
+                capture_output=True,
+                check=True,
+            )
+        return time.perf_counter() - start
+
+    runner(0)  # warm the bytecode cache (and the page cache) for both sides
+    loop()
+    got: dict[str, list[float]] = {
+        k: [] for k in ("loop", "runner", "boot", "bare", "help", "loop_cpu", "runner_cpu")
+    }
+    for n in range(1, rounds + 1):
+        cpu = _cpu()
+        got["loop"].append(loop())
+        got["loop_cpu"].append(_cpu() - cpu)
+        cpu = _cpu()
+        got["runner"].append(runner(n))
+        got["runner_cpu"].append(_cpu() - cpu)
+        got["boot"].append(bootstrap_alone())
+        got["bare"].append(_timed([py, "-c", "pass"], env))
+        got["help"].append(_timed([py, "-m", "validate", "run", "--help"], env))
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
 def _ci_loop(paths: list[Path]) -> tuple[float, int]:
     """`for nb in ...; do jupyter execute $nb; done` under `set -e`: verdicts until the first failure."""
     start = time.monotonic()
     verdicts = 0
     for path in paths:
+        beside = Path(sys.executable).with_name("jupyter")  # the venv's, when it is not on PATH
         proc = subprocess.run(
-            ["jupyter", "execute", str(path)],
+            [str(beside) if beside.exists() else "jupyter", "execute", str(path)],
             capture_output=True,
             check=False,
         )
@@ -96,7 +179,34 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--crash-at", type=int, default=2)
     parser.add_argument("--scripts", type=int, default=10)
+    parser.add_argument("--trivial", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only-trivial", action="store_true")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        trivial = _trivial(Path(tmp), args.trivial, args.rounds)
+    t = args.trivial
+    print(f"{t} trivial scripts, --jobs 1 (medians of {args.rounds} interleaved rounds):")
+    print(f"  plain loop `python x.py`:      {trivial['loop']:6.3f}s")
+    print(f"  cudnn-matrix run:              {trivial['runner']:6.3f}s")
+    print(
+        f"  ratio runner/loop:             {trivial['runner'] / trivial['loop']:.2f}x (goal 1.3x)"
+    )
+    cpu_ratio = trivial["runner_cpu"] / trivial["loop_cpu"]
+    print(
+        f"  CPU time, loop / runner:       {trivial['loop_cpu']:.3f}s / {trivial['runner_cpu']:.3f}s"
+        f" = {cpu_ratio:.2f}x (less moved by other load)"
+    )
+    startup = trivial["help"] - trivial["bare"]
+    print(f"  start-up (run --help - python -c pass): {startup * 1000:.0f} ms (goal 100 ms)")
+    per_boot = (trivial["boot"] - trivial["loop"]) / t
+    per_book = (trivial["runner"] - trivial["help"] - trivial["boot"]) / t
+    print(f"  in-case bootstrap per case (run_script.py - bare): {per_boot * 1000:.1f} ms")
+    print(
+        f"  bookkeeping per case (runner - start-up - bootstraps): {per_book * 1000:.1f} ms (goal 5 ms)"
+    )
+    if args.only_trivial:
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         paths = _notebooks(folder, args.notebooks, args.crash_at)

@@ -15,6 +15,7 @@ import os
 import platform
 import shlex
 import subprocess
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +28,12 @@ from validate.env.venvs import cache_root
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS, Executor, RunContext, resolve_executor
 from validate.execute.cases import SHIPPED_CASES, Case, cases_for
+from validate.execute.history import History
+from validate.execute.pool import Pool
+from validate.execute.progress import pool_progress
 from validate.execute.records import now_stamp, record_all
+from validate.execute.runner import gpu_sampler, run_pool
+from validate.execute.slots import choose_slots
 from validate.judge.known_issues import KnownIssue, apply_known_issues, load_known_issues
 from validate.model.axes import AXES
 from validate.model.matrix import Cell, load_matrix
@@ -130,19 +136,32 @@ def run_cells(
     executor: Executor | None = None,
     only: Mapping[str, frozenset[str]] | None = None,
 ) -> None:
-    """Group the cells into steps (one environment each), prepare each step's environment and
-    run its cells there, through the configured executor whichever it is; closes it at the end.
+    """Group the cells into steps (one environment each) and run every cell's cases in one pool.
+
+    A background thread prepares the steps' environments in plan order and hands each step to
+    the executor as soon as its environment is ready; the jobs it returns go into the pool,
+    which runs them longest first while the next environments are prepared (a build never
+    holds a case slot). Closes the executor at the end.
 
     `only` (a shard's units: cell id -> case names) keeps those cases of those cells; a step with
     none is not prepared, and its cells that share a case set run together.
     """
     executor = executor or EXECUTORS[config.executor]()
+    history = History.load(cache_root(config.cache_dir) / "durations.json")
+    bound = choose_slots(
+        host, jobs=config.jobs, gpu_peak_mib=history.typical_gpu_mib(), budget=True
+    )
+    log.info("%s", bound.line())
+    sampler = gpu_sampler(host.has_gpu)
     context = RunContext(
         config=config,
         host=host,
         run_id=run_id,
         sources=Sources(config.backend_source, config.frontend_source, store=config.backend_store),
         store=store,
+        slots=bound.slots,
+        history=history,
+        sampler=sampler,
     )
     try:
         steps = plan_steps(plan.planned, host, lambda cell: executor.env_key(cell, context))
@@ -151,20 +170,58 @@ def run_cells(
             if mine:
                 log.info("skip %s %s: %s", cell.id, cell.label, skip)
                 record_all(store, cell, mine, Outcome.SKIP, skip, run_id)
-        for step in steps.steps:
-            parts = _step_parts(step, cases, only)
-            if not parts:
-                continue
-            target = executor.prepare(step, context)
-            if isinstance(target, str):  # the environment could not be made: error, run goes on
-                for part, part_cases in parts:
-                    for cell in part.cells:
-                        record_all(store, cell, part_cases, Outcome.ERROR, target, run_id)
-                continue
-            for part, part_cases in parts:
-                executor.run(part, target, part_cases, context)
+        work = [(step, parts) for step in steps.steps if (parts := _step_parts(step, cases, only))]
+        with pool_progress() as on_change:
+            pool = Pool(bound.slots, gpu_mib=bound.gpu_free_mib, on_change=on_change)
+            counted = [(c, len(part.cells)) for _, step_parts in work for part, c in step_parts]
+            pool.expect(sum(len(c) * n for c, n in counted), _expected_s(history, counted))
+            feeder = threading.Thread(
+                target=_feed, args=(pool, executor, context, work), name="prepare", daemon=True
+            )
+            feeder.start()
+            run_pool(pool)
+            feeder.join()
     finally:
+        if sampler is not None:
+            sampler.stop()
+        history.save()
         executor.close()
+
+
+def _expected_s(history: History, parts: Sequence[tuple[Sequence[Case], int]]) -> float:
+    """Seconds of work the run's cases hold by the history (for the ETA); a case it does not
+    know counts as the mean of those it knows (30 s when it knows none)."""
+    known = list(history.durations.values())
+    mean = sum(known) / len(known) if known else 30.0
+    return sum(n * (history.estimate(case.name) or mean) for cases, n in parts for case in cases)
+
+
+def _feed(
+    pool: Pool,
+    executor: Executor,
+    context: RunContext,
+    work: Sequence[tuple[Step, list[tuple[Step, list[Case]]]]],
+) -> None:
+    """Prepare each step's environment in turn and submit its jobs; closes the pool at the end
+    (an exception stops the pool and is raised by `Pool.run`)."""
+    try:
+        for step, parts in work:
+            target = executor.prepare(step, context)
+            for part, part_cases in parts:
+                announced = len(part_cases) * len(part.cells)
+                if isinstance(target, str):  # no environment: error, the run goes on
+                    for cell in part.cells:
+                        record_all(
+                            context.store, cell, part_cases, Outcome.ERROR, target, context.run_id
+                        )
+                    pool.expect(-announced)
+                    continue
+                jobs = executor.run(part, target, part_cases, context)
+                pool.submit(jobs or (), announced=announced)
+    except BaseException as exc:  # noqa: BLE001 - handed to the dispatching thread
+        pool.fail(exc)
+    finally:
+        pool.close()
 
 
 def _cases_of(

@@ -27,3 +27,28 @@ def test_host_capture_skips_the_case_only_probes() -> None:
     facts = capture(in_case=False)
     assert facts["captured_in"] == "host"
     assert "compiler" not in facts
+
+
+def test_the_script_bootstrap_writes_what_json_dumps_writes() -> None:
+    """run_script.py writes its report without importing json: the same text, for every kind
+    of value a report holds (a real capture included)."""
+    import json
+    from pathlib import Path
+
+    from validate.execute.resources.run_script import dumps
+
+    report = {
+        "runner": "script",
+        "exception": {
+            "ename": "ValueError",
+            "evalue": 'quote " \\ tab\t nl\n \x00 é 漢 \U0001f600',
+        },
+        "exit_code": -11,
+        "numbers": [0, 1.5, -2.25e-300, 1e300, float("inf"), float("-inf"), True, False, None],
+        "nested": {"a": [], "b": {}, "c": ({"d": (1, 2)},)},
+        "keys": {7: "int", 2.5: "float", None: "none", True: "bool", False: "no"},
+        "other": Path("/tmp/x"),
+        "env": capture(in_case=False),
+    }
+    assert dumps(report) == json.dumps(report, default=str)
+    assert dumps({"x": float("nan")}) == json.dumps({"x": float("nan")})

@@ -95,17 +95,3 @@ def test_cell_skip_reason(cell: Cell, host: HostFacts, reason: str | None) -> No
 def test_gpu_skip_reason_with_a_gpu() -> None:
     assert gpu_skip_reason(_gpu_host()) is None
     assert gpu_skip_reason(HostFacts(driver_version="580.159.04")) == "no NVIDIA GPU on this host"
-
-
-def test_default_jobs_cpu_and_gpu_hosts() -> None:
-    import os
-
-    from validate.plan.host import GpuInfo, HostFacts, default_jobs
-
-    cores = os.cpu_count() or 1
-    assert default_jobs(HostFacts()) == cores
-    h200 = GpuInfo(name="NVIDIA H200", sm="sm90", memory_mib=143771)
-    host = HostFacts(gpus=(h200,), driver_version="580.159.04")
-    assert default_jobs(host) == min(2 * cores, 143771 // 4096)
-    small = GpuInfo(name="small", sm="sm80", memory_mib=8192)
-    assert default_jobs(HostFacts(gpus=(small,), driver_version="580.1")) == min(2 * cores, 2)

@@ -10,6 +10,8 @@ from validate.env.sources import Sources
 from validate.execute import ExecTarget, Executor, RunContext, pick_executor
 from validate.execute.cases import cases_for
 from validate.execute.local import LocalExecutor
+from validate.execute.pool import Pool
+from validate.execute.runner import run_pool
 from validate.model.matrix import Cell
 from validate.model.results import ResultStore, load_results
 from validate.plan.host import HostFacts
@@ -29,6 +31,17 @@ def _context(config: ValidateConfig, out: Path) -> RunContext:
     )
 
 
+def _run(cells: tuple[Cell, ...], config: ValidateConfig, run: RunContext) -> int:
+    """What the workflow does with the executor's jobs: one pool runs them; returns how many."""
+    target = ExecTarget(python=Path(sys.executable))
+    jobs = LocalExecutor().run(Step(key="env", cells=cells), target, cases_for(config), run)
+    pool = Pool(2)
+    pool.submit(jobs)
+    pool.close()
+    run_pool(pool)
+    return len(jobs)
+
+
 def test_pick_local_gives_a_local_executor() -> None:
     executor = pick_executor("local")
     assert isinstance(executor, LocalExecutor)
@@ -46,8 +59,7 @@ def test_runs_cases_and_writes_results(tmp_path: Path) -> None:
         cache_dir=tmp_path / "cache",
     )
     run = _context(config, tmp_path / "out")
-    target = ExecTarget(python=Path(sys.executable))
-    LocalExecutor().run(Step(key="env", cells=(CELL,)), target, cases_for(config), run)
+    assert _run((CELL,), config, run) == 2  # one job per case
     by_case = {r.case: r for r in load_results([tmp_path / "out"])}
     assert len(by_case) == 2  # one case failed
     assert by_case["pass_script.py"].outcome == "pass"
@@ -62,8 +74,7 @@ def test_options_come_from_the_config(tmp_path: Path) -> None:
         cases=(SCRIPTS / "hang.py",), timeout_s=1, api_logs=False, cache_dir=tmp_path / "cache"
     )
     run = _context(config, tmp_path / "out")
-    target = ExecTarget(python=Path(sys.executable))
-    LocalExecutor().run(Step(key="env", cells=(CELL,)), target, cases_for(config), run)
+    _run((CELL,), config, run)
     (result,) = load_results([tmp_path / "out"])
     assert result.outcome == "timeout"
     assert result.reason == "timed out after 1s; process group killed"
@@ -76,8 +87,7 @@ def test_no_gpu_host_runs_one_cell_per_environment(tmp_path: Path) -> None:
     )
     other = Cell(cudnn=CELL.cudnn, frontend=CELL.frontend, cuda="13.0", driver="575", arch="sm90")
     run = _context(config, tmp_path / "out")
-    target = ExecTarget(python=Path(sys.executable))
-    LocalExecutor().run(Step(key="env", cells=(CELL, other)), target, cases_for(config), run)
+    assert _run((CELL, other), config, run) == 1  # the other cell's skip is stored at once
     by_cell = {r.cell_id: r for r in load_results([tmp_path / "out"])}
     assert by_cell[CELL.id].outcome == "pass"
     assert by_cell[other.id].outcome == "skip"

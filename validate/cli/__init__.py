@@ -17,10 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from validate import __version__
-from validate.config import split_list
 from validate.errors import ConfigError, ValidateError
 from validate.log import setup_logging
-from validate.model.axes import REGISTRY
 from validate.textsafe import SafeStream
 
 if TYPE_CHECKING:
@@ -40,17 +38,19 @@ __all__ = [
     "writable_file",
 ]
 
-#: Modules that register a sub-command, in help order.
-_COMMAND_MODULES: Final = (
-    "validate.cli.plan",
-    "validate.cli.validate",
-    "validate.cli.envs",
-    "validate.cli.run",
-    "validate.cli.report",
-    "validate.cli.known_issues",
-    "validate.cli.images",
-    "validate.cli.bisect",
-)
+#: The module that registers each sub-command, in help order. A command line that names one
+#: imports only that module (start-up: `run` must not pay for `report`'s renderers).
+_COMMANDS: Final = {
+    "plan": "validate.cli.plan",
+    "validate": "validate.cli.validate",
+    "envs": "validate.cli.envs",
+    "run": "validate.cli.run",
+    "report": "validate.cli.report",
+    "known-issues": "validate.cli.known_issues",
+    "images": "validate.cli.images",
+    "bisect": "validate.cli.bisect",
+}
+_COMMAND_MODULES: Final = tuple(_COMMANDS.values())
 
 
 #: The exit-code table, in every command's --help epilogue and in the README.
@@ -75,6 +75,13 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def split_list(values: Sequence[str] | None) -> list[str]:
+    """`--axis a,b --axis c` -> ["a", "b", "c"] (validate.config.split_list)."""
+    from validate.config import split_list as split
+
+    return split(values)
 
 
 def positive(
@@ -146,8 +153,9 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
         "--jobs",
         type=positive(int, 1),
         metavar="N",
-        help="cases at once (default: cores; on a GPU host up to 2 per core, 4 GiB of GPU "
-        "memory per case: several kernels share one GPU)",
+        help="cases at once (default: from resources: one per core, two on a GPU host; 2 GiB "
+        "of free host memory per case; free GPU memory over the largest peak a case reached, "
+        "else 4 GiB; the bound and why are logged at start)",
     )
     group.add_argument(
         "--timeout",
@@ -188,6 +196,8 @@ def add_flaky_option(group: argparse._ActionsContainer) -> None:
 
 def add_selector_args(parser: argparse.ArgumentParser) -> None:
     """The matrix selectors shared by plan, validate, report and later commands."""
+    from validate.model.axes import REGISTRY
+
     group = parser.add_argument_group("matrix selection")
     group.add_argument(
         "--matrix", metavar="FILE", help="matrix TOML (default: the embedded default)"
@@ -202,7 +212,8 @@ def add_selector_args(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def build_parser() -> OneLineParser:
+def build_parser(command: str | None = None) -> OneLineParser:
+    """The parser; with `command` (a known sub-command name) only that sub-command is added."""
     parser = OneLineParser(
         prog="cudnn-matrix",
         description="Release validation for the cuDNN frontend across a declared matrix.",
@@ -211,9 +222,20 @@ def build_parser() -> OneLineParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
-    for name in _COMMAND_MODULES:
+    modules = (_COMMANDS[command],) if command in _COMMANDS else _COMMAND_MODULES
+    for name in modules:
         importlib.import_module(name).register(sub)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The sub-command a command line names: its first word after the global flags."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+    parser = build_parser(_command_of(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
     try:

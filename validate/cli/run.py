@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,8 +15,9 @@ from validate.errors import ConfigError
 from validate.execute.cases import discover_cases, discover_samples, select_cases
 from validate.execute.progress import progress
 from validate.execute.runner import FAILING, RunOptions, run_cases
+from validate.execute.slots import choose_slots
 from validate.model.results import ResultStore
-from validate.plan.host import default_jobs, detect_host
+from validate.plan.host import detect_host
 
 if TYPE_CHECKING:
     import argparse
@@ -94,7 +96,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     host = detect_host()
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     results_dir = writable_dir("--results", args.results or Path("reports") / "runs" / run_id)
-    jobs = args.jobs or default_jobs(host)
+    bound = choose_slots(host, jobs=args.jobs)
+    if args.jobs is None:
+        logging.getLogger("validate").info("%s", bound.line())
+    jobs = bound.slots
     target = ExecTarget(
         python=Path(sys.executable),
         expected_backend=args.expect_backend,

@@ -1,11 +1,15 @@
 """Executors: where and how a step's cases run (this host's venvs, a cell's container, ...).
 
 `validate` calls every executor the same way (workflow.run_cells): `check` refuses options it
-cannot honour, the cells are grouped into
-steps by `env_key` (plan.steps), each step's environment is made ready by `prepare` (never
-while holding a case slot: a scheduler may build the next step's environment while another
-step's cases run), and `run` runs the step's cells there, appending each case's result to
-`RunContext.store` as it lands. Adding an executor (CI pipeline, Slurm, ...) is one module
+cannot honour, the cells are grouped into steps by `env_key` (plan.steps), and one background
+thread makes each step's environment ready with `prepare`, in plan order, while the cases of
+earlier steps run: a build never holds a case slot. Then `run` hands over the step's work:
+either it returns pool jobs (execute/pool.py), which go into the one pool of the run with every
+other cell's (the local executor: one job per case; docker: one job per cell, holding as many
+slots as its container runs cases at once), or it runs the work itself and returns None (an
+executor that submits elsewhere, e.g. a batch system); it runs in the preparing thread then, so
+it should return soon. Either way each case's result is appended to `RunContext.store` as it
+lands (the store is thread-safe). Adding an executor (CI pipeline, Slurm, ...) is one module
 here and one line in `EXECUTORS`; the CLI's `--executor` choices follow the registry.
 """
 
@@ -27,6 +31,9 @@ if TYPE_CHECKING:
     from validate.config import ValidateConfig
     from validate.env.sources import Sources
     from validate.execute.cases import Case
+    from validate.execute.history import History
+    from validate.execute.pool import Job
+    from validate.execute.slots import GpuSampler
     from validate.model.matrix import Cell
     from validate.model.results import ResultStore
     from validate.plan.host import HostFacts
@@ -55,6 +62,9 @@ class RunContext:
     run_id: str
     sources: Sources  # --backend-source / --frontend-source, parsed once for the run
     store: ResultStore  # results go here as they land (the workflow's judges known issues)
+    slots: int = 1  # the run's pool size (execute/slots.py, or --jobs)
+    history: History | None = None  # durations and GPU peaks by case name, shared by all cells
+    sampler: GpuSampler | None = None  # GPU memory of the live cases (NVML), when available
 
     @property
     def results_dir(self) -> Path:
@@ -85,8 +95,11 @@ class Executor(Protocol):
         case of every cell of the step is stored as `error` with that reason)."""
         ...
 
-    def run(self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext) -> None:
-        """Run `cases` for each cell of `step` in `target`, appending results to `run.store`."""
+    def run(
+        self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext
+    ) -> Sequence[Job] | None:
+        """`cases` for each cell of `step` in `target`: the pool jobs that run them (each job
+        appends its results to `run.store`), or None when this call ran them itself."""
         ...
 
     def close(self) -> None:

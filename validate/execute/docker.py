@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import glob
 import logging
 import os
@@ -27,6 +28,7 @@ from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildE
 from validate.execute.cases import SHIPPED_CASES
 from validate.execute.classify import ExecResult
 from validate.execute.incontainer import CONFIG_FILE, payload
+from validate.execute.pool import Job
 from validate.execute.records import record_all
 from validate.log import step as log_step
 from validate.model.outcome import Outcome
@@ -302,36 +304,65 @@ class DockerExecutor:
             return "image build failed: " + "\n".join([lines[0], *lines[1:][-_REASON_LINES:]])
         return ExecTarget(image=image, expected_backend=short_version(cell.cudnn))
 
-    def run(self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext) -> None:
-        """Each cell in its own container from the step's image; its results are collected.
-        A shard's container runs the cases given here, the shard's part of the step."""
+    def run(
+        self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext
+    ) -> list[Job]:
+        """One pool job per cell: its own container from the step's image, holding as many slots
+        as the container runs cases at once; its results are collected when it ends. A shard's
+        container runs the cases given here, the shard's part of the step."""
         config = run.config
         if config.shard is not None:  # this shard's cases of the step, named exactly
             names = tuple(glob.escape(c.name) for c in cases)
             config = dataclasses.replace(config, case_names=names)
+        slots = max(1, min(run.slots, len(cases)))
+        config = dataclasses.replace(config, jobs=slots)
         limit = config.timeout_s * max(1, len(cases)) * (config.reruns + 1) + _GRACE_S
-        for cell in step.cells:
-            cell_dir = run.results_dir / "cells" / cell.id
-            title = f"cell {cell.id}: {cell.label} in {target.image} ({len(cases)} cases)"
-            with log_step(title):
-                try:
-                    ended = self.run_cell(
-                        cell,
-                        target,
-                        config,
-                        cell_dir,
-                        timeout_s=limit,
-                        run_id=run.run_id,
-                    )
-                except DockerError as exc:
-                    reason = f"container: {exc}".splitlines()[0]
-                    record_all(run.store, cell, cases, Outcome.ERROR, reason, run.run_id)
-                    continue
-            if ended.timed_out:
-                logger.warning("cell %s: the container ran out of time and was killed", cell.id)
-            _collect(run.store, cell, cases, cell_dir, run.run_id, ended.tail)
-            run.store.check()  # the disk filled or the run folder went: ResultsLost, no new cell
-            RunKey.for_run(cell_dir).seal(cell_dir)  # the cell folder verifies on its own
+        estimates = [run.history.estimate(c.name) for c in cases] if run.history else [None]
+        known = [e for e in estimates if e is not None]
+        estimate = (
+            max(max(known), sum(known) / slots) if known and len(known) == len(estimates) else None
+        )
+        return [
+            Job(
+                name=f"cell {cell.id}",
+                run=functools.partial(self._run_cell_job, cell, target, cases, config, run, limit),
+                estimate_s=estimate,
+                slots=slots,
+                cases=len(cases),
+            )
+            for cell in step.cells
+        ]
+
+    def _run_cell_job(
+        self,
+        cell: Cell,
+        target: ExecTarget,
+        cases: Sequence[Case],
+        config: ValidateConfig,
+        run: RunContext,
+        limit: float,
+    ) -> tuple[Job, ...]:
+        cell_dir = run.results_dir / "cells" / cell.id
+        title = f"cell {cell.id}: {cell.label} in {target.image} ({len(cases)} cases)"
+        with log_step(title):
+            try:
+                ended = self.run_cell(
+                    cell, target, config, cell_dir, timeout_s=limit, run_id=run.run_id
+                )
+            except DockerError as exc:
+                reason = f"container: {exc}".splitlines()[0]
+                record_all(run.store, cell, cases, Outcome.ERROR, reason, run.run_id)
+                return ()
+        if ended.timed_out:
+            logger.warning("cell %s: the container ran out of time and was killed", cell.id)
+        collected = _collect(run.store, cell, cases, cell_dir, run.run_id, ended.tail)
+        run.store.check()  # the disk filled or the run folder went: ResultsLost, no new cell
+        RunKey.for_run(cell_dir).seal(cell_dir)  # the cell folder verifies on its own
+        if run.history is not None:  # the durations the container measured, for the next run
+            for result in collected:
+                if result.outcome is not Outcome.SKIP and result.duration_s:
+                    run.history.record(result.case, result.duration_s)
+        return ()
 
     def container(
         self,
@@ -423,11 +454,13 @@ def _host_path(path: str, cell_dir: Path) -> str:
 
 def _collect(
     store: ResultStore, cell: Cell, cases: Sequence[Case], cell_dir: Path, run_id: str, tail: str
-) -> None:
+) -> list[CaseResult]:
     """Stamp the container's results with cell and run, append them; missing cases are errors.
-    Only lines signed with the cell's key count (one a case wrote itself is skipped, and named)."""
+    Only lines signed with the cell's key count (one a case wrote itself is skipped, and named).
+    Returns the results the container recorded."""
     done = store.done_keys()
     seen: set[str] = set()
+    collected: list[CaseResult] = []
     read = read_results(cell_dir / "results.jsonl", RunKey.for_run(cell_dir))
     for line in read.skipped:
         logger.warning("cell %s: skipped %s", cell.id, line)
@@ -439,6 +472,7 @@ def _collect(
             log_path=_host_path(result.log_path, cell_dir),
         )
         seen.add(stamped.case)
+        collected.append(stamped)
         if stamped.key not in done:
             store.append(stamped)
             done.add(stamped.key)
@@ -447,6 +481,7 @@ def _collect(
         last = tail.strip().splitlines()[-1:] or ["no output"]
         reason = f"runner in the container recorded no result: {last[0][:200]}"
         record_all(store, cell, missing, Outcome.ERROR, reason, run_id)
+    return collected
 
 
 def _decode(data: bytes | Iterator[bytes]) -> str:

@@ -19,8 +19,9 @@ from validate.env.target import ExecTarget
 from validate.errors import ConfigError
 from validate.execute.cases import cases_for
 from validate.execute.runner import FAILING, RunOptions, run_cases
+from validate.execute.slots import choose_slots
 from validate.model.results import ResultStore
-from validate.plan.host import default_jobs, detect_host
+from validate.plan.host import detect_host
 
 if TYPE_CHECKING:
     from validate.model.results import CaseResult
@@ -66,7 +67,7 @@ def run_payload(path: Path) -> int:
     )
     options = RunOptions(
         timeout_s=config.timeout_s,
-        jobs=config.jobs or default_jobs(host),
+        jobs=choose_slots(host, jobs=config.jobs).slots,
         reruns=config.reruns,
         results_dir=config.results_dir,
         resume=config.resume,

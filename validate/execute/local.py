@@ -2,7 +2,7 @@
 
 Orchestration stays in this process (validate.execute.runner); each case runs in the step's
 interpreter (`ExecTarget.python`) with the environment's overlay added, so a cell environment
-needs only the case's own packages.
+needs only the case's own packages. `run` returns one pool job per case (the run's one pool).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Final
 from validate.env.sources import BackendSource, FrontendSource, short_version
 from validate.env.venvs import EnvSpec, cache_root, ensure_env
 from validate.errors import EnvBuildError
+from validate.execute.history import History
 from validate.execute.records import record_all
-from validate.execute.runner import RunOptions, run_cases
+from validate.execute.runner import CaseBatch, RunOptions
 from validate.log import step as log_step
 from validate.model.outcome import Outcome
-from validate.plan.host import default_jobs, gpu_skip_reason
+from validate.plan.host import gpu_skip_reason
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
     from validate.env.target import ExecTarget
     from validate.execute import RunContext
     from validate.execute.cases import Case
+    from validate.execute.pool import Job
     from validate.model.matrix import Cell
+    from validate.model.results import CaseResult
     from validate.plan.steps import Step
 
 __all__ = ["LocalExecutor", "env_spec_for"]
@@ -117,26 +120,51 @@ class LocalExecutor:
             target, expected_backend=target.expected_backend or short_version(step.first.cudnn)
         )
 
-    def run(self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext) -> None:
-        """Each cell's cases in the step's environment. Without a GPU the pins are all a cell
-        checks, and they are the same for every cell of the step: only the first one runs."""
+    def run(
+        self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext
+    ) -> list[Job]:
+        """One pool job per case of each cell, in the step's environment. Without a GPU the pins
+        are all a cell checks, and they are the same for every cell of the step: only the first
+        one runs."""
         config = run.config
-        jobs = config.jobs or default_jobs(run.host)
+        history_path = cache_root(config.cache_dir) / "durations.json"
         options = RunOptions(
             timeout_s=config.timeout_s,
-            jobs=jobs,
+            jobs=run.slots,
             reruns=config.reruns,
             results_dir=run.results_dir,
             resume=True,  # the store may already hold this run's results (resume or skip records)
             api_logs=config.api_logs,
             run_id=run.run_id,
-            history=cache_root(config.cache_dir) / "durations.json",
+            history=history_path,
         )
+        history = run.history if run.history is not None else History.load(history_path)
         no_gpu = gpu_skip_reason(run.host)
+        jobs: list[Job] = []
         for cell in step.cells:
             if no_gpu and cell is not step.first:
                 reason = f"{no_gpu}: pins checked in cell {step.first.id} (same environment)"
                 record_all(run.store, cell, cases, Outcome.SKIP, reason, run.run_id)
                 continue
-            with log_step(f"cell {cell.id}: {cell.label} ({len(cases)} cases, {jobs} at once)"):
-                run_cases(cases, target.for_cell(cell, run.host), options, run.store)
+            batch = CaseBatch(
+                cases,
+                target.for_cell(cell, run.host),
+                options,
+                run.store,
+                history=history,
+                sampler=run.sampler,
+                on_result=_cell_done(cell),
+            )
+            log.info("cell %s: %s (%d cases queued)", cell.id, cell.label, len(batch.todo))
+            jobs += batch.jobs()
+        return jobs
+
+
+def _cell_done(cell: Cell) -> Callable[[CaseResult, int, int], None]:
+    """Logs one line when the cell's last case has ended."""
+
+    def seen(result: CaseResult, done: int, total: int) -> None:  # noqa: ARG001 - on_result's
+        if done == total:
+            log.info("cell %s: its %d cases ended", cell.id, total)
+
+    return seen

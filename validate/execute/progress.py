@@ -1,18 +1,27 @@
-"""Progress for `run`: rich (done/total, failures so far) on a terminal, plain lines otherwise."""
+"""Progress: for `run` (done/total, failures so far) and for the case pool of `validate` (done,
+running, left, ETA). rich on a terminal; plain lines otherwise (CI, a log file): one per case for
+`run`, for the pool one every `PLAIN_EVERY_S` seconds and one at the end."""
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
+import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, TextIO
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from validate.execute.pool import PoolStats
     from validate.model.outcome import Outcome
     from validate.model.results import CaseResult
 
-__all__ = ["progress"]
+__all__ = ["PLAIN_EVERY_S", "pool_line", "pool_progress", "progress"]
+
+#: Seconds between two plain progress lines of the pool (not a terminal).
+PLAIN_EVERY_S: Final = 30.0
 
 
 @contextmanager
@@ -58,3 +67,74 @@ def _line(result: CaseResult, done: int, todo: int) -> str:
         f"[{done}/{todo}] {result.outcome.upper():7} {result.case}{reason}{flaky} "
         f"({result.duration_s:.1f}s)"
     )
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    whole = int(seconds + 0.5)
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def pool_line(stats: PoolStats) -> str:
+    """`cases: 12 done, 6 running, 30 left, ETA 4:10 (6 slots)`."""
+    return (
+        f"cases: {stats.done} done, {stats.running} running, {stats.left} left, "
+        f"ETA {_clock(stats.eta_s)} ({stats.slots} slots)"
+    )
+
+
+@contextmanager
+def pool_progress(
+    *, tty: bool | None = None, every_s: float = PLAIN_EVERY_S, stream: TextIO | None = None
+) -> Iterator[Callable[[PoolStats], None]]:
+    """The pool's `on_change`: a rich status line on a terminal (log lines scroll above it), else
+    a plain line on stderr at most every `every_s` seconds and a last one on leaving."""
+    out = stream or sys.stderr
+    if tty if tty is not None else sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn
+
+        bar = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True)
+        )
+        task = bar.add_task("cases: starting")
+        handlers = [
+            h
+            for h in logging.getLogger("validate").handlers
+            if isinstance(h, logging.StreamHandler)
+        ]
+
+        def show(stats: PoolStats) -> None:
+            bar.update(task, description=pool_line(stats))
+
+        with bar:
+            # log lines go through rich's stderr proxy, above the live line, not through it
+            previous = [h.setStream(sys.stderr) for h in handlers]
+            try:
+                yield show
+            finally:
+                for handler, old in zip(handlers, previous, strict=True):
+                    if old is not None:
+                        handler.setStream(old)
+        return
+    lock = threading.Lock()
+    last_at = -float("inf")
+    last: list[PoolStats] = []
+
+    def plain(stats: PoolStats) -> None:
+        nonlocal last_at
+        with lock:
+            last[:] = [stats]
+            now = time.monotonic()
+            if now - last_at < every_s:
+                return
+            last_at = now
+        print(pool_line(stats), file=out, flush=True)
+
+    try:
+        yield plain
+    finally:
+        if last:
+            print(pool_line(last[0]), file=out, flush=True)

@@ -1,13 +1,18 @@
 """Run cases, each in its own process group, classify them and append every result as it lands.
 
-`--jobs N` runs N case processes at once from a thread pool. On a GPU host they all share the
-visible GPU(s): N kernels then compete for memory and SMs (no partitioning is done), so the
-default there is 1; on a CPU-only host it is the number of cores.
+A case is a pool job (execute/pool.py): `CaseBatch` turns one cell's cases into jobs, a failing
+case's re-runs become follow-up jobs, and `run_cases` runs one batch in a pool of its own (the
+`run` command, the runner inside a container). `validate` puts the batches of every cell into
+one pool (workflow.run_cells). On a GPU host the cases share the visible GPU(s): their kernels
+compete for memory and SMs (no partitioning is done); execute/slots.py bounds how many at once.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import heapq
+import itertools
 import json
 import logging
 import os
@@ -15,7 +20,6 @@ import signal
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -23,8 +27,11 @@ from typing import TYPE_CHECKING, Any, Final
 from validate.errors import ResultsLost
 from validate.execute.cases.script import RESULT_FILE_ENV, read_result_file, verdict_line
 from validate.execute.classify import ExecResult, classify, signal_name
+from validate.execute.history import History
+from validate.execute.pool import Job, Pool
 from validate.execute.resources.capture import verify_pins
 from validate.execute.resources.guard import PARENT_ENV
+from validate.execute.slots import GPU_PER_CASE_MIB
 from validate.model.outcome import POLICY, Outcome, policy
 from validate.model.results import CaseResult, ResultStore
 from validate.plan.requirements import check, missing_modules
@@ -35,8 +42,9 @@ if TYPE_CHECKING:
 
     from validate.env.target import ExecTarget
     from validate.execute.cases import Case
+    from validate.execute.slots import GpuSampler
 
-__all__ = ["FAILING", "RunOptions", "run_case", "run_cases"]
+__all__ = ["FAILING", "CaseBatch", "RunOptions", "gpu_sampler", "run_case", "run_cases", "run_pool"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +107,17 @@ class _LiveGroups:
         if late:
             _kill_group(pgid, signal.SIGKILL)
 
+    def sessions(self) -> dict[int, int]:
+        """Session id -> the case's group, for the running cases and their notebook kernels
+        (each runs in a session of its own): who holds which GPU memory (slots.GpuSampler)."""
+        with self._lock:
+            groups = list(self._groups.items())
+        out = {pgid: pgid for pgid, _ in groups}
+        for pgid, kernel_file in groups:
+            with suppress(OSError, ValueError):
+                out[int(kernel_file.read_text(encoding="utf-8").strip())] = pgid
+        return out
+
     def discard(self, pgid: int) -> None:
         with self._lock:
             self._groups.pop(pgid, None)
@@ -116,6 +135,54 @@ class _LiveGroups:
 _LIVE: Final = _LiveGroups()
 
 
+class _Watchdog:
+    """One thread for the time limits of every running case: a `threading.Timer` per case cost
+    a thread start (and its hand-shake) per case, 1-3 ms on a loaded host. An expired limit's
+    action runs in a thread of its own (it waits out the TERM grace)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._cancelled: set[int] = set()
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, seconds: float, action: Callable[[], None]) -> int:
+        """Run `action` in `seconds` unless cancelled; returns the token for `cancel`."""
+        with self._cond:
+            token = next(self._seq)
+            heapq.heappush(self._heap, (time.monotonic() + seconds, token, action))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return token
+
+    def cancel(self, token: int) -> None:
+        with self._cond:
+            self._cancelled.add(token)
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][1] in self._cancelled:
+                        self._cancelled.discard(heapq.heappop(self._heap)[1])
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    delay = self._heap[0][0] - time.monotonic()
+                    if delay <= 0:
+                        action = heapq.heappop(self._heap)[2]
+                        break
+                    self._cond.wait(delay)
+            threading.Thread(target=action, name="case-timeout", daemon=True).start()
+
+
+_WATCHDOG: Final = _Watchdog()
+
+
 def _wait_quietly(proc: subprocess.Popen[bytes], seconds: float) -> bool:
     """Whether the process ended within `seconds` (used only on the timeout path)."""
     try:
@@ -126,12 +193,18 @@ def _wait_quietly(proc: subprocess.Popen[bytes], seconds: float) -> bool:
 
 
 def _spawn(
-    argv: list[str], env: Mapping[str, str], log_path: Path, limit_s: float, kernel_file: Path
-) -> tuple[int, bool]:
-    """Run argv in a new session, output to log_path; on timeout TERM then KILL the group."""
+    argv: list[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    limit_s: float,
+    kernel_file: Path,
+    sampler: GpuSampler | None = None,
+) -> tuple[int, bool, float | None]:
+    """Run argv in a new session, output to log_path; on timeout TERM then KILL the group.
+    Returns the exit status, whether it timed out, and its GPU memory peak (MiB) if sampled."""
     log.debug("+ %s", " ".join(argv))
     if _LIVE.stopped.is_set():  # interrupted: a re-run must not start behind the user's back
-        return -signal.SIGKILL, False
+        return -signal.SIGKILL, False, None
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             argv,
@@ -141,7 +214,7 @@ def _spawn(
             env=dict(env),
             start_new_session=True,
         )
-        # A timer thread enforces the limit so this thread blocks in waitpid() and sees the exit
+        # The watchdog enforces the limit so this thread blocks in waitpid() and sees the exit
         # at once: Popen.wait(timeout=...) polls with sleeps of up to 50 ms, which was most of a
         # short script's overhead (bench/runner_bench.py).
         expired = threading.Event()
@@ -152,14 +225,12 @@ def _spawn(
             if not _wait_quietly(proc, _TERM_GRACE_S):
                 _kill_group(proc.pid, signal.SIGKILL)
 
-        timer = threading.Timer(limit_s, _expire)
-        timer.daemon = True
-        timer.start()
+        timer = _WATCHDOG.add(limit_s, _expire)
         _LIVE.add(proc.pid, kernel_file)
         try:
             proc.wait()
         finally:
-            timer.cancel()
+            _WATCHDOG.cancel(timer)
             _LIVE.discard(proc.pid)
             # what is left of the case's group (a case that killed its supervising parent,
             # resources/guard.py become_reaper, is still running): it ends with the case
@@ -172,7 +243,8 @@ def _spawn(
         except ValueError:
             pass
         kernel_file.unlink(missing_ok=True)
-    return proc.returncode, timed_out
+    peak = sampler.peak(proc.pid) if sampler is not None else None
+    return proc.returncode, timed_out, peak
 
 
 def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
@@ -202,8 +274,15 @@ def _pin_error(target: ExecTarget, env: Mapping[str, Any]) -> str | None:
 
 
 def _attempt(
-    case: Case, target: ExecTarget, options: RunOptions, folder: Path, n: int, *, api_logs: bool
-) -> ExecResult:
+    case: Case,
+    target: ExecTarget,
+    options: RunOptions,
+    folder: Path,
+    n: int,
+    *,
+    api_logs: bool,
+    sampler: GpuSampler | None = None,
+) -> tuple[ExecResult, float | None]:
     suffix = "" if n == 1 else f".{n}"
     log_path = folder / f"output{suffix}.log"
     report_path = folder / f"report{suffix}.json"
@@ -214,7 +293,8 @@ def _attempt(
     env = _case_env(target, result_file, folder if api_logs else None)
     start = time.monotonic()
     argv = case.command(target.python, report_path, options.timeout_s)
-    returncode, timed_out = _spawn(argv, env, log_path, limit, report_path.with_suffix(".kernel"))
+    kernel_file = report_path.with_suffix(".kernel")
+    returncode, timed_out, peak = _spawn(argv, env, log_path, limit, kernel_file, sampler)
     duration = time.monotonic() - start
     tail = _tail(log_path)
     report: dict[str, Any] | None = None
@@ -223,7 +303,7 @@ def _attempt(
             report = json.loads(report_path.read_text(encoding="utf-8", errors="replace"))
         except ValueError:
             report = None
-    return ExecResult(
+    result = ExecResult(
         kind=case.kind,
         returncode=returncode,
         timed_out=timed_out,
@@ -235,6 +315,7 @@ def _attempt(
         result_file=read_result_file(result_file) if case.kind == "script" else None,
         verdict=verdict_line(tail) if case.kind == "script" else None,
     )
+    return result, peak
 
 
 def _captured(run: ExecResult) -> Mapping[str, Any]:
@@ -269,85 +350,255 @@ def _skip_result(case: Case, target: ExecTarget, options: RunOptions, reason: st
     )
 
 
-def run_case(case: Case, target: ExecTarget, options: RunOptions) -> CaseResult:
-    """Check requirements, run the case, re-run failures (API logs, then --reruns), build a result."""
+def _requirement_skip(case: Case, target: ExecTarget) -> str | None:
     req = case.requirements
     missing = missing_modules(target.python, req.imports) if req.imports else frozenset()
-    reason = check(
+    return check(
         req,
         has_gpu=target.has_gpu,
         host_arch=target.host_arch,
         backend_version=target.backend_version,
         missing=missing,
     )
-    if reason:
-        return _skip_result(case, target, options, reason)
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    folder = _case_dir(case, target, options)
-    folder.mkdir(parents=True, exist_ok=True)
-    first = _attempt(case, target, options, folder, 1, api_logs=False)
-    outcome, reason = _verdict(first, target)
-    outcomes = [str(outcome)]
-    api_logs: dict[str, str] = {}
-    if policy(outcome).rerun:
-        extra = options.reruns + (1 if options.api_logs else 0)
-        for n in range(2, 2 + extra):
-            with_logs = options.api_logs and n == 2
-            again = _attempt(case, target, options, folder, n, api_logs=with_logs)
-            outcomes.append(str(_verdict(again, target)[0]))
+
+
+class _CaseRun:
+    """One case in the pool: the first attempt is a job, each re-run (the API-log one, then
+    --reruns) a follow-up job; the result is built and handed to `finish` when the last ends.
+
+    With `store`, no attempt starts once the results folder broke (disk full, deleted):
+    `ResultsLost` ends the run like Ctrl-C; a case file another case deleted is this case's
+    `error`; a bad outcome while the folder is in trouble is `error` (no product failure)."""
+
+    def __init__(
+        self,
+        case: Case,
+        target: ExecTarget,
+        options: RunOptions,
+        finish: Callable[[CaseResult, float | None], None],
+        sampler: GpuSampler | None = None,
+        store: ResultStore | None = None,
+    ) -> None:
+        self.case, self.target, self.options = case, target, options
+        self._store = store
+        self._finish = finish
+        self._sampler = sampler
+        self._lock = threading.Lock()
+        self._outcomes: dict[int, str] = {}
+        self._api_logs: dict[str, str] = {}
+        self._left = 0
+        self._peak: float | None = None
+        self._gpu_mib = 0.0
+
+    def job(self, estimate_s: float | None, gpu_mib: float = 0.0) -> Job:
+        self._gpu_mib = gpu_mib  # its re-runs hold as much
+        return Job(name=self.case.name, run=self.first, estimate_s=estimate_s, gpu_mib=gpu_mib)
+
+    def _attempt(self, n: int, *, api_logs: bool) -> ExecResult:
+        if self._store is not None and n > 1:
+            self._store.check()  # ResultsLost: the run stops before this re-run (first: first())
+        try:
+            run, peak = _attempt(
+                self.case,
+                self.target,
+                self.options,
+                self.folder,
+                n,
+                api_logs=api_logs,
+                sampler=self._sampler,
+            )
+        except OSError:
+            if self._store is not None:
+                self._store.check()  # the folder broke under the case: that is the cause
+            raise
+        if peak is not None:
+            with self._lock:
+                self._peak = max(self._peak or 0.0, peak)
+        return run
+
+    def first(self) -> Sequence[Job]:
+        reason = _requirement_skip(self.case, self.target)
+        if reason:
+            self._finish(_skip_result(self.case, self.target, self.options, reason), None)
+            return ()
+        if self._store is not None:
+            self._store.check()
+            if not self.case.path.is_file():
+                why = "case file vanished before it ran"
+                vanished = _skip_result(self.case, self.target, self.options, why)
+                self._finish(vanished.with_(outcome=Outcome.ERROR), None)
+                return ()
+        self.started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.folder = _case_dir(self.case, self.target, self.options)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            if self._store is not None:
+                self._store.check()
+            raise
+        self.run1 = self._attempt(1, api_logs=False)
+        self.outcome, self.reason = _verdict(self.run1, self.target)
+        self._outcomes[1] = str(self.outcome)
+        extra = 0
+        if policy(self.outcome).rerun:
+            extra = self.options.reruns + (1 if self.options.api_logs else 0)
+        if not extra:
+            self._done()
+            return ()
+        self._left = extra
+        return [
+            Job(
+                name=f"{self.case.name} #{n}",
+                run=functools.partial(self.again, n),
+                estimate_s=self.run1.duration_s,
+                cases=0,
+                gpu_mib=self._gpu_mib,
+            )
+            for n in range(2, 2 + extra)
+        ]
+
+    def again(self, n: int) -> Sequence[Job]:
+        with_logs = self.options.api_logs and n == 2
+        run = self._attempt(n, api_logs=with_logs)
+        outcome = str(_verdict(run, self.target)[0])
+        with self._lock:
+            self._outcomes[n] = outcome
             if with_logs:
-                logs = {"frontend": folder / "fe.log", "backend": folder / "be.log"}
-                api_logs = {k: str(v) for k, v in logs.items() if v.exists()}
-    kernel_sig = (first.report or {}).get("kernel_signal")
-    kernel_code = (first.report or {}).get("kernel_exit_code")
-    result = CaseResult(
-        case=case.name,
-        outcome=outcome,
-        reason=reason,
-        duration_s=round(first.duration_s, 3),
-        cell_id=target.cell_id,
-        cell=dict(target.cell),
-        case_path=str(case.path),
-        exit_code=kernel_code if kernel_code is not None else first.returncode,
-        signal=kernel_sig or signal_name(first.returncode),
-        exception=_exception(first),
-        tail=first.tail,
-        log_path=str(first.log_path),
-        api_logs=api_logs,
-        env=_captured(first),
-        attempts=tuple(outcomes),
-        flaky=len(set(outcomes)) > 1,
-        started_at=started,
-        run_id=options.run_id,
-        content_key=case.content_key(target.cell),
-    )
-    with suppress(OSError):  # a copy of the results line: a full disk must not lose the line
-        (folder / "result.json").write_text(
-            json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8"
+                logs = {"frontend": self.folder / "fe.log", "backend": self.folder / "be.log"}
+                self._api_logs = {k: str(v) for k, v in logs.items() if v.exists()}
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._done()
+        return ()
+
+    def _done(self) -> None:
+        first = self.run1
+        outcomes = [self._outcomes[n] for n in sorted(self._outcomes)]
+        kernel_sig = (first.report or {}).get("kernel_signal")
+        kernel_code = (first.report or {}).get("kernel_exit_code")
+        result = CaseResult(
+            case=self.case.name,
+            outcome=self.outcome,
+            reason=self.reason,
+            duration_s=round(first.duration_s, 3),
+            cell_id=self.target.cell_id,
+            cell=dict(self.target.cell),
+            case_path=str(self.case.path),
+            exit_code=kernel_code if kernel_code is not None else first.returncode,
+            signal=kernel_sig or signal_name(first.returncode),
+            exception=_exception(first),
+            tail=first.tail,
+            log_path=str(first.log_path),
+            api_logs=self._api_logs,
+            env=_captured(first),
+            attempts=tuple(outcomes),
+            flaky=len(set(outcomes)) > 1,
+            started_at=self.started,
+            run_id=self.options.run_id,
+            content_key=self.case.content_key(self.target.cell),
         )
-    return result
+        trouble = self._store.problem() if self._store is not None else None
+        if trouble is not None and policy(result.outcome).bad:  # e.g. it died of a full disk
+            reason = f"while it ran: {trouble}; it ended {result.outcome}: {result.reason}"
+            result = result.with_(outcome=Outcome.ERROR, reason=reason)
+        with suppress(OSError):  # a copy of the results line: a full disk must not lose the line
+            (self.folder / "result.json").write_text(
+                json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8"
+            )
+        self._finish(result, self._peak)
 
 
-def _start_case(
-    case: Case, target: ExecTarget, options: RunOptions, store: ResultStore
-) -> CaseResult:
-    """Run one case unless the run must stop: a results folder that broke (disk full, deleted)
-    raises `ResultsLost`, which ends the run like Ctrl-C. A case file that another case deleted
-    is that case's own `error`, and the run goes on."""
-    store.check()
-    if not case.path.is_file():
-        vanished = _skip_result(case, target, options, "case file vanished before it ran")
-        return vanished.with_(outcome=Outcome.ERROR)
+def run_case(case: Case, target: ExecTarget, options: RunOptions) -> CaseResult:
+    """Check requirements, run the case, re-run failures (API logs, then --reruns), build a result:
+    one case, its re-runs one after another, in this thread (no pool)."""
+    got: list[CaseResult] = []
+    case_run = _CaseRun(case, target, options, lambda result, _peak: got.append(result))
+    for follow in case_run.first():
+        follow.run()
+    return got[0]
+
+
+class CaseBatch:
+    """The cases of one cell as pool jobs (resume applied); results go to `store` as they land."""
+
+    def __init__(
+        self,
+        cases: Sequence[Case],
+        target: ExecTarget,
+        options: RunOptions,
+        store: ResultStore,
+        *,
+        history: History | None = None,
+        sampler: GpuSampler | None = None,
+        on_result: Callable[[CaseResult, int, int], None] | None = None,
+    ) -> None:
+        self.cases, self.target, self.options, self.store = cases, target, options, store
+        self.history = history if history is not None else History.load(options.history)
+        self._sampler = sampler
+        self._on_result = on_result
+        self._lock = threading.Lock()
+        self.results: list[CaseResult] = []
+        previous: dict[str, CaseResult] = {}
+        if options.resume:  # a stored result counts only for the same case content and pins
+            stored = {r.key: r for r in store}
+            for case in cases:
+                old = stored.get(f"{target.cell_id}::{case.name}")
+                if old is not None and old.content_key in ("", case.content_key(target.cell)):
+                    previous[old.key] = old
+        self.todo = [c for c in cases if f"{target.cell_id}::{c.name}" not in previous]
+        self.kept = [previous[k] for c in cases if (k := f"{target.cell_id}::{c.name}") in previous]
+
+    def jobs(self) -> list[Job]:
+        """One job per case left to run, longest first by the history; on a GPU host each holds
+        its recorded GPU peak (4 GiB unknown) of the pool's GPU budget."""
+        jobs = []
+        for case in _longest_first(self.todo, self.history.durations):
+            gpu = (
+                self.history.gpu_estimate(case.name, GPU_PER_CASE_MIB)
+                if self.target.has_gpu
+                else 0.0
+            )
+            run = _CaseRun(case, self.target, self.options, self._finish, self._sampler, self.store)
+            jobs.append(run.job(self.history.estimate(case.name), gpu))
+        return jobs
+
+    def _finish(self, result: CaseResult, gpu_mib: float | None) -> None:
+        self.store.append(result)
+        if result.outcome is not Outcome.SKIP:
+            self.history.record(result.case, result.duration_s, gpu_mib)
+        with self._lock:
+            self.results.append(result)
+            if self._on_result is not None:
+                self._on_result(result, len(self.results), len(self.todo))
+
+    def ordered(self) -> list[CaseResult]:
+        """Kept and new results in the given case order."""
+        order = {c.name: i for i, c in enumerate(self.cases)}
+        return sorted(self.kept + self.results, key=lambda r: order.get(r.case, len(order)))
+
+
+def run_pool(pool: Pool) -> None:
+    """Run `pool` to the end; on Ctrl-C, or a results folder that broke (`ResultsLost`), end
+    every running case (finished results are stored, --resume redoes the rest) and re-raise."""
+    _LIVE.stopped.clear()
     try:
-        result = run_case(case, target, options)
-    except OSError:
-        store.check()  # the folder broke under the case: that is the cause, in one line
+        pool.run()
+    except (KeyboardInterrupt, ResultsLost):
+        # what is running is ended, not recorded (a half-run case killed by us is not a crash
+        # of the product)
+        _LIVE.kill_all()
         raise
-    trouble = store.problem()  # a case that died of a full disk is no product failure
-    if trouble is not None and policy(result.outcome).bad:
-        reason = f"while it ran: {trouble}; it ended {result.outcome}: {result.reason}"
-        return result.with_(outcome=Outcome.ERROR, reason=reason)
-    return result
+
+
+def gpu_sampler(has_gpu: bool) -> GpuSampler | None:
+    """A started GPU-memory sampler over the live cases, where NVML answers (else None)."""
+    if not has_gpu:
+        return None
+    from validate.execute.slots import GpuSampler  # only on a GPU host: NVML
+
+    sampler = GpuSampler(_LIVE.sessions).start()
+    return sampler if sampler.active else None
 
 
 def run_cases(
@@ -358,64 +609,23 @@ def run_cases(
     *,
     on_result: Callable[[CaseResult, int, int], None] | None = None,
 ) -> list[CaseResult]:
-    """Run every case (threads, one process group each), storing each result as it finishes."""
-    previous: dict[str, CaseResult] = {}
-    if options.resume:  # a stored result counts only for the same case content and pins
-        stored = {r.key: r for r in store}
-        for case in cases:
-            old = stored.get(f"{target.cell_id}::{case.name}")
-            if old is not None and old.content_key in ("", case.content_key(target.cell)):
-                previous[old.key] = old
-    todo = [c for c in cases if f"{target.cell_id}::{c.name}" not in previous]
-    kept = [previous[k] for c in cases if (k := f"{target.cell_id}::{c.name}") in previous]
-    todo = _longest_first(todo, _read_history(options.history))
-    results: list[CaseResult] = []
-    lock = threading.Lock()
-    _LIVE.stopped.clear()
-    pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
+    """Run every case in a pool of `options.jobs` slots (one process group each), storing each
+    result as it finishes; returns them in the given order (with the kept ones on resume)."""
+    sampler = gpu_sampler(target.has_gpu)
+    batch = CaseBatch(cases, target, options, store, sampler=sampler, on_result=on_result)
+    pool = Pool(options.jobs)
+    pool.submit(batch.jobs())
+    pool.close()
     try:
-        futures = [pool.submit(_start_case, case, target, options, store) for case in todo]
-        for future in as_completed(futures):
-            result = future.result()
-            with lock:
-                store.append(result)
-                results.append(result)
-                if on_result is not None:
-                    on_result(result, len(results), len(todo))
-    except (KeyboardInterrupt, ResultsLost):
-        # Finished results are already stored; what is running is ended, not recorded (a
-        # half-run case killed by us is not a crash of the product), and --resume redoes it.
-        pool.shutdown(wait=False, cancel_futures=True)
-        _LIVE.kill_all()
-        raise
-    pool.shutdown(wait=True)
-    _write_history(options.history, results)
-    order = {c.name: i for i, c in enumerate(cases)}
-    return sorted(kept + results, key=lambda r: order.get(r.case, len(order)))
-
-
-def _read_history(path: Path | None) -> dict[str, float]:
-    if path is None or not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        return {}
-    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        run_pool(pool)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+    batch.history.save()
+    return batch.ordered()
 
 
 def _longest_first(cases: Sequence[Case], history: Mapping[str, float]) -> list[Case]:
     """Cases with the longest known duration start first (a long case started last is the tail
     of the whole run); unknown cases count as longest, ties keep the given order."""
     return sorted(cases, key=lambda c: -history.get(c.name, float("inf")))
-
-
-def _write_history(path: Path | None, results: Sequence[CaseResult]) -> None:
-    ran = {r.case: round(r.duration_s, 2) for r in results if r.outcome is not Outcome.SKIP}
-    if path is None or not ran:
-        return
-    merged = {**_read_history(path), **ran}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(merged, indent=0, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)

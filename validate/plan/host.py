@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import platform
 import re
 import shutil
@@ -25,7 +24,6 @@ __all__ = [
     "GpuInfo",
     "HostFacts",
     "cell_skip_reason",
-    "default_jobs",
     "detect_host",
     "gpu_skip_reason",
     "parse_nvidia_smi",
@@ -243,16 +241,3 @@ def python_version_of(python: str) -> Version:
     except (OSError, subprocess.TimeoutExpired, InvalidVersion) as exc:
         msg = f"--base-python {python}: cannot ask it for its version ({exc})"
         raise ConfigError(msg) from exc
-
-
-def default_jobs(host: HostFacts) -> int:
-    """Cases at once. CPU-only host: one per core. GPU host: up to two per core, bounded by GPU
-    memory (4 GiB per case process: a CUDA context plus a sample's tensors). Each case spends much
-    of its time starting a kernel and importing torch, so more processes than cores pays off:
-    on an H200 host with 16 cores, 24 notebooks at once took 17.4 s against 23.3 s at 16
-    (reports/gpu/2026-12-02-h200/speed.json)."""
-    cores = os.cpu_count() or 1
-    if not host.gpus:
-        return cores
-    per_gpu = max(1, min(gpu.memory_mib for gpu in host.gpus) // (4 * 1024))
-    return max(1, min(2 * cores, per_gpu * len(host.gpus)))

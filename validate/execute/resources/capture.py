@@ -7,16 +7,15 @@ Never imports torch just to capture: torch facts are read only when the case alr
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
-import re
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+# No re, typing, json, pathlib or importlib at import: every script case loads this at exit
+# (a case environment's site imports none of them; `re` alone is milliseconds).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
 __all__ = [
     "capture",
@@ -27,7 +26,7 @@ __all__ = [
     "write_capture",
 ]
 
-_SECRET = re.compile(r"TOKEN|PASSWORD|SECRET|KEY", re.IGNORECASE)
+_SECRET = ("TOKEN", "PASSWORD", "SECRET", "KEY")  # in a name, any case
 _ENV_PREFIXES = ("CUDA", "CUDNN", "LD_", "NVIDIA", "PYTHON", "PATH", "VIRTUAL_ENV", "CONDA")
 
 
@@ -35,7 +34,8 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Relevant environment variables, with values of *TOKEN*/*PASSWORD*/*SECRET*/*KEY* hidden."""
     out: dict[str, str] = {}
     for name, value in sorted(env.items()):
-        if _SECRET.search(name):
+        upper = name.upper()
+        if any(word in upper for word in _SECRET):
             out[name] = "<redacted>"
         elif name.startswith(_ENV_PREFIXES):
             out[name] = value
@@ -44,7 +44,8 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def _mapped_paths() -> list[str]:
     try:
-        text = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:  # noqa: PTH123
+            text = fh.read()
     except OSError:
         return []
     seen: dict[str, None] = {}
@@ -61,7 +62,7 @@ def loaded_cudnn_libs(paths: list[str] | None = None) -> list[str]:
 
 
 def _is_dispatcher(path: str) -> bool:
-    return Path(path).name.startswith("libcudnn.so")
+    return os.path.basename(path).startswith("libcudnn.so")  # noqa: PTH119 - no pathlib
 
 
 def _dispatcher_versions(libs: list[str]) -> dict[str, int]:
@@ -97,6 +98,8 @@ def _bound(facts: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _cudnn_facts() -> dict[str, Any]:
+    import importlib.util
+
     if "cudnn" not in sys.modules and importlib.util.find_spec("cudnn") is None:
         return {}
     facts: dict[str, Any] = {}
@@ -140,6 +143,8 @@ def _cuda_runtime_version(paths: list[str]) -> str | None:
 
 
 def _nvml_gpus() -> list[dict[str, str]] | None:
+    import importlib.util
+
     if importlib.util.find_spec("pynvml") is None:
         return None
     try:
@@ -226,7 +231,8 @@ def _os_name() -> str:
     distro = ""
     for release in ("/etc/os-release", "/usr/lib/os-release"):
         try:
-            text = Path(release).read_text(encoding="utf-8")
+            with open(release, encoding="utf-8") as fh:  # noqa: PTH123 - no pathlib
+                text = fh.read()
         except OSError:
             continue
         for line in text.splitlines():
@@ -267,10 +273,15 @@ def capture(*, in_case: bool = True) -> dict[str, Any]:
 
 def write_capture(path: str, *, in_case: bool = True) -> None:
     """Capture and write JSON to `path` (called from inside the kernel after the notebook)."""
-    Path(path).write_text(json.dumps(capture(in_case=in_case), default=str), encoding="utf-8")
+    import json
+
+    with open(path, "w", encoding="utf-8") as fh:  # noqa: PTH123 - no pathlib
+        json.dump(capture(in_case=in_case), fh, default=str)
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
+    import re
+
     return tuple(int(p) for p in re.findall(r"\d+", text))
 
 
@@ -280,13 +291,14 @@ def _backend_string(number: int) -> str:
 
 def _lib_name(path: str) -> str:
     """'/x/libcudnn_ops.so.9.14.0' -> 'libcudnn_ops'."""
-    return Path(path).name.split(".so", 1)[0]
+    return os.path.basename(path).split(".so", 1)[0]  # noqa: PTH119 - no pathlib
 
 
 def _file_version(path: str, captured: Mapping[str, Any]) -> str:
     """The version a library file carries in its name (libcudnn_ops.so.9.14.0 -> 9.14.0), else
     what the captured cudnnGetVersion() of that dispatcher said, else 'version unknown'."""
-    tail = Path(path).name.split(".so", 1)[1] if ".so" in Path(path).name else ""
+    name = os.path.basename(path)  # noqa: PTH119 - no pathlib
+    tail = name.split(".so", 1)[1] if ".so" in name else ""
     parts = [p for p in tail.split(".") if p]
     if len(parts) >= 3 and all(p.isdigit() for p in parts):
         return ".".join(parts)
@@ -332,6 +344,8 @@ def verify_pins(captured: Mapping[str, Any], expected: Mapping[str, str | None])
         if _version_tuple(got_s)[:3] != _version_tuple(want_backend)[:3]:
             return f"pin not honoured: loaded {got_s} from {where}, expected {want_backend}"
     if want_dir:
+        from pathlib import Path  # the tool's side (the case's capture never needs it)
+
         want = Path(want_dir).resolve()
         strays = [
             p

@@ -1,0 +1,287 @@
+"""The run's one pool: longest first, follow-up jobs, slot limits, feeding while it runs."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from validate.env.target import ExecTarget
+from validate.execute.cases import cases_for, discover_cases
+from validate.execute.pool import Job, Pool
+from validate.execute.progress import pool_line, pool_progress
+from validate.execute.runner import RunOptions, run_cases
+from validate.model.results import ResultStore
+
+
+def _recording(order: list[str], name: str, estimate: float | None, **kw: object) -> Job:
+    def run() -> tuple[Job, ...]:
+        order.append(name)
+        return ()
+
+    return Job(name=name, run=run, estimate_s=estimate, **kw)  # type: ignore[arg-type]
+
+
+def _drain(pool: Pool) -> None:
+    pool.close()
+    pool.run()
+
+
+def test_longest_first_unknown_first_ties_in_submission_order() -> None:
+    order: list[str] = []
+    pool = Pool(1)
+    pool.submit(
+        _recording(order, n, e)
+        for n, e in [("a", 1.0), ("b", None), ("c", 5.0), ("d", 3.0), ("e", 5.0), ("f", None)]
+    )
+    _drain(pool)
+    assert order == ["b", "f", "c", "e", "d", "a"]
+
+
+def test_jobs_of_several_submissions_are_ordered_together() -> None:
+    """The cells' jobs go into one queue: a long case of the second cell starts before the short
+    ones of the first that are still queued."""
+    order: list[str] = []
+    pool = Pool(1)
+    pool.submit([_recording(order, f"cell1/short{i}", 1.0) for i in range(3)])
+    pool.submit([_recording(order, "cell2/long", 60.0)])
+    _drain(pool)
+    assert order == ["cell2/long", "cell1/short0", "cell1/short1", "cell1/short2"]
+
+
+def test_follow_up_jobs_run_in_the_same_pool_before_it_ends() -> None:
+    order: list[str] = []
+
+    def first() -> list[Job]:
+        order.append("first")
+        return [_recording(order, f"rerun{n}", 2.0, cases=0) for n in (2, 3)]
+
+    pool = Pool(2)
+    pool.submit([Job(name="case", run=first, estimate_s=2.0), _recording(order, "other", 1.0)])
+    _drain(pool)
+    assert order[0] == "first"
+    assert sorted(order) == ["first", "other", "rerun2", "rerun3"]
+    assert pool.stats().done == 2  # re-runs are not cases of their own
+
+
+def test_never_more_than_the_slots_and_a_wide_job_runs_alone() -> None:
+    lock = threading.Lock()
+    active = {"now": 0, "max": 0, "with_wide": 0}
+    barrier = threading.Barrier(2, timeout=10)
+
+    def narrow() -> tuple[Job, ...]:
+        with lock:
+            active["now"] += 1
+            active["max"] = max(active["max"], active["now"])
+        try:
+            barrier.wait()  # two at once, or the test fails on the timeout
+        finally:
+            with lock:
+                active["now"] -= 1
+        return ()
+
+    def wide() -> tuple[Job, ...]:
+        with lock:
+            active["with_wide"] = active["now"]
+        return ()
+
+    pool = Pool(2)
+    pool.submit([Job(name=f"n{i}", run=narrow, estimate_s=1.0) for i in range(6)])
+    pool.submit([Job(name="wide", run=wide, estimate_s=0.5, slots=5)])  # clamped to 2
+    _drain(pool)
+    assert active["max"] == 2
+    assert active["with_wide"] == 0
+
+
+def test_gpu_budget_holds_each_job_to_its_memory_in_queue_order() -> None:
+    """Two jobs of 6 GiB never run together under a 10 GiB budget, though slots are free; one
+    larger than the whole budget runs alone; the order of the queue is kept."""
+    lock = threading.Lock()
+    active: list[str] = []
+    overlaps: list[tuple[str, ...]] = []
+    order: list[str] = []
+
+    def job(name: str, gpu: float, estimate: float) -> Job:
+        def run() -> tuple[Job, ...]:
+            with lock:
+                order.append(name)
+                active.append(name)
+                overlaps.append(tuple(sorted(active)))
+            threading.Event().wait(0.05)
+            with lock:
+                active.remove(name)
+            return ()
+
+        return Job(name=name, run=run, estimate_s=estimate, gpu_mib=gpu)
+
+    pool = Pool(4, gpu_mib=10 * 1024)
+    pool.submit(
+        [
+            job("big-a", 6 * 1024, 9.0),
+            job("big-b", 6 * 1024, 8.0),
+            job("huge", 50 * 1024, 7.0),
+            job("small", 1024, 6.0),
+        ]
+    )
+    _drain(pool)
+    assert order == ["big-a", "big-b", "huge", "small"]
+    assert not any({"big-a", "big-b"} <= set(o) for o in overlaps)
+    assert all(o == ("huge",) for o in overlaps if "huge" in o)
+
+
+def test_jobs_submitted_while_running_and_a_job_error_is_raised() -> None:
+    order: list[str] = []
+    pool = Pool(2)
+    started = threading.Event()
+
+    def feed() -> None:
+        started.wait(10)
+        pool.submit([_recording(order, "late", None)], announced=1)
+        pool.close()
+
+    pool.expect(1)
+
+    def early() -> tuple[Job, ...]:
+        started.set()
+        return ()
+
+    pool.submit([Job(name="early", run=early)])
+    assert pool.stats().left == 2  # one queued, one announced
+    thread = threading.Thread(target=feed)
+    thread.start()
+    pool.run()
+    thread.join()
+    assert order == ["late"]
+    assert pool.stats().left == 0
+
+    def boom() -> tuple[Job, ...]:
+        msg = "bad job"
+        raise RuntimeError(msg)
+
+    failing = Pool(1)
+    failing.submit([Job(name="boom", run=boom)])
+    failing.close()
+    with pytest.raises(RuntimeError, match="bad job"):
+        failing.run()
+
+
+def test_reruns_are_follow_up_jobs_and_all_attempts_are_kept(tmp_path: Path) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text("raise SystemExit(1)\n")
+    ok = tmp_path / "ok.py"
+    ok.write_text("print('VERDICT pass')\n")
+    options = RunOptions(results_dir=tmp_path / "run", reruns=2, api_logs=False, jobs=3)
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    target = ExecTarget(python=Path(sys.executable), cell_id="c1")
+    results = run_cases(discover_cases([script, ok]), target, options, store)
+    by_case = {r.case: r for r in results}
+    assert by_case["fails.py"].attempts == ("fail", "fail", "fail")
+    assert by_case["ok.py"].attempts == ("pass",)
+    folder = Path(by_case["fails.py"].log_path).parent
+    assert {p.name for p in folder.glob("output*.log")} == {
+        "output.log",
+        "output.2.log",
+        "output.3.log",
+    }
+    assert len(store.path.read_text().splitlines()) == 2  # one line per case, not per attempt
+
+
+def test_progress_line_and_plain_rate() -> None:
+    pool = Pool(3)
+    pool.expect(4)
+    assert pool_line(pool.stats()) == "cases: 0 done, 0 running, 4 left, ETA 0:40 (3 slots)"
+    lines: list[str] = []
+
+    class Out:
+        def write(self, text: str) -> int:
+            lines.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    with pool_progress(tty=False, every_s=3600, stream=Out()) as show:  # type: ignore[arg-type]
+        for _ in range(5):
+            show(pool.stats())
+    printed = [line for line in lines if line.strip()]
+    assert len(printed) == 2  # the first one, then only the last one at the end
+
+
+def test_the_next_environment_is_built_while_the_first_cells_cases_run(tmp_path: Path) -> None:
+    """run_cells prepares step 2 in the background: its build sees step 1's case running (the
+    case waits for the build to finish, so cell by cell this would only end on the timeouts)."""
+    from validate.config import ValidateConfig
+    from validate.execute.local import LocalExecutor
+    from validate.model.matrix import Cell
+    from validate.model.results import load_results
+    from validate.plan.host import HostFacts
+    from validate.plan.rules import Plan
+    from validate.workflow import run_cells
+
+    started, ended = tmp_path / "case-started", tmp_path / "case-ended"
+    built = tmp_path / "second-env-built"
+    case = tmp_path / "cases" / "waits.py"
+    case.parent.mkdir()
+    case.write_text(
+        "import pathlib, time, sys\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        "for _ in range(100):\n"
+        f"    if pathlib.Path({str(built)!r}).exists(): break\n"
+        "    time.sleep(0.05)\n"
+        f"pathlib.Path({str(ended)!r}).touch()\n"
+    )
+    seen: list[bool] = []
+
+    def ensure(spec: object) -> ExecTarget:  # noqa: ARG001 - one interpreter for every cell
+        if seen == []:
+            seen.append(False)  # the first environment: nothing runs yet
+        else:
+            for _ in range(100):  # the second: wait for the first cell's case to be running
+                if started.exists():
+                    break
+                threading.Event().wait(0.05)
+            seen.append(started.exists() and not ended.exists())
+            built.touch()
+        return ExecTarget(python=Path(sys.executable))
+
+    cells = [
+        Cell(cudnn=v, frontend="1.27.0", cuda="13.0", driver="580", arch="sm90")
+        for v in ("9.12.0.46", "9.13.0.50")
+    ]
+    config = ValidateConfig(
+        cases=(case.parent,), jobs=2, timeout_s=60, api_logs=False, cache_dir=tmp_path / "cache"
+    )
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    executor = LocalExecutor(ensure=ensure)
+    run_cells(
+        config,
+        Plan(planned=cells, pruned=[]),
+        cases_for(config),
+        HostFacts(),
+        store,
+        "R",
+        executor=executor,
+    )
+    assert seen == [False, True]
+    assert {r.cell_id for r in load_results([tmp_path / "run"])} == {c.id for c in cells}
+    assert (tmp_path / "cache" / "durations.json").is_file()  # the shared history was saved
+
+
+def test_terminal_progress_keeps_log_lines_and_restores_the_handler() -> None:
+    import logging
+
+    from validate.log import setup_logging
+
+    setup_logging()
+    handler = next(
+        h for h in logging.getLogger("validate").handlers if h.get_name() == "cudnn-matrix"
+    )
+    assert isinstance(handler, logging.StreamHandler)
+    before = handler.stream
+    pool = Pool(2)
+    with pool_progress(tty=True) as show:
+        show(pool.stats())
+        logging.getLogger("validate").info("a log line while the status line shows")
+    assert handler.stream is before

@@ -1,0 +1,228 @@
+"""One pool of case slots for a whole run: every slot busy from the first case to the last.
+
+Jobs come from every cell (`Pool.submit`, from any thread, while the pool runs: the workflow
+submits a cell's jobs as soon as its environment is ready) and start longest first by their
+estimate (the duration history across cells; a job without one counts as longest, ties keep
+submission order). A job may return follow-up jobs (a failing case's API-log re-run and its
+`--reruns`); they go into the same queue. A job holds `slots` slots while it runs (a case one,
+a docker cell's container as many as it runs at once) and, where the pool has a GPU-memory
+budget (the free memory of the GPUs at start), its `gpu_mib` of it (a case's recorded peak).
+The queue's order is kept: a job that does not fit yet waits, and those behind it wait too (no
+job starves). Nothing here knows about results: jobs store their own (the store is thread-safe).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+__all__ = ["Job", "Pool", "PoolStats"]
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_ESTIMATE_S = 30.0  # for the ETA, before any job with no history has finished
+
+
+@dataclass(eq=False, kw_only=True)
+class Job:
+    """One unit of work in the pool; `run` returns the follow-up jobs (none: `()`)."""
+
+    name: str
+    run: Callable[[], Sequence[Job]]
+    estimate_s: float | None = None  # seconds from the history; None: unknown (starts first)
+    slots: int = 1
+    cases: int = 1  # cases it stands for in the progress (a re-run 0, a docker cell its cases)
+    gpu_mib: float = 0.0  # GPU memory it holds while it runs (its recorded peak, or an estimate)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolStats:
+    """Where the pool stands: for the progress line."""
+
+    done: int
+    running: int
+    left: int
+    eta_s: float | None
+    slots: int
+
+
+@dataclass
+class _Running:
+    job: Job
+    started: float
+    taken: int
+    gpu: float
+
+
+@dataclass
+class _State:
+    queue: list[tuple[float, int, Job]] = field(default_factory=list)
+    running: dict[int, _Running] = field(default_factory=dict)
+    done: int = 0
+    durations: list[float] = field(default_factory=list)
+    error: BaseException | None = None
+    open: bool = True
+    pending: int = 0  # cases announced (`expect`) whose jobs have not come yet
+    pending_s: float | None = None  # their estimated seconds in all (None: unknown)
+
+
+class Pool:
+    """`slots` slots; `run()` dispatches until `close()` was called and every job has ended."""
+
+    def __init__(
+        self,
+        slots: int,
+        *,
+        gpu_mib: float | None = None,
+        on_change: Callable[[PoolStats], None] | None = None,
+    ) -> None:
+        self.slots = max(1, slots)
+        self.gpu_mib = gpu_mib  # the GPU-memory budget; None: not accounted
+        self._gpu_free = gpu_mib or 0.0
+        self._on_change = on_change
+        self._cond = threading.Condition()
+        self._state = _State()
+        self._free = self.slots
+        self._seq = itertools.count()
+
+    # --- feeding ------------------------------------------------------------------------------
+
+    def submit(self, jobs: Iterable[Job], *, announced: int = 0) -> None:
+        """Queue jobs (any thread, also while running); longest estimate first. `announced`:
+        the cases `expect` announced for them, withdrawn now that they are here."""
+        with self._cond:
+            for job in jobs:
+                key = -(job.estimate_s if job.estimate_s is not None else float("inf"))
+                heapq.heappush(self._state.queue, (key, next(self._seq), job))
+            state = self._state
+            before = state.pending
+            state.pending = max(0, before - announced)
+            if state.pending_s is not None and before:
+                state.pending_s *= state.pending / before
+            self._cond.notify_all()
+        self._changed()
+
+    def expect(self, cases: int, seconds: float | None = None) -> None:
+        """Announce `cases` jobs that will come (a cell whose environment is being prepared), so
+        the progress counts them as left (and `seconds` of work, if known, in the ETA); a
+        negative number withdraws (the cell never ran)."""
+        with self._cond:
+            state = self._state
+            before = state.pending
+            state.pending = max(0, before + cases)
+            if seconds is not None and cases > 0:
+                state.pending_s = (state.pending_s or 0.0) + seconds
+            elif state.pending_s is not None and before:  # withdrawn: its share of the estimate
+                state.pending_s *= state.pending / before
+        self._changed()
+
+    def close(self) -> None:
+        """No job will be submitted from outside any more (follow-ups still are)."""
+        with self._cond:
+            self._state.open = False
+            self._cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop dispatching; `run` raises `exc` (a feeder thread's error)."""
+        with self._cond:
+            if self._state.error is None:
+                self._state.error = exc
+            self._cond.notify_all()
+
+    # --- running ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Dispatch in this thread until closed and drained; a job's exception is raised here
+        (after no new job starts; running ones are left to the caller's interrupt handling)."""
+        state = self._state
+        while True:
+            with self._cond:
+                while True:
+                    if state.error is not None:
+                        raise state.error
+                    if state.queue:
+                        job = state.queue[0][2]
+                        need = min(job.slots, self.slots)
+                        # a job larger than the whole budget runs when the GPUs are all its own
+                        gpu = 0.0 if self.gpu_mib is None else min(job.gpu_mib, self.gpu_mib)
+                        if need <= self._free and gpu <= self._gpu_free:
+                            heapq.heappop(state.queue)
+                            break
+                    elif not state.open and not state.running:
+                        return
+                    self._cond.wait()
+                self._free -= need
+                self._gpu_free -= gpu
+                ident = next(self._seq)
+                state.running[ident] = _Running(job, time.monotonic(), need, gpu)
+            thread = threading.Thread(
+                target=self._work, args=(ident,), name=f"pool:{job.name}", daemon=True
+            )
+            thread.start()
+            self._changed()
+
+    def _work(self, ident: int) -> None:
+        running = self._state.running[ident]
+        job = running.job
+        follow: Sequence[Job] = ()
+        error: BaseException | None = None
+        try:
+            follow = job.run()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the dispatching thread
+            error = exc
+        with self._cond:
+            state = self._state
+            del state.running[ident]
+            self._free += running.taken
+            self._gpu_free += running.gpu
+            state.done += job.cases
+            if job.cases == 1:
+                state.durations.append(time.monotonic() - running.started)
+            if error is not None and state.error is None:
+                state.error = error
+            for extra in follow:
+                key = -(extra.estimate_s if extra.estimate_s is not None else float("inf"))
+                heapq.heappush(state.queue, (key, next(self._seq), extra))
+            self._cond.notify_all()
+        self._changed()
+
+    # --- progress -----------------------------------------------------------------------------
+
+    def stats(self) -> PoolStats:
+        with self._cond:
+            state = self._state
+            now = time.monotonic()
+            known = state.durations
+            default = sum(known) / len(known) if known else _DEFAULT_ESTIMATE_S
+            queued = [job for _, _, job in state.queue]
+            work = [j.estimate_s if j.estimate_s is not None else default for j in queued]
+            longest = max(work, default=0.0)
+            for item in state.running.values():
+                estimate = item.job.estimate_s if item.job.estimate_s is not None else default
+                rest = max(0.0, estimate - (now - item.started))
+                work.append(rest * item.taken)
+                longest = max(longest, rest)
+            if state.pending:
+                work.append(
+                    state.pending_s if state.pending_s is not None else default * state.pending
+                )
+            eta = max(sum(work) / self.slots, longest) if work else 0.0
+            return PoolStats(
+                done=state.done,
+                running=sum(r.job.cases for r in state.running.values()),
+                left=sum(j.cases for j in queued) + state.pending,
+                eta_s=eta,
+                slots=self.slots,
+            )
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(self.stats())
