@@ -519,8 +519,8 @@ def _write_merged(run_dir: Path, results: Sequence[CaseResult]) -> None:
     store = ResultStore(fresh)
     for result in results:
         store.append(result)
+    store.seal()  # before the rename: the store refuses to seal a file that was moved away
     fresh.replace(run_dir / "results.jsonl")
-    store.seal()
 
 
 def finalize(run_dir: Path, state: dict[str, Any]) -> tuple[list[CaseResult], Plan]:
