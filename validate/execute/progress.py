@@ -32,12 +32,16 @@ def progress(
     if sys.stderr.isatty():
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.text import Text
+
+        from validate.env.progress import _terminal
+        from validate.textsafe import display, redact
 
         bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            console=Console(stderr=True),
+            console=Console(file=_terminal()),  # the terminal: not through SafeStream's escaping
         )
         task = bar.add_task("running", total=total)
 
@@ -47,7 +51,9 @@ def progress(
             bar.update(
                 task, completed=done, total=todo, description=f"running ({failures} failing)"
             )
-            bar.console.print(_line(result, done, todo))
+            # what SafeStream does for every other line (a reason holds case output), and as
+            # Text: a "[...]" in it is no rich markup
+            bar.console.print(Text(display(redact(_line(result, done, todo)))))
 
         with bar:
             yield show
