@@ -269,19 +269,48 @@ def test_the_next_environment_is_built_while_the_first_cells_cases_run(tmp_path:
     assert (tmp_path / "cache" / "durations.json").is_file()  # the shared history was saved
 
 
-def test_terminal_progress_keeps_log_lines_and_restores_the_handler() -> None:
-    import logging
+def test_terminal_progress_is_a_row_of_the_one_display() -> None:
+    """On a terminal the pool's line is an activity of env.progress (rich allows one live display
+    at a time: the environments built meanwhile show theirs in the same one); it is closed after."""
+    from validate.env import progress as env_progress
 
-    from validate.log import setup_logging
-
-    setup_logging()
-    handler = next(
-        h for h in logging.getLogger("validate").handlers if h.get_name() == "cudnn-matrix"
-    )
-    assert isinstance(handler, logging.StreamHandler)
-    before = handler.stream
     pool = Pool(2)
+    pool.expect(3)
     with pool_progress(tty=True) as show:
         show(pool.stats())
-        logging.getLogger("validate").info("a log line while the status line shows")
-    assert handler.stream is before
+        (act,) = env_progress._DISPLAY.open
+        assert act.title == "cases"
+        assert act.state() == "0 done, 0 running, 3 left, ETA 0:45 (2 slots): 0 of 3"
+        with env_progress.activity("environment for a cell") as build:  # a build meanwhile
+            build.update("installing", done=1, total=4)
+            assert len(env_progress._DISPLAY.open) == 2
+    assert env_progress._DISPLAY.open == []
+
+
+def test_the_display_draws_on_the_terminal_and_log_lines_stay_safe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the CLI stderr is a SafeStream: rich must draw on the stream beneath it (else its
+    cursor codes print as text), while log lines routed above the display stay redacted."""
+    import io
+    import logging
+
+    from validate.env import progress as env_progress
+    from validate.textsafe import SafeStream
+
+    raw = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", SafeStream(raw))
+    assert env_progress._terminal() is raw
+    assert sys.__stderr__ is not None
+    handler = logging.StreamHandler(SafeStream(sys.__stderr__))
+    logger = logging.getLogger("validate")
+    logger.addHandler(handler)
+    try:
+        before = handler.stream
+        env_progress._DISPLAY._route_logs(to_display=True)
+        assert isinstance(handler.stream, SafeStream)
+        assert handler.stream is not before
+        env_progress._DISPLAY._route_logs(to_display=False)
+        assert handler.stream is before
+    finally:
+        logger.removeHandler(handler)

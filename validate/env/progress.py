@@ -68,6 +68,14 @@ def interactive() -> bool:
     return sys.stderr.isatty()
 
 
+def _terminal() -> Any:
+    """stderr as the terminal gets it: the stream under the CLI's SafeStream, if any."""
+    from validate.textsafe import SafeStream
+
+    stream = sys.stderr
+    return stream._stream if isinstance(stream, SafeStream) else stream
+
+
 def _size(value: float) -> str:
     for unit in ("B", "kB", "MB", "GB"):
         if value < 1000 or unit == "GB":
@@ -135,7 +143,7 @@ class _Display:
     def __init__(self) -> None:
         self.progress: Any = None
         self.open: list[Activity] = []
-        self.routed: list[logging.StreamHandler[Any]] = []
+        self.routed: list[tuple[logging.StreamHandler[Any], Any]] = []  # handler, its stream
         self.lock = threading.Lock()
 
     def start(self, act: Activity) -> None:
@@ -156,7 +164,9 @@ class _Display:
                     BarColumn(bar_width=24),
                     TextColumn("{task.fields[amount]}"),
                     TimeElapsedColumn(),
-                    console=Console(stderr=True),
+                    # the terminal itself: through the CLI's SafeStream rich's cursor codes would
+                    # be printed as text (log lines keep SafeStream, _route_logs)
+                    console=Console(file=_terminal()),
                     transient=True,
                 )
                 self.progress.start()
@@ -168,15 +178,24 @@ class _Display:
     def _route_logs(self, *, to_display: bool) -> None:
         """While the display is live, the `validate` log handlers on stderr write through
         rich's stderr proxy (lines print above the display instead of through it)."""
+        from validate.textsafe import SafeStream
+
         for handler in logging.getLogger("validate").handlers:
             if not isinstance(handler, logging.StreamHandler):
                 continue
-            if to_display and handler.stream is sys.__stderr__:
-                self.routed.append(handler)
-                handler.setStream(sys.stderr)  # rich's proxy while the display is live
+            stream = handler.stream
+            on_stderr = stream is sys.__stderr__ or (
+                isinstance(stream, SafeStream) and stream._stream is sys.__stderr__
+            )
+            if to_display and on_stderr:
+                self.routed.append((handler, stream))
+                # rich's proxy while the display is live, still redacted and made displayable
+                handler.setStream(
+                    SafeStream(sys.stderr) if stream is not sys.__stderr__ else sys.stderr
+                )
         if not to_display:
-            for handler in self.routed:
-                handler.setStream(sys.__stderr__)
+            for handler, stream in self.routed:
+                handler.setStream(stream)
             self.routed.clear()
 
     def refresh(self, act: Activity) -> None:

@@ -4,7 +4,6 @@ running, left, ETA). rich on a terminal; plain lines otherwise (CI, a log file):
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 import time
@@ -33,12 +32,16 @@ def progress(
     if sys.stderr.isatty():
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.text import Text
+
+        from validate.env.progress import _terminal
+        from validate.textsafe import display, redact
 
         bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            console=Console(stderr=True),
+            console=Console(file=_terminal()),  # the terminal: not through SafeStream's escaping
         )
         task = bar.add_task("running", total=total)
 
@@ -48,7 +51,9 @@ def progress(
             bar.update(
                 task, completed=done, total=todo, description=f"running ({failures} failing)"
             )
-            bar.console.print(_line(result, done, todo))
+            # what SafeStream does for every other line (a reason holds case output), and as
+            # Text: a "[...]" in it is no rich markup
+            bar.console.print(Text(display(redact(_line(result, done, todo)))))
 
         with bar:
             yield show
@@ -89,35 +94,25 @@ def pool_line(stats: PoolStats) -> str:
 def pool_progress(
     *, tty: bool | None = None, every_s: float = PLAIN_EVERY_S, stream: TextIO | None = None
 ) -> Iterator[Callable[[PoolStats], None]]:
-    """The pool's `on_change`: a rich status line on a terminal (log lines scroll above it), else
-    a plain line on stderr at most every `every_s` seconds and a last one on leaving."""
+    """The pool's `on_change`. On a terminal one row of the process's one rich display
+    (env.progress: rich allows one live display at a time, and the environments built in the
+    background show their rows in it too; log lines print above it). Else a plain line on stderr
+    at most every `every_s` seconds and a last one on leaving."""
     out = stream or sys.stderr
-    if tty if tty is not None else sys.stderr.isatty():
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn
+    if tty is None:
+        from validate.env.progress import interactive
 
-        bar = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), console=Console(stderr=True)
-        )
-        task = bar.add_task("cases: starting")
-        handlers = [
-            h
-            for h in logging.getLogger("validate").handlers
-            if isinstance(h, logging.StreamHandler)
-        ]
+        tty = interactive()
+    if tty:
+        from validate.env.progress import activity
 
-        def show(stats: PoolStats) -> None:
-            bar.update(task, description=pool_line(stats))
+        with activity("cases") as act:
 
-        with bar:
-            # log lines go through rich's stderr proxy, above the live line, not through it
-            previous = [h.setStream(sys.stderr) for h in handlers]
-            try:
-                yield show
-            finally:
-                for handler, old in zip(handlers, previous, strict=True):
-                    if old is not None:
-                        handler.setStream(old)
+            def show(stats: PoolStats) -> None:
+                total = stats.done + stats.running + stats.left
+                act.update(pool_line(stats).removeprefix("cases: "), done=stats.done, total=total)
+
+            yield show
         return
     lock = threading.Lock()
     last_at = -float("inf")
