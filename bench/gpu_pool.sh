@@ -7,7 +7,7 @@
 # figures come from three consecutive calls on the same warm machine (nothing else runs beside them):
 #   PART=a  the frontend CI's loop (`jupyter execute` one notebook after another) for cell 1
 #           (backend 9.25.1.1, frontend 1.27.0);
-#   PART=b  the same loop for cell 2 (9.24.0.43, frontend 1.27.0), then `validate` on those two
+#   PART=b  the same loop for cell 2 (9.21.1.3, frontend 1.27.0), then `validate` on those two
 #           cells, fresh environment cache, default slots;
 #   PART=c  `validate` on the whole matrix: backends 9.19.0.56..9.25.1.1 x frontends 1.26.0, 1.27.0,
 #           1.32.0 (15 cells), fresh environment cache, default slots.
@@ -23,7 +23,7 @@ COMMON=(--env current --backend-store "$STORE" --cuda 13.0 --driver 580 --arch s
   --samples "$SAMPLES" --cases validate/execute/resources/cases --timeout 300)
 case $PART in
   a) LOOP=9.25.1.1; CUDNN= ;;
-  b) LOOP=9.24.0.43; CUDNN=9.24.0.43,9.25.1.1; FE=1.27.0 ;;
+  b) LOOP=9.21.1.3; CUDNN=9.21.1.3,9.25.1.1; FE=1.27.0 ;;
   c) LOOP=; CUDNN=9.19.0.56,9.21.1.3,9.22.0.52,9.24.0.43,9.25.1.1; FE=1.26.0,1.27.0,1.32.0 ;;
   *) echo "PART must be a, b or c" >&2; exit 2 ;;
 esac
