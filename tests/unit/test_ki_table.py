@@ -177,3 +177,16 @@ def test_no_database_says_so() -> None:
     runs = merge_runs([(RunInfo(run_id="r1", path=Path()), RESULTS)])
     text = render(build_report(runs), "md")
     assert "## Known issues\n\nNo known-issue database was given.\n" in text
+
+
+def test_a_database_given_at_report_time_judges_the_verdict_too() -> None:
+    """A crash the run stored as a regression, inside the range of an issue the report's database
+    declares: the table says affected and the sign-off counts it as xfail, not as a regression."""
+    crash = _result("repro.py", Outcome.CRASH, "9.24.0.43", "sm100", reason="Kernel died")
+    runs = merge_runs([(RunInfo(run_id="r1", path=Path()), [crash])])
+    without = build_report(runs)
+    assert without.verdict.counts.get(Outcome.CRASH) == 1
+    assert not without.verdict.signed_off
+    judged = build_report(runs, known_issues=[KI])
+    assert judged.verdict.counts.get(Outcome.XFAIL) == 1
+    assert judged.verdict.signed_off

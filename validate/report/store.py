@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from validate.errors import ConfigError
-from validate.judge.known_issues import load_known_issues
+from validate.judge.known_issues import apply_known_issues, load_known_issues
 from validate.judge.signoff import decide
 from validate.model.results import CaseResult, load_results
 from validate.report import Report
@@ -127,12 +127,15 @@ def build_report(
     flaky: FlakyPolicy = "block",
 ) -> Report:
     """Tables + verdict for merged runs (and an optional baseline); `flaky` is the sign-off policy
-    for results that passed on a re-run, `link_prefix` the --link-base of evidence links."""
+    for results that passed on a re-run, `link_prefix` the --link-base of evidence links. The
+    verdict judges the results against `known_issues` as the tables do, so a database given at
+    report time (`--known-issues`) turns a failure it declares into xfail in the sign-off too."""
+    judged = apply_known_issues(runs.results, known_issues)
     return Report(
         runs=runs,
         table=build_table(runs.items, pivot, known_issues),
         cases=build_case_matrix(runs.items),
-        verdict=decide(runs.results, None if baseline is None else baseline.results, flaky=flaky),
+        verdict=decide(judged, None if baseline is None else baseline.results, flaky=flaky),
         ki_table=build_ki_table(runs.items, known_issues),
         known_issues=tuple(known_issues),
         baseline_runs=() if baseline is None else baseline.runs,
