@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 from validate.config import Selectors, ValidateConfig
 from validate.errors import ConfigError
 from validate.execute import slurm as sl
-from validate.execute.records import now_stamp
+from validate.execute.records import not_run, now_stamp
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, RunKey, load_results, write_json
 from validate.plan.pipeline import job_groups
@@ -498,19 +498,6 @@ def _killed_by_slurm(results: Sequence[CaseResult], reason: str) -> list[CaseRes
     ]
 
 
-def _error(cell: Cell, case: Case, reason: str, run_id: str) -> CaseResult:
-    return CaseResult(
-        case=case.name,
-        outcome=Outcome.ERROR,
-        reason=reason,
-        cell_id=cell.id,
-        cell=cell.pins(),
-        case_path=str(case.path),
-        started_at=now_stamp(),
-        run_id=run_id,
-    )
-
-
 def _write_merged(run_dir: Path, results: Sequence[CaseResult]) -> None:
     """RUN/results.jsonl holds the merged results (each line verified where it was read, then
     signed under RUN's key); replaced whole, so a second merge writes the same file."""
@@ -558,7 +545,9 @@ def finalize(run_dir: Path, state: dict[str, Any]) -> tuple[list[CaseResult], Pl
             missing = [u for u in mine if u not in done]
             if missing:
                 reason = _reason(run_dir, group, index, task)
-                errors += [_error(cells[c], by_name[n], reason, run_id) for c, n in missing]
+                errors += [
+                    not_run(cells[c], by_name[n], Outcome.ERROR, reason, run_id) for c, n in missing
+                ]
     if errors:
         runs.append((RunInfo(run_id=run_id, path=run_dir / "slurm", meta={}), errors))
     merged = merge_runs(runs, prefer="refuse")
