@@ -6,6 +6,9 @@ import json
 import threading
 from pathlib import Path  # noqa: TC003 - pytest's tmp_path annotations
 
+import pytest  # noqa: TC002 - pytest's fixture annotations
+
+from validate.execute import slots
 from validate.execute.history import GPU_KEY, History
 from validate.execute.slots import GPU_PER_CASE_MIB, Resources, choose_slots, host_memory_mib
 from validate.model.outcome import Outcome
@@ -153,3 +156,23 @@ def test_gpu_sampler_attributes_memory_to_the_case_by_session() -> None:
         for proc in (case, kernel, stranger):
             proc.kill()
             proc.wait()
+
+
+def _fake_smi(folder: Path, body: str) -> None:
+    """An `nvidia-smi` on PATH that answers as this shell body does (no GPU here)."""
+    smi = folder / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\n{body}\n")
+    smi.chmod(0o755)
+
+
+def test_free_gpu_memory_from_nvidia_smi_where_nvml_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(slots, "_nvml", lambda: None)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    _fake_smi(tmp_path, 'printf "81000\\n140000\\n"')
+    assert slots.free_gpu_mib() == [81000, 140000]
+    _fake_smi(tmp_path, "echo 'NVIDIA-SMI has failed'; exit 9")
+    assert slots.free_gpu_mib() is None
+    _fake_smi(tmp_path, "echo 'N/A'")
+    assert slots.free_gpu_mib() is None

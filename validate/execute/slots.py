@@ -99,24 +99,28 @@ def free_gpu_mib() -> list[int] | None:
         finally:
             nvml.nvmlShutdown()
     smi = shutil.which("nvidia-smi")
-    if smi is None:
+    lines = None if smi is None else _smi_csv(smi, "--query-gpu=memory.free", timeout=30)
+    if lines is None:
         return None
     try:
+        return [int(line.split()[0]) for line in lines if line.strip()]
+    except (ValueError, IndexError):
+        return None
+
+
+def _smi_csv(smi: str, query: str, *, timeout: float) -> list[str] | None:
+    """The lines of `nvidia-smi QUERY --format=csv,noheader,nounits`; None when it fails."""
+    try:
         proc = subprocess.run(
-            [smi, "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+            [smi, query, "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=timeout,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if proc.returncode != 0:
-        return None
-    try:
-        return [int(line.split()[0]) for line in proc.stdout.splitlines() if line.strip()]
-    except (ValueError, IndexError):
-        return None
+    return proc.stdout.splitlines() if proc.returncode == 0 else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,18 +242,7 @@ class GpuSampler:
                 found += [(p.pid, (p.usedGpuMemory or 0) / (1024 * 1024)) for p in procs]
             return found
         assert self._smi is not None
-        query = "--query-compute-apps=pid,used_memory"
-        try:
-            proc = subprocess.run(
-                [self._smi, query, "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return found
-        for line in proc.stdout.splitlines():
+        for line in _smi_csv(self._smi, "--query-compute-apps=pid,used_memory", timeout=10) or ():
             pid, _, mib = line.partition(",")
             try:
                 found.append((int(pid), float(mib)))
