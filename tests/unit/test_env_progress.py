@@ -11,33 +11,16 @@ import select
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
+from testwheels import make_wheel
 
 from validate.env import venvs
 from validate.env.progress import activity, interactive, ninja_line, pip_line, run_streamed, uv_line
 from validate.errors import EnvBuildError
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _wheel(folder: Path, name: str) -> Path:
-    dist = f"{name}-1.0"
-    path = folder / f"{dist}-py3-none-any.whl"
-    members = {
-        f"{name}/__init__.py": b"",
-        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
-        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(f"{m},,\n" for m in members) + f"{dist}.dist-info/RECORD,,\n"
-    folder.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(path, "w") as whl:
-        for member, data in members.items():
-            whl.writestr(member, data)
-        whl.writestr(f"{dist}.dist-info/RECORD", record)
-    return path
 
 
 def _plain(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -58,7 +41,7 @@ def test_a_real_uv_install_reports_packages_as_they_arrive(
     tmp_path: Path, info: pytest.LogCaptureFixture
 ) -> None:
     for name in ("alpha", "beta", "gamma"):
-        _wheel(tmp_path / "wheels", name)
+        make_wheel(tmp_path / "wheels", name, "1.0", files={f"{name}/__init__.py": b""})
     subprocess.run(["uv", "venv", "--quiet", str(tmp_path / "env")], check=True)
     python = tmp_path / "env" / "bin" / "python"
     with activity("environment demo") as act:
