@@ -25,22 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.gitlab]
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "tests" / "resources" / "scripts"
-MATRIX = """\
-[axes]
-cudnn = ["9.13.0.50"]
-frontend = ["1.27.0"]
-cuda = ["13.0"]
-driver = ["580"]
-arch = ["sm90"]
-
-[[include]]
-cudnn = "9.12.0.46"
-frontend = "1.27.0"
-cuda = "13.0"
-driver = "580"
-arch = "sm80"
-reason = "a second runner group, with its own environment"
-"""
+MATRIX = REPO / "tests" / "resources" / "matrices" / "two_runner_groups.toml"
 RUNNERS = '[runner.sm80]\ntags = ["cpu"]\n\n[runner.sm90]\ntags = ["cpu"]\n'
 
 
@@ -72,7 +57,7 @@ def _project(tmp_path: Path, name: str, job_args: str) -> Path:
     """A git checkout holding the matrix, the runners and the emitted child.yml."""
     project = tmp_path / name
     project.mkdir()
-    (project / "matrix.toml").write_text(MATRIX)
+    (project / "matrix.toml").write_text(MATRIX.read_text())
     (project / "runners.toml").write_text(RUNNERS)
     emit = ["plan", "--matrix", "matrix.toml", "--runners", "runners.toml", "--emit", "gitlab"]
     tool = f"{sys.executable} -m validate"

@@ -48,22 +48,7 @@ tags = ["cpu"]
 gpus = 0
 time = "{time}"
 """
-MATRIX = """\
-[axes]
-cudnn = ["9.13.0.50"]
-frontend = ["1.27.0"]
-cuda = ["13.0"]
-driver = ["580"]
-arch = ["sm90"]
-
-[[include]]
-cudnn = "9.12.0.46"
-frontend = "1.27.0"
-cuda = "13.0"
-driver = "580"
-arch = "sm80"
-reason = "a second runner group, with its own environment"
-"""
+MATRIX = REPO / "tests" / "resources" / "matrices" / "two_runner_groups.toml"
 _DAEMONS = ("munged", "slurmctld", "slurmd")
 _TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo")
 
@@ -326,7 +311,7 @@ def test_submit_run_merge_equals_a_local_run(
 ) -> None:
     """Two runner groups of one environment each (one cell per environment: a CPU-only host
     checks the pins of cells that share one only once), two shards each, real wheels."""
-    (tmp_path / "matrix.toml").write_text(MATRIX)
+    (tmp_path / "matrix.toml").write_text(MATRIX.read_text())
     (tmp_path / "runners.toml").write_text(RUNNERS.format(time="00:10:00"))
     cache = tmp_path_factory.mktemp("slurm-envs")
     args = ["--matrix", "matrix.toml", "--wheelhouse", str(wheelhouse), "--no-backend-deps"]
