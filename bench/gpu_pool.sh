@@ -3,14 +3,19 @@
 #
 #   bench/gpu_pool.sh PART WHEELHOUSE SAMPLES_CHECKOUT BACKEND_STORE OUT_DIR
 #
-# A device call is capped at 600 s and the sequential loop over one cell alone takes ~280 s, so the
-# figures come from three consecutive calls on the same warm machine (nothing else runs beside them):
+# The cells of the two-cell figure are those of the affected/fixed known issue (KI-1): backend
+# 9.24.0.43 (affected) and 9.25.1.1 (fixed), both with frontend 1.27.0.
 #   PART=a  the frontend CI's loop (`jupyter execute` one notebook after another) for cell 1
-#           (backend 9.25.1.1, frontend 1.27.0);
-#   PART=b  the same loop for cell 2 (9.21.1.3, frontend 1.27.0), then `validate` on those two
+#           (9.24.0.43, frontend 1.27.0);
+#   PART=b  the same loop for cell 2 (9.25.1.1, frontend 1.27.0), then `validate` on those two
 #           cells, fresh environment cache, default slots;
 #   PART=c  `validate` on the whole matrix: backends 9.19.0.56..9.25.1.1 x frontends 1.26.0, 1.27.0,
-#           1.32.0 (15 cells), fresh environment cache, default slots.
+#           1.32.0 (15 cells), fresh environment cache holding only the duration history that
+#           part b wrote (what a user has after the two-cell run), default slots. GUARD=SECONDS
+#           interrupts it (SIGINT) when a device call's limit is near; `--resume` completes it.
+#   PART=all  a, b and c one after another in one process (one run: start it in the background
+#           where a device call is shorter than the whole, and collect OUT_DIR later).
+# A device call is capped at 600 s and the loop over one cell alone takes ~300-370 s.
 # The loop pins its backend the way the tool does for `--env current` (the store's folder on the
 # library path, its dispatcher preloaded) so that torch and the frontend bind to the same copy.
 # bench/gpu_pool_figures.py turns OUT_DIR/{a,b,c} into the ratios (figures.json, figures.md).
@@ -21,9 +26,13 @@ mkdir -p "$OUT/$PART"; export PYTHONUNBUFFERED=1
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 COMMON=(--env current --backend-store "$STORE" --cuda 13.0 --driver 580 --arch sm90 --wheelhouse "$WH"
   --samples "$SAMPLES" --cases validate/execute/resources/cases --timeout 300)
+if [ "$PART" = all ]; then
+  for p in a b c; do "$0" "$p" "$WH" "$SAMPLES" "$STORE" "$OUT" || exit $?; done
+  exit 0
+fi
 case $PART in
-  a) LOOP=9.25.1.1; CUDNN= ;;
-  b) LOOP=9.21.1.3; CUDNN=9.21.1.3,9.25.1.1; FE=1.27.0 ;;
+  a) LOOP=9.24.0.43; CUDNN= ;;
+  b) LOOP=9.25.1.1; CUDNN=9.24.0.43,9.25.1.1; FE=1.27.0 ;;
   c) LOOP=; CUDNN=9.19.0.56,9.21.1.3,9.22.0.52,9.24.0.43,9.25.1.1; FE=1.26.0,1.27.0,1.32.0 ;;
   *) echo "PART must be a, b or c" >&2; exit 2 ;;
 esac
@@ -46,10 +55,20 @@ if [ -n "$LOOP" ]; then
     LD_PRELOAD="$LIB/libcudnn.so.9" python3 bench/jupyter_loop.py "$SAMPLES" "$OUT/$PART/loop.json"
 fi
 [ -n "$CUDNN" ] || exit 0
+CACHE="/tmp/envs-pool-$PART"; rm -rf "$CACHE"; mkdir -p "$CACHE"
+if [ "$PART" = c ]; then
+  if [ -f /tmp/envs-pool-b/durations.json ]; then
+    cp /tmp/envs-pool-b/durations.json "$CACHE/" && cp "$CACHE/durations.json" "$OUT/c/history_in.json"
+    echo "history: part b's durations.json ($(python3 -c "import json,sys; print(sum(isinstance(v,(int,float)) for v in json.load(open(sys.argv[1])).values()))" "$CACHE/durations.json") cases)" | tee -a "$OUT/c/provenance.txt"
+  else
+    echo "history: none (part b did not run here)" | tee -a "$OUT/c/provenance.txt"
+  fi
+fi
+WRAP=(); [ "$PART" = c ] && [ -n "${GUARD:-}" ] && WRAP=(timeout -s INT "$GUARD")
 echo "== validate ($(stamp))"
 s=$(date +%s.%N)
-python3 -m validate validate "${COMMON[@]}" --cudnn "$CUDNN" --frontend "$FE" \
-  --cache-dir "/tmp/envs-pool-$PART" --results "$OUT/$PART/validate" >"$OUT/$PART/validate.txt" 2>"$OUT/$PART/validate.err"
+"${WRAP[@]}" python3 -m validate validate "${COMMON[@]}" --cudnn "$CUDNN" --frontend "$FE" \
+  --cache-dir "$CACHE" --results "$OUT/$PART/validate" >"$OUT/$PART/validate.txt" 2>"$OUT/$PART/validate.err"
 echo "rc=$?" >>"$OUT/$PART/validate.txt"
 e=$(date +%s.%N)
 python3 -c "print(round($e-$s,1))" >"$OUT/$PART/validate_wall_s"
