@@ -12,7 +12,7 @@ set -euo pipefail
 PIECES=$1; SHA=$2; ZS=$3; KIT=$4
 python3 -m pip install -q --no-index --no-deps --target /tmp/zs "$ZS"
 PYTHONPATH=/tmp/zs python3 "$(dirname "$0")/gpu_kit_unpack.py" "$PIECES" "$SHA" "$KIT"
-OWN=$(python3 -c "import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))")
+OWN=$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])")
 VER=$(python3 -c "from importlib.metadata import version; print(version('nvidia-cudnn-cu13'))")
 cp -a "$OWN" "$KIT/store/$VER"
 ls "$KIT"/wh/*.whl | grep -v -e frontend-1.26 -e frontend-1.32 -e cutlass -e tvm_ffi -e cuda_bindings \
