@@ -197,6 +197,10 @@ def main() -> int:
         f"  CPU time, loop / runner:       {trivial['loop_cpu']:.3f}s / {trivial['runner_cpu']:.3f}s"
         f" = {cpu_ratio:.2f}x (less moved by other load)"
     )
+    print(
+        f"  python start-up (python -c pass): {trivial['bare'] * 1000:.0f} ms (the loop's unit:"
+        " an editable install's import hook in site adds to every start and flatters the ratio)"
+    )
     startup = trivial["help"] - trivial["bare"]
     print(f"  start-up (run --help - python -c pass): {startup * 1000:.0f} ms (goal 100 ms)")
     per_boot = (trivial["boot"] - trivial["loop"]) / t

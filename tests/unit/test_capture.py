@@ -30,12 +30,12 @@ def test_host_capture_skips_the_case_only_probes() -> None:
 
 
 def test_the_script_bootstrap_writes_what_json_dumps_writes() -> None:
-    """run_script.py writes its report without importing json: the same text, for every kind
-    of value a report holds (a real capture included)."""
+    """The script bootstrap (script_boot.py) writes its report without importing json: the same
+    text, for every kind of value a report holds (a real capture included)."""
     import json
     from pathlib import Path
 
-    from validate.execute.resources.run_script import dumps
+    from validate.execute.resources.script_boot import dumps
 
     report = {
         "runner": "script",
@@ -48,6 +48,8 @@ def test_the_script_bootstrap_writes_what_json_dumps_writes() -> None:
         "nested": {"a": [], "b": {}, "c": ({"d": (1, 2)},)},
         "keys": {7: "int", 2.5: "float", None: "none", True: "bool", False: "no"},
         "other": Path("/tmp/x"),
+        # each test of the bootstrap's fast path for plain ASCII, alone
+        "edges": ['"', "\\", "\x7f", "\x1f", "é", "plain ~ ascii", ""],
         "env": capture(in_case=False),
     }
     assert dumps(report) == json.dumps(report, default=str)

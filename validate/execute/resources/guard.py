@@ -16,7 +16,7 @@ import sys
 import time
 
 # No contextlib, typing or ctypes at import: this runs first in every case process, and the tool
-# imports it too (PARENT_ENV); ctypes is loaded once, by _prctl.
+# imports it too (PARENT_ENV); prctl goes through the C module _ctypes, loaded by _prctl.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import signal
@@ -37,18 +37,28 @@ _PR_SET_CHILD_SUBREAPER = 36
 _STOP_GRACE_S = 3.0  # after SIGTERM: how long the case may take to end before all is killed
 
 
-_LIBC: list[Any] = []
+_PRCTL: list[int] = []
 
 
 def _prctl(option: int, arg: int) -> int | None:
-    """prctl(2) through libc (ctypes imported on the first call); None where it is missing."""
+    """prctl(2) through libc; None where it is missing. Called through the C module `_ctypes`
+    (its call_function): `import ctypes` builds its type classes at import, a millisecond of
+    every case. ctypes is the fallback where `_ctypes` lacks call_function."""
     try:
-        if not _LIBC:
-            import ctypes
+        import _ctypes
 
-            _LIBC.append(ctypes.CDLL(None, use_errno=True))
-        return int(_LIBC[0].prctl(option, arg, 0, 0, 0))
-    except (OSError, AttributeError):
+        if not _PRCTL:
+            _PRCTL.append(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))
+        return int(_ctypes.call_function(_PRCTL[0], (option, arg, 0, 0, 0)))
+    except (ImportError, AttributeError):
+        pass
+    except OSError:
+        return None
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL(None).prctl(option, arg, 0, 0, 0))
+    except (ImportError, OSError, AttributeError):
         return None
 
 
