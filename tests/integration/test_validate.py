@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from proctags import kill_tagged, tagged, tagged_env
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -19,6 +23,11 @@ pytestmark = pytest.mark.slow
 
 BACKEND, OTHER_BACKEND = "9.13.0.50", "9.12.0.46"  # both in the shared wheelhouse (conftest.py)
 CELL = ["--cuda", "13.0", "--driver", "580", "--arch", "sm90"]
+SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _validate(*args: str) -> subprocess.CompletedProcess[str]:
@@ -59,6 +68,23 @@ def backend_store(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def _results(run_dir: Path) -> dict[str, dict[str, object]]:
     lines = (run_dir / "results.jsonl").read_text().splitlines()
     return {json.loads(line)["case"]: json.loads(line) for line in lines}
+
+
+def _base_venv(wheelhouse: Path, base: Path) -> Path:
+    """A venv holding backend BACKEND and frontend 1.27.0; its python."""
+    subprocess.run(["uv", "venv", "--quiet", str(base)], check=True)
+    install = ["uv", "pip", "install", "--quiet", "--python", str(base / "bin" / "python")]
+    subprocess.run(
+        [
+            *install,
+            "--no-index",
+            "--no-deps",
+            str(min(wheelhouse.glob(f"nvidia_cudnn_cu13-{BACKEND}-*.whl"))),
+            str(min(wheelhouse.glob("nvidia_cudnn_frontend-1.27.0-*.whl"))),
+        ],
+        check=True,
+    )
+    return base / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
@@ -235,23 +261,11 @@ def test_backend_store_with_env_current_binds_the_store_copy(
 ) -> None:
     """--env current over an interpreter holding backend BACKEND: the cell pinned to
     OTHER_BACKEND takes it from the store, and the pin check passes on the store's copy only."""
-    base = tmp_path / "base"
-    subprocess.run(["uv", "venv", "--quiet", str(base)], check=True)
-    install = ["uv", "pip", "install", "--quiet", "--python", str(base / "bin" / "python")]
-    subprocess.run(
-        [
-            *install,
-            "--no-index",
-            "--no-deps",
-            str(min(wheelhouse.glob(f"nvidia_cudnn_cu13-{BACKEND}-*.whl"))),
-            str(min(wheelhouse.glob("nvidia_cudnn_frontend-1.27.0-*.whl"))),
-        ],
-        check=True,
-    )
+    base = _base_venv(wheelhouse, tmp_path / "base")
     run_dir = tmp_path / "run"
     proc = _validate(
         *["--cudnn", OTHER_BACKEND, "--frontend", "1.27.0", *CELL, "--env", "current"],
-        *["--base-python", str(base / "bin" / "python"), "--frontend-source", "current"],
+        *["--base-python", str(base), "--frontend-source", "current"],
         *["--backend-store", str(backend_store), "--wheelhouse", str(wheelhouse)],
         *["--cache-dir", str(tmp_path / "envs"), "--case", "pin_check.py"],
         *["--results", str(run_dir)],
@@ -289,3 +303,66 @@ def test_a_bad_backend_store_is_one_line_exit_2(
     assert needle in proc.stderr
     assert "--backend-store" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_stores_no_result_for_the_cut_case_and_the_last_line_says_so(
+    wheelhouse: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C in the pool: the case that was running is killed and neither stored nor counted as
+    done; the pool's last progress line says what was done, cut and never started."""
+    base = _base_venv(wheelhouse, tmp_path / "base")
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    shutil.copy(SCRIPTS / "pass_script.py", cases / "a_quick.py")
+    hang = cases / f"hang_{os.getpid()}.py"  # a unique name to find its process by
+    shutil.copy(SCRIPTS / "hang.py", hang)
+    run_dir = tmp_path / "run"
+    tag, env = tagged_env()
+    argv = [
+        sys.executable,
+        "-m",
+        "validate",
+        "validate",
+        "--cudnn",
+        BACKEND,
+        "--frontend",
+        "1.27.0",
+    ]
+    argv += [*CELL, "--env", "current", "--base-python", str(base), "--frontend-source", "current"]
+    argv += ["--wheelhouse", str(wheelhouse), "--cache-dir", str(tmp_path / "envs")]
+    argv += ["--cases", str(cases), "--jobs", "2", "--timeout", "300", "--results", str(run_dir)]
+    tool = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=_default_sigint,  # noqa: PLW1509 - signal reset only, before exec
+    )
+    try:
+        deadline = time.monotonic() + 120
+        store: Path | None = None
+        while time.monotonic() < deadline:
+            stores = list(run_dir.glob("**/results.jsonl"))
+            store = stores[0] if stores else None
+            if store and store.read_text().strip() and tagged(tag, hang.name):
+                break
+            time.sleep(0.2)
+        else:
+            msg = "the quick case never finished or the hang never started"
+            raise AssertionError(msg)
+        tool.send_signal(signal.SIGINT)
+        _, err = tool.communicate(timeout=60)
+        assert tool.returncode == 130, err
+        text = err.decode()
+        assert store is not None
+        assert [r["case"] for r in _read(store)] == ["a_quick.py"]
+        lines = [line for line in text.splitlines() if line.startswith("cases")]
+        assert lines[-1] == "cases stopped: 1 done, 1 cut, 0 not started (2 slots)", text
+    finally:
+        tool.kill()
+        tool.communicate()
+        kill_tagged(tag)
+
+
+def _read(store: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in store.read_text().splitlines()]

@@ -209,6 +209,39 @@ def test_progress_line_and_plain_rate() -> None:
     assert len(printed) == 2  # the first one, then only the last one at the end
 
 
+def test_stop_counts_the_running_jobs_as_cut_not_done() -> None:
+    """An interrupt (runner.run_pool stops the pool, then kills the cases): the cases running then
+    are not stored, so the progress must not count them as done, even when their jobs return
+    after the stop; nothing queued starts, and a cut job's follow-ups are dropped."""
+    order: list[str] = []
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> list[Job]:
+        started.set()
+        release.wait(30)
+        order.append("slow")
+        return [_recording(order, "slow #2", 1.0, cases=0)]
+
+    pool = Pool(1)
+    pool.submit([_recording(order, "quick", 10.0), Job(name="slow", run=slow, estimate_s=9.0)])
+    pool.submit([_recording(order, "later", 1.0)])
+    dispatcher = threading.Thread(target=pool.run, daemon=True)
+    dispatcher.start()
+    assert started.wait(30)
+    pool.stop()
+    dispatcher.join(30)
+    assert not dispatcher.is_alive()  # run() returns once stopped
+    stopped = pool.stats()
+    assert (stopped.done, stopped.running, stopped.cut, stopped.left) == (1, 0, 1, 1)
+    release.set()
+    for thread in threading.enumerate():
+        if thread.name == "pool:slow":
+            thread.join(30)
+    assert order == ["quick", "slow"]  # neither the follow-up nor the queued job ran
+    assert pool.stats() == stopped
+    assert pool_line(stopped) == "cases stopped: 1 done, 1 cut, 1 not started (1 slots)"
+
+
 def test_the_next_environment_is_built_while_the_first_cells_cases_run(tmp_path: Path) -> None:
     """run_cells prepares step 2 in the background: its build sees step 1's case running (the
     case waits for the build to finish, so cell by cell this would only end on the timeouts)."""

@@ -9,6 +9,7 @@ a docker cell's container as many as it runs at once) and, where the pool has a 
 budget (the free memory of the GPUs at start), its `gpu_mib` of it (a case's recorded peak).
 The queue's order is kept: a job that does not fit yet waits, and those behind it wait too (no
 job starves). Nothing here knows about results: jobs store their own (the store is thread-safe).
+`stop()` (an interrupt) freezes the count: the jobs running then are cut, not done.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class PoolStats:
     left: int
     eta_s: float | None
     slots: int
+    cut: int = 0  # cases that were running when the pool was stopped (an interrupt)
+    stopped: bool = False
 
 
 @dataclass
@@ -72,6 +75,8 @@ class _State:
     open: bool = True
     pending: int = 0  # cases announced (`expect`) whose jobs have not come yet
     pending_s: float | None = None  # their estimated seconds in all (None: unknown)
+    stopped: bool = False
+    cut: int = 0
 
 
 class Pool:
@@ -130,6 +135,17 @@ class Pool:
             self._state.open = False
             self._cond.notify_all()
 
+    def stop(self) -> None:
+        """Start nothing more, and count what is running now as cut, not done (an interrupt:
+        those cases are being killed and their results are not stored)."""
+        with self._cond:
+            state = self._state
+            if not state.stopped:
+                state.stopped = True
+                state.cut = sum(item.job.cases for item in state.running.values())
+            self._cond.notify_all()
+        self._changed()
+
     def fail(self, exc: BaseException) -> None:
         """Stop dispatching; `run` raises `exc` (a feeder thread's error)."""
         with self._cond:
@@ -148,6 +164,8 @@ class Pool:
                 while True:
                     if state.error is not None:
                         raise state.error
+                    if state.stopped:
+                        return
                     if state.queue:
                         job = state.queue[0][2]
                         need = min(job.slots, self.slots)
@@ -183,9 +201,12 @@ class Pool:
             del state.running[ident]
             self._free += running.taken
             self._gpu_free += running.gpu
-            state.done += job.cases
-            if job.cases == 1:
-                state.durations.append(time.monotonic() - running.started)
+            if state.stopped:  # cut: counted by stop(), and nothing follows
+                follow = ()
+            else:
+                state.done += job.cases
+                if job.cases == 1:
+                    state.durations.append(time.monotonic() - running.started)
             if error is not None and state.error is None:
                 state.error = error
             for extra in follow:
@@ -217,10 +238,12 @@ class Pool:
             eta = max(sum(work) / self.slots, longest) if work else 0.0
             return PoolStats(
                 done=state.done,
-                running=sum(r.job.cases for r in state.running.values()),
+                running=0 if state.stopped else sum(r.job.cases for r in state.running.values()),
                 left=sum(j.cases for j in queued) + state.pending,
-                eta_s=eta,
+                eta_s=None if state.stopped else eta,
                 slots=self.slots,
+                cut=state.cut,
+                stopped=state.stopped,
             )
 
     def _changed(self) -> None:

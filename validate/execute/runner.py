@@ -564,6 +564,8 @@ class CaseBatch:
         return jobs
 
     def _finish(self, result: CaseResult, gpu_mib: float | None) -> None:
+        if _LIVE.stopped.is_set():  # interrupted: this case was killed by us, not by the product
+            return
         self.store.append(result)
         if result.outcome is not Outcome.SKIP:
             self.history.record(result.case, result.duration_s, gpu_mib)
@@ -586,7 +588,10 @@ def run_pool(pool: Pool) -> None:
         pool.run()
     except (KeyboardInterrupt, ResultsLost):
         # what is running is ended, not recorded (a half-run case killed by us is not a crash
-        # of the product)
+        # of the product): no result is stored from here on, the progress counts those cases
+        # as cut, then they are killed
+        _LIVE.stopped.set()
+        pool.stop()
         _LIVE.kill_all()
         raise
 

@@ -48,7 +48,8 @@ def _prctl(option: int, arg: int) -> int | None:
         import _ctypes
 
         if not _PRCTL:
-            _PRCTL.append(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))
+            # None: the process itself (what CDLL(None) opens; typeshed says str only)
+            _PRCTL.append(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))  # type: ignore[arg-type]
         return int(_ctypes.call_function(_PRCTL[0], (option, arg, 0, 0, 0)))
     except (ImportError, AttributeError):
         pass

@@ -16,7 +16,7 @@ if __name__ == "__main__":
     _here = dirname(abspath(__file__))  # noqa: PTH100, PTH120 - no pathlib
     if sys.path[:1] != [_here]:  # python -P adds no script folder
         sys.path.insert(0, _here)
-    import script_boot
+    import script_boot  # type: ignore[import-not-found] # beside this file, found at run time
 
     # kept only under a private name: a case's own `script_boot` module is its own
     sys.modules["_cudnn_matrix_script_boot"] = sys.modules.pop("script_boot")
