@@ -28,13 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_notebook
-
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _notebooks(folder: Path, n: int, crash_at: int) -> list[Path]:
+    import nbformat  # not for --only-trivial (a GPU host without Jupyter)
+    from nbformat.v4 import new_code_cell, new_notebook
+
     paths = []
     for i in range(n):
         code = "import os\nos.abort()" if i == crash_at else f"x = sum(range(10000))\nprint({i}, x)"
