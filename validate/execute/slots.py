@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -73,15 +72,9 @@ def host_memory_mib() -> int | None:
 
 
 def _nvml() -> Any:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    return pynvml
+    from validate.nvml import nvml  # the process's one NVML session
+
+    return nvml()
 
 
 def free_gpu_mib() -> list[int] | None:
@@ -96,8 +89,6 @@ def free_gpu_mib() -> list[int] | None:
             ]
         except nvml.NVMLError:
             pass
-        finally:
-            nvml.nvmlShutdown()
     smi = shutil.which("nvidia-smi")
     lines = None if smi is None else _smi_csv(smi, "--query-gpu=memory.free", timeout=30)
     if lines is None:
@@ -276,7 +267,4 @@ class GpuSampler:
         if self._thread is not None:
             self._thread.join(timeout=15)
             self._thread = None
-        if self._nvml is not None:
-            with contextlib.suppress(self._nvml.NVMLError):
-                self._nvml.nvmlShutdown()
-            self._nvml = None
+        self._nvml = None  # the process's NVML session stays open (validate/nvml.py)

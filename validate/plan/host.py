@@ -98,14 +98,10 @@ def _decode(value: str | bytes) -> str:
 
 
 def _from_nvml() -> HostFacts | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        log.debug("NVML unavailable: %s", exc)
+    from validate.nvml import nvml
+
+    pynvml = nvml()
+    if pynvml is None:
         return None
     try:
         gpus = []
@@ -126,8 +122,9 @@ def _from_nvml() -> HostFacts | None:
             cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
             source="nvml",
         )
-    finally:
-        pynvml.nvmlShutdown()
+    except pynvml.NVMLError as exc:
+        log.debug("NVML did not answer: %s", exc)
+        return None
 
 
 def parse_nvidia_smi(query_csv: str, banner: str = "") -> HostFacts:
