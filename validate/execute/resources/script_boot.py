@@ -1,9 +1,10 @@
 """The script bootstrap's work, imported by run_script.py in the CASE env's Python. Stdlib only.
 
 main() runs SCRIPT as ``__main__`` (a fresh module, as runpy.run_path would; sys.argv and
-sys.path[0] as a plain ``python SCRIPT`` would set them), then writes REPORT_JSON: exit code, the uncaught exception (name, message,
-traceback tail) and the environment captured in-process at exit. A crash by signal or
-``os._exit`` writes nothing; the tool then classifies by the exit status.
+sys.path[0] as a plain ``python SCRIPT`` would set them), then writes REPORT_JSON: exit code,
+the uncaught exception (name, message, traceback tail) and the environment captured in-process
+at exit. A crash by signal or ``os._exit`` writes nothing; the tool then classifies by the exit
+status.
 """
 
 from __future__ import annotations
