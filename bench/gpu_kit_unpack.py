@@ -59,7 +59,8 @@ def main(pieces_dir: Path, sha256: str, dest: Path) -> int:
             f"sha256 mismatch over {len(pieces)} pieces: {joined.sha.hexdigest()}", file=sys.stderr
         )
         return 1
-    for unzipped in sorted((dest / "cut").iterdir()):
+    cut = dest / "cut"
+    for unzipped in sorted(cut.iterdir()) if cut.is_dir() else ():
         wheel = dest / "wh" / f"{unzipped.name}.whl"
         with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
             for path in sorted(unzipped.rglob("*")):

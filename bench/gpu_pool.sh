@@ -13,8 +13,12 @@
 #           1.32.0 (15 cells), fresh environment cache holding only the duration history that
 #           part b wrote (what a user has after the two-cell run), default slots. GUARD=SECONDS
 #           interrupts it (SIGINT) when a device call's limit is near; `--resume` completes it.
+#   PART=two  a and b one after another (the two-cell figure alone, ~750 s on the H200);
 #   PART=all  a, b and c one after another in one process (one run: start it in the background
-#           where a device call is shorter than the whole, and collect OUT_DIR later).
+#           where a device call is shorter than the whole, and collect OUT_DIR later). A lent
+#           machine left idle for ~30 s is given back, and a background run with it: follow the
+#           call that starts it with calls that wait on it (`sleep 500; tail OUT_DIR/...`) back
+#           to back, and copy OUT_DIR to $OUT in the last one.
 # A device call is capped at 600 s and the loop over one cell alone takes ~300-370 s.
 # The loop pins its backend the way the tool does for `--env current` (the store's folder on the
 # library path, its dispatcher preloaded) so that torch and the frontend bind to the same copy.
@@ -26,15 +30,16 @@ mkdir -p "$OUT/$PART"; export PYTHONUNBUFFERED=1
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 COMMON=(--env current --backend-store "$STORE" --cuda 13.0 --driver 580 --arch sm90 --wheelhouse "$WH"
   --samples "$SAMPLES" --cases validate/execute/resources/cases --timeout 300)
-if [ "$PART" = all ]; then
-  for p in a b c; do "$0" "$p" "$WH" "$SAMPLES" "$STORE" "$OUT" || exit $?; done
+if [ "$PART" = all ] || [ "$PART" = two ]; then
+  parts=(a b); [ "$PART" = all ] && parts+=(c)
+  for p in "${parts[@]}"; do "$0" "$p" "$WH" "$SAMPLES" "$STORE" "$OUT" || exit $?; done
   exit 0
 fi
 case $PART in
   a) LOOP=9.24.0.43; CUDNN= ;;
   b) LOOP=9.25.1.1; CUDNN=9.24.0.43,9.25.1.1; FE=1.27.0 ;;
   c) LOOP=; CUDNN=9.19.0.56,9.21.1.3,9.22.0.52,9.24.0.43,9.25.1.1; FE=1.26.0,1.27.0,1.32.0 ;;
-  *) echo "PART must be a, b or c" >&2; exit 2 ;;
+  *) echo "PART must be a, b, c, two or all" >&2; exit 2 ;;
 esac
 {
   echo "date: $(stamp)"

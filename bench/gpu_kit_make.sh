@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Build the kit that bench/gpu_pool.sh needs on the lent H200 (which has no network), here, on a
+# host that reaches PyPI:
+#
+#   bench/gpu_kit_make.sh KIT_DIR FRONTEND_GIT_DIR BACKEND [BACKEND...]
+#
+# e.g. bench/gpu_kit_make.sh .carry /work/.mirror/NVIDIA+cudnn-frontend/repo 9.24.0.43 9.25.1.1
+# (the two cells of the affected/fixed issue: 14 pieces, about a minute here).
+#
+# KIT_DIR/tree, what gpu_kit_unpack.py unpacks:
+#   store/<backend>/{lib,include}  each backend wheel's nvidia/cudnn tree, every sub-library;
+#   wh/      cp312 manylinux x86_64 wheels: the frontends (FRONTENDS, default 1.27.0) and what a
+#            cell environment and the `jupyter execute` loop install (nbclient, nbformat,
+#            ipykernel, nvidia-ml-py and their dependencies); torch and CUDA are the machine's;
+#   cut/     empty (gpu_kit_unpack.py zips unzipped cutlass wheels from here; none are needed);
+#   samples/ samples/python of the frontend checkout at its HEAD, and COMMIT.
+# KIT_DIR/carry/pNN/piece.NN: the tree as one tar, `zstd -6 --long=31`, split into 60 MiB pieces,
+# one folder each (a device call carries one folder, so KIT_DIR is an ignored folder of the
+# checkout, e.g. .carry listed in .git/info/exclude); KIT_DIR/SHA256 is the joined stream's.
+# Each device call then carries one folder and copies its piece out
+# (`mkdir -p /tmp/pieces && cp .carry/carry/pNN/piece.NN /tmp/pieces/`); the last
+# runs bench/gpu_pool_prepare.sh /tmp/pieces "$(cat SHA256)" /tmp/zs/zstandard-*.whl /tmp/kit
+# (KIT_DIR/carry/zs holds that wheel, 5 MB: carry it with the last piece, the short one; a full
+# piece and the wheel are over a call's 64 MiB).
+set -euo pipefail
+[ $# -ge 3 ] || { echo "usage: $0 KIT_DIR FRONTEND_GIT_DIR BACKEND [BACKEND...]" >&2; exit 2; }
+KIT=$(realpath -m "$1"); GIT=$2; shift 2
+FRONTENDS=${FRONTENDS:-1.27.0}
+TREE="$KIT/tree"; DL="$KIT/download"
+mkdir -p "$TREE/store" "$TREE/wh" "$TREE/cut" "$DL"
+PLATFORM=(--only-binary=:all: --python-version 3.12 --implementation cp
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64
+  --platform manylinux_2_17_x86_64)
+
+for backend in "$@"; do
+  if [ -f "$TREE/store/$backend/lib/libcudnn.so.9" ]; then continue; fi
+  python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d "$DL" "nvidia-cudnn-cu13==$backend"
+  wheel=$(ls "$DL"/nvidia_cudnn_cu13-"$backend"-*.whl)
+  rm -rf "$DL/unzip" && mkdir -p "$DL/unzip"
+  python3 -m zipfile -e "$wheel" "$DL/unzip"
+  mv "$DL/unzip/nvidia/cudnn" "$TREE/store/$backend"
+  rm -rf "$DL/unzip" "$wheel"
+  ls "$TREE/store/$backend/lib" | grep -q libcudnn_ops || { echo "$backend: no libcudnn_ops" >&2; exit 1; }
+done
+
+reqs=(nbclient nbformat ipykernel nvidia-ml-py)
+for fe in ${FRONTENDS//,/ }; do reqs+=("nvidia-cudnn-frontend==$fe"); done
+python3 -m pip download -q "${PLATFORM[@]}" -d "$TREE/wh" "${reqs[@]}"
+
+rm -rf "$TREE/samples" && mkdir -p "$TREE/samples"
+git --git-dir="$GIT" archive HEAD samples/python | tar -x -C "$TREE/samples"
+git --git-dir="$GIT" rev-parse --short HEAD >"$TREE/samples/COMMIT"
+
+rm -rf "$KIT/carry" && mkdir -p "$KIT/carry/zs"
+# the unpacker's zstandard module, for the machine's Python 3.12
+python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d "$KIT/carry/zs" zstandard
+tar -C "$TREE" -cf - . | zstd -q -6 -T2 --long=31 | split -b 60M -d -a 2 - "$KIT/carry/piece."
+cat "$KIT"/carry/piece.* | sha256sum | cut -d' ' -f1 >"$KIT/SHA256"
+for piece in "$KIT"/carry/piece.*; do  # p00, p01, ...
+  folder="$KIT/carry/p${piece##*.}"; mkdir -p "$folder"; mv "$piece" "$folder/"
+done
+echo "kit: $(du -sh "$TREE" | cut -f1) unpacked, $(ls -d "$KIT"/carry/p* | wc -l) pieces of 60 MiB," \
+  "sha256 $(cat "$KIT/SHA256"); store: $(ls "$TREE/store" | tr '\n' ' '); wheels: $(ls "$TREE/wh" | wc -l)"
