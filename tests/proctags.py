@@ -41,3 +41,10 @@ def kill_tagged(tag: str) -> None:
     for line in tagged(tag):
         with contextlib.suppress(OSError):
             os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
+def default_sigint() -> None:
+    """preexec_fn for a tool started as from a terminal: a shell without job control starts
+    background commands with SIGINT ignored, and that disposition is inherited (a CI script run
+    with `&` would hide Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -11,14 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from proctags import kill_tagged, tagged, tagged_env
+from proctags import default_sigint, kill_tagged, tagged, tagged_env
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 KERNEL = "kernelapp.launch_new_instance"  # in the argv of every kernel the notebook runner starts
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _end(tool: subprocess.Popen[bytes], tag: str) -> None:
@@ -42,9 +38,7 @@ def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
-        # as from a terminal: a shell without job control starts background commands with SIGINT
-        # ignored, and that disposition is inherited (a CI script run with `&` would hide Ctrl-C)
-        preexec_fn=_default_sigint,  # noqa: PLW1509 - signal reset only, before exec
+        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
     )
     try:
         deadline = time.monotonic() + 60

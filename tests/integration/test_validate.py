@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from proctags import kill_tagged, tagged, tagged_env
+from proctags import default_sigint, kill_tagged, tagged, tagged_env
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -24,10 +24,6 @@ pytestmark = pytest.mark.slow
 BACKEND, OTHER_BACKEND = "9.13.0.50", "9.12.0.46"  # both in the shared wheelhouse (conftest.py)
 CELL = ["--cuda", "13.0", "--driver", "580", "--arch", "sm90"]
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _validate(*args: str) -> subprocess.CompletedProcess[str]:
@@ -336,7 +332,7 @@ def test_ctrl_c_stores_no_result_for_the_cut_case_and_the_last_line_says_so(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
-        preexec_fn=_default_sigint,  # noqa: PLW1509 - signal reset only, before exec
+        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
     )
     try:
         deadline = time.monotonic() + 120
@@ -358,6 +354,10 @@ def test_ctrl_c_stores_no_result_for_the_cut_case_and_the_last_line_says_so(
         assert [r["case"] for r in _read(store)] == ["a_quick.py"]
         lines = [line for line in text.splitlines() if line.startswith("cases")]
         assert lines[-1] == "cases stopped: 1 done, 1 cut, 0 not started (2 slots)", text
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and tagged(tag, hang.name):
+            time.sleep(0.2)
+        assert tagged(tag, hang.name) == []  # the cut case is gone, not only unrecorded
     finally:
         tool.kill()
         tool.communicate()
