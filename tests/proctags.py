@@ -6,8 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
 
 TAG_VAR = "CUDNN_MATRIX_TEST_TAG"
 
@@ -48,3 +54,53 @@ def default_sigint() -> None:
     background commands with SIGINT ignored, and that disposition is inherited (a CI script run
     with `&` would hide Ctrl-C)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def tagged_tool(
+    argv: Sequence[str], *, output: int = subprocess.PIPE
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """The tool started with a new tag, as from a terminal (SIGINT as by default); on leaving,
+    whatever a failed assertion left behind is killed: the tool and every tagged process."""
+    tag, env = tagged_env()
+    tool = subprocess.Popen(
+        argv,
+        stdout=output,
+        stderr=output,
+        env=env,
+        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
+    )
+    try:
+        yield tool, tag
+    finally:
+        tool.kill()
+        tool.communicate()
+        kill_tagged(tag)
+
+
+def ctrl_c_when(
+    tool: subprocess.Popen[bytes],
+    ready: Callable[[], bool],
+    *,
+    what: str,
+    wait_s: float = 60,
+    end_s: float = 60,
+) -> bytes:
+    """Ctrl-C (SIGINT) to the tool once `ready()` holds; its stderr once it has ended (within
+    `end_s`). `what` names the condition in the failure when it never holds within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(what)
+        time.sleep(0.2)
+    tool.send_signal(signal.SIGINT)
+    _, err = tool.communicate(timeout=end_s)
+    return err
+
+
+def still_running(tag: str, marker: str = "", within_s: float = 10.0) -> list[str]:
+    """What `tagged(tag, marker)` still finds after waiting up to `within_s` for it to go."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and tagged(tag, marker):
+        time.sleep(0.2)
+    return tagged(tag, marker)

@@ -5,23 +5,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from proctags import default_sigint, kill_tagged, tagged, tagged_env
+from proctags import ctrl_c_when, still_running, tagged, tagged_tool
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 KERNEL = "kernelapp.launch_new_instance"  # in the argv of every kernel the notebook runner starts
-
-
-def _end(tool: subprocess.Popen[bytes], tag: str) -> None:
-    """Whatever a failed assertion left behind: the tool and every tagged process."""
-    tool.kill()
-    tool.communicate()
-    kill_tagged(tag)
 
 
 def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) -> None:
@@ -32,37 +24,21 @@ def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) ->
     shutil.copy(SCRIPTS / "hang.py", hang)
     results = tmp_path / "run"
     argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
-    tag, env = tagged_env()
-    tool = subprocess.Popen(
-        [*argv, "--timeout", "300", "--results", str(results)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            store = results / "results.jsonl"
-            if store.exists() and store.read_text().strip() and tagged(tag, hang.name):
-                break
-            time.sleep(0.2)
-        else:
-            msg = "the quick case never finished or the hang never started"
-            raise AssertionError(msg)
-        tool.send_signal(signal.SIGINT)
-        _, err = tool.communicate(timeout=30)
+    store = results / "results.jsonl"
+    with tagged_tool([*argv, "--timeout", "300", "--results", str(results)]) as (tool, tag):
+        err = ctrl_c_when(
+            tool,
+            lambda: (
+                store.exists() and bool(store.read_text().strip()) and bool(tagged(tag, hang.name))
+            ),
+            what="the quick case never finished or the hang never started",
+            end_s=30,
+        )
         assert tool.returncode == 130, err
         assert b"Traceback" not in err
-        stored = (results / "results.jsonl").read_text().splitlines()
-        recorded = [json.loads(line) for line in stored]
+        recorded = [json.loads(line) for line in store.read_text().splitlines()]
         assert [(r["case"], r["outcome"]) for r in recorded] == [("a_quick.py", "pass")]
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and tagged(tag):
-            time.sleep(0.2)
-        assert tagged(tag) == []  # the script, the child it started: everything the tool ran
-    finally:
-        _end(tool, tag)
+        assert still_running(tag) == []  # the script, the child it started: everything the tool ran
 
 
 def test_cases_die_with_a_killed_tool(tmp_path: Path) -> None:
@@ -74,23 +50,13 @@ def test_cases_die_with_a_killed_tool(tmp_path: Path) -> None:
     notebook = cases / f"orphan_{os.getpid()}.ipynb"
     shutil.copy(SCRIPTS.parent / "notebooks" / "hang.ipynb", notebook)
     argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
-    tag, env = tagged_env()
-    tool = subprocess.Popen(
-        [*argv, "--timeout", "300", "--results", str(tmp_path / "run")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    try:
+    argv += ["--timeout", "300", "--results", str(tmp_path / "run")]
+    with tagged_tool(argv, output=subprocess.DEVNULL) as (tool, tag):
         _wait_then_kill(tool, tag)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and tagged(tag):
-            time.sleep(0.2)
+        still_running(tag)
         assert tagged(tag, f"orphan_{os.getpid()}") == []
         assert tagged(tag, "time.sleep(3600)") == []  # the script's own child
         assert tagged(tag, KERNEL) == []  # and the kernel
-    finally:
-        _end(tool, tag)
 
 
 def _wait_then_kill(tool: subprocess.Popen[bytes], tag: str) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from proctags import default_sigint
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -251,8 +252,7 @@ def _tool(cluster: Cluster, *args: str, cwd: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # the tool starts with SIGINT at its default even under a shell without job control
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
     )
 
 

@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from proctags import default_sigint, kill_tagged, tagged, tagged_env
+from proctags import ctrl_c_when, still_running, tagged, tagged_tool
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -122,19 +120,7 @@ def test_validate_installs_pins_and_verifies_them(
 
 def test_dishonoured_pin_is_an_error(wheelhouse: Path, tmp_path: Path) -> None:
     """--env current over an interpreter holding backend 9.13 while the cell pins 9.12."""
-    base = tmp_path / "base"
-    subprocess.run(["uv", "venv", "--quiet", str(base)], check=True)
-    install = ["uv", "pip", "install", "--quiet", "--python", str(base / "bin" / "python")]
-    subprocess.run(
-        [
-            *install,
-            "--no-index",
-            "--no-deps",
-            str(min(wheelhouse.glob(f"nvidia_cudnn_cu13-{BACKEND}-*.whl"))),
-            str(min(wheelhouse.glob("nvidia_cudnn_frontend-1.27.0-*.whl"))),
-        ],
-        check=True,
-    )
+    base = _base_venv(wheelhouse, tmp_path / "base")
     run_dir = tmp_path / "run"
     proc = _validate(
         "--cudnn",
@@ -145,7 +131,7 @@ def test_dishonoured_pin_is_an_error(wheelhouse: Path, tmp_path: Path) -> None:
         "--env",
         "current",
         "--base-python",
-        str(base / "bin" / "python"),
+        str(base),
         "--frontend-source",
         "current",
         "--cases",
@@ -313,7 +299,6 @@ def test_ctrl_c_stores_no_result_for_the_cut_case_and_the_last_line_says_so(
     hang = cases / f"hang_{os.getpid()}.py"  # a unique name to find its process by
     shutil.copy(SCRIPTS / "hang.py", hang)
     run_dir = tmp_path / "run"
-    tag, env = tagged_env()
     argv = [
         sys.executable,
         "-m",
@@ -327,41 +312,24 @@ def test_ctrl_c_stores_no_result_for_the_cut_case_and_the_last_line_says_so(
     argv += [*CELL, "--env", "current", "--base-python", str(base), "--frontend-source", "current"]
     argv += ["--wheelhouse", str(wheelhouse), "--cache-dir", str(tmp_path / "envs")]
     argv += ["--cases", str(cases), "--jobs", "2", "--timeout", "300", "--results", str(run_dir)]
-    tool = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
-    )
-    try:
-        deadline = time.monotonic() + 120
-        store: Path | None = None
-        while time.monotonic() < deadline:
-            stores = list(run_dir.glob("**/results.jsonl"))
-            store = stores[0] if stores else None
-            if store and store.read_text().strip() and tagged(tag, hang.name):
-                break
-            time.sleep(0.2)
-        else:
-            msg = "the quick case never finished or the hang never started"
-            raise AssertionError(msg)
-        tool.send_signal(signal.SIGINT)
-        _, err = tool.communicate(timeout=60)
+
+    def stores() -> list[Path]:
+        return [p for p in run_dir.glob("**/results.jsonl") if p.read_text().strip()]
+
+    with tagged_tool(argv) as (tool, tag):
+        err = ctrl_c_when(
+            tool,
+            lambda: bool(stores()) and bool(tagged(tag, hang.name)),
+            what="the quick case never finished or the hang never started",
+            wait_s=120,
+        )
         assert tool.returncode == 130, err
         text = err.decode()
-        assert store is not None
+        [store] = stores()
         assert [r["case"] for r in _read(store)] == ["a_quick.py"]
         lines = [line for line in text.splitlines() if line.startswith("cases")]
         assert lines[-1] == "cases stopped: 1 done, 1 cut, 0 not started (2 slots)", text
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and tagged(tag, hang.name):
-            time.sleep(0.2)
-        assert tagged(tag, hang.name) == []  # the cut case is gone, not only unrecorded
-    finally:
-        tool.kill()
-        tool.communicate()
-        kill_tagged(tag)
+        assert still_running(tag, hang.name) == []  # the cut case is gone, not only unrecorded
 
 
 def _read(store: Path) -> list[dict[str, Any]]:
