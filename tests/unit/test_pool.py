@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 
 from validate.env.target import ExecTarget
 from validate.execute.cases import cases_for, discover_cases
-from validate.execute.pool import Job, Pool
+from validate.execute.pool import YIELD_NICE, Job, Pool, yield_nice
 from validate.execute.progress import pool_line, pool_progress
 from validate.execute.runner import RunOptions, run_cases
 from validate.model.results import ResultStore
@@ -347,3 +348,93 @@ def test_the_display_draws_on_the_terminal_and_log_lines_stay_safe(
         assert handler.stream is before
     finally:
         logger.removeHandler(handler)
+
+
+def _nice_of_jobs(pool: Pool, estimates: dict[str, float | None], first: str) -> dict[str, int]:
+    """Run one job per estimate; `first` (if it is the longest) stays running until every other
+    job has run, so they all start beside it. Returns each job's `yield_nice()`."""
+    seen: dict[str, int] = {}
+    others_done = threading.Event()
+    lock = threading.Lock()
+
+    def job(name: str) -> Job:
+        def run() -> tuple[Job, ...]:
+            with lock:
+                seen[name] = yield_nice()
+                if len(seen) == len(estimates):
+                    others_done.set()
+            if name == first:
+                assert others_done.wait(10), "the others never ran beside the first job"
+            return ()
+
+        return Job(name=name, run=run, estimate_s=estimates[name])
+
+    pool.submit(job(name) for name in estimates)
+    _drain(pool)
+    return seen
+
+
+def test_jobs_started_beside_a_critical_path_job_yield(caplog: pytest.LogCaptureFixture) -> None:
+    """A job longer than the work per slot runs at the normal priority and the short ones started
+    beside it are marked to lower theirs; the log names it."""
+    shorts: dict[str, float | None] = {f"short{i}": 1.0 for i in range(4)}
+    with caplog.at_level("INFO", logger="validate.execute.pool"):
+        seen = _nice_of_jobs(Pool(2), {"long": 10.0, **shorts}, "long")
+    assert seen == {"long": 0, **dict.fromkeys(shorts, YIELD_NICE)}
+    assert "critical path: long (10s by the history)" in caplog.text
+
+
+def test_no_job_yields_without_a_critical_path() -> None:
+    """Equal jobs (each below the work per slot), jobs without a history, and a pool told not to
+    yield: nobody lowers its priority."""
+    equal: dict[str, float | None] = {f"j{i}": 1.0 for i in range(6)}
+    assert set(_nice_of_jobs(Pool(2), equal, "none").values()) == {0}
+    unknown: dict[str, float | None] = {"long": None, "a": None, "b": None}
+    assert set(_nice_of_jobs(Pool(2), unknown, "long").values()) == {0}
+    told: dict[str, float | None] = {"long": 10.0, "a": 1.0, "b": 1.0}
+    assert set(_nice_of_jobs(Pool(2, yield_nice=0), told, "long").values()) == {0}
+
+
+def test_a_case_beside_a_critical_one_runs_at_lower_priority(tmp_path: Path) -> None:
+    """Real case processes: with a history that makes `long.py` the critical path, a case that
+    starts beside it (and the child it forks) runs at nice +YIELD_NICE, and so does its session
+    where CPU time is grouped by session; `long.py` at the pool's own. Every case prints its niceness; long.py stays until the short ones have ended."""
+    mark = tmp_path / "shorts-done"
+    long = tmp_path / "long.py"
+    long.write_text(
+        "import os, pathlib, time\n"
+        f"mark = pathlib.Path({str(mark)!r})\n"
+        "deadline = time.monotonic() + 20\n"
+        "while not mark.exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "print('nice', os.nice(0))\n"
+    )
+    for name in ("short_a.py", "short_b.py"):
+        (tmp_path / name).write_text(
+            "import os, subprocess, sys\n"
+            "child = subprocess.run([sys.executable, '-c', 'import os; print(os.nice(0))'],"
+            " capture_output=True, text=True, check=True).stdout.strip()\n"
+            "try:\n"
+            "    group = open('/proc/self/autogroup').read().split()[-1]\n"
+            "except OSError:\n"
+            "    group = 'none'\n"
+            "print('nice', os.nice(0), 'child', child, 'group', group)\n"
+            f"open({str(mark)!r} + '.' + {name!r}, 'w').close()\n"
+            f"import glob; n = len(glob.glob({str(mark)!r} + '.*'))\n"
+            f"open({str(mark)!r}, 'w').close() if n == 2 else None\n"
+        )
+    history = tmp_path / "durations.json"
+    history.write_text('{"long.py": 30, "short_a.py": 1, "short_b.py": 1}')
+    options = RunOptions(results_dir=tmp_path / "run", api_logs=False, jobs=2, history=history)
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    target = ExecTarget(python=Path(sys.executable), cell_id="c1")
+    scripts = [tmp_path / n for n in ("short_a.py", "long.py", "short_b.py")]
+    results = run_cases(discover_cases(scripts), target, options, store)
+    own = os.nice(0)
+    printed = {r.case: Path(r.log_path).read_text().split() for r in results}
+    assert printed["long.py"][:2] == ["nice", str(own)], printed
+    want = str(min(19, own + YIELD_NICE))
+    for name in ("short_a.py", "short_b.py"):
+        assert printed[name][:4] == ["nice", want, "child", want], printed
+        if printed[name][5] != "none":  # CPU time grouped by session: the session is lowered too
+            assert printed[name][5] == want, printed

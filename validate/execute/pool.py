@@ -10,6 +10,13 @@ budget (the free memory of the GPUs at start), its `gpu_mib` of it (a case's rec
 The queue's order is kept: a job that does not fit yet waits, and those behind it wait too (no
 job starves). Nothing here knows about results: jobs store their own (the store is thread-safe).
 `stop()` (an interrupt) freezes the count: the jobs running then are cut, not done.
+
+Critical path: a job whose estimate is at least the work left per slot (all known estimates,
+queued and running, over the slots) bounds the run's wall time however the rest is packed. It
+runs at the normal CPU priority; a job started while such a job runs is marked to yield
+(`yield_nice()` in its thread: the runner lowers its processes' priority by that much), so the
+long case is not slowed by the short ones beside it where the cores are shared (the default
+slots are two per CPU). Without a history no job is critical and nothing changes.
 """
 
 from __future__ import annotations
@@ -20,16 +27,26 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["Job", "Pool", "PoolStats"]
+__all__ = ["YIELD_NICE", "Job", "Pool", "PoolStats", "yield_nice"]
 
 log = logging.getLogger(__name__)
 
 _DEFAULT_ESTIMATE_S = 30.0  # for the ETA, before any job with no history has finished
+#: How much a job started beside a critical-path job lowers its CPU priority (nice increment).
+YIELD_NICE: Final = 10
+
+_THREAD = threading.local()  # the running job's nice increment, in the thread that runs it
+
+
+def yield_nice() -> int:
+    """The nice increment for processes the calling thread starts: the pool's job thread of a
+    job that yields to a critical-path job, else 0."""
+    return int(getattr(_THREAD, "nice", 0))
 
 
 @dataclass(eq=False, kw_only=True)
@@ -63,6 +80,8 @@ class _Running:
     started: float
     taken: int
     gpu: float
+    critical: bool = False
+    nice: int = 0
 
 
 @dataclass
@@ -88,8 +107,10 @@ class Pool:
         *,
         gpu_mib: float | None = None,
         on_change: Callable[[PoolStats], None] | None = None,
+        yield_nice: int | None = None,
     ) -> None:
         self.slots = max(1, slots)
+        self.yield_nice = YIELD_NICE if yield_nice is None else yield_nice  # 0: never yield
         self.gpu_mib = gpu_mib  # the GPU-memory budget; None: not accounted
         self._gpu_free = gpu_mib or 0.0
         self._on_change = on_change
@@ -180,16 +201,47 @@ class Pool:
                 self._free -= need
                 self._gpu_free -= gpu
                 ident = next(self._seq)
-                state.running[ident] = _Running(job, time.monotonic(), need, gpu)
+                now = time.monotonic()
+                critical = self._critical(job, now)
+                beside = any(item.critical for item in state.running.values())
+                nice = self.yield_nice if beside and not critical else 0
+                state.running[ident] = _Running(job, now, need, gpu, critical, nice)
+                told = critical and bool(state.queue or state.pending)  # others will run beside
+            if told:
+                log.info(
+                    "critical path: %s (%.0fs by the history); cases started beside it run at"
+                    " nice +%d",
+                    job.name,
+                    job.estimate_s,
+                    self.yield_nice,
+                )
             thread = threading.Thread(
                 target=self._work, args=(ident,), name=f"pool:{job.name}", daemon=True
             )
             thread.start()
             self._changed()
 
+    def _critical(self, job: Job, now: float) -> bool:
+        """Whether `job` (just taken off the queue) is on the critical path: its estimate is at
+        least the known work left per slot (queued, running, announced, itself included; a job
+        alone always is). Jobs without an estimate count as no work."""
+        if job.estimate_s is None or self.yield_nice <= 0:
+            return False
+        state = self._state
+        work = job.estimate_s * min(job.slots, self.slots)
+        work += sum(
+            j.estimate_s * min(j.slots, self.slots) for _, _, j in state.queue if j.estimate_s
+        )
+        for item in state.running.values():
+            if item.job.estimate_s is not None:
+                work += max(0.0, item.job.estimate_s - (now - item.started)) * item.taken
+        work += state.pending_s or 0.0  # cells still preparing their environment
+        return job.estimate_s >= work / self.slots
+
     def _work(self, ident: int) -> None:
         running = self._state.running[ident]
         job = running.job
+        _THREAD.nice = running.nice  # a thread per job: read by the runner when it spawns
         follow: Sequence[Job] = ()
         error: BaseException | None = None
         try:

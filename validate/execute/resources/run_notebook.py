@@ -153,6 +153,7 @@ def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
             pid_file = result_path.with_suffix(".kernel")
             if kernel_proc is not None:
                 pid_file.write_text(str(kernel_proc.pid), encoding="utf-8")
+                _share_autogroup_nice(kernel_proc.pid)
             for index, cell in enumerate(nb.cells):
                 tags = cell.metadata.get("tags", [])
                 if cell.cell_type == "code" and "skip-execution" in tags:
@@ -178,6 +179,19 @@ def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
         _shutdown(client, km)
         shutil.rmtree(sockets, ignore_errors=True)
     return result
+
+
+def _share_autogroup_nice(pid: int) -> None:
+    """Give the kernel's session (jupyter_client starts the kernel in one of its own) the CPU
+    share of this case's: where the kernel groups CPU time by session (sched autogroup), a case
+    the pool lowered beside a critical-path case (runner._lower_priority) would otherwise run its
+    cells at the full share again."""
+    try:
+        nice = int(Path("/proc/self/autogroup").read_text(encoding="ascii").split()[-1])
+        if nice > 0:
+            Path(f"/proc/{pid}/autogroup").write_text(str(nice), encoding="ascii")
+    except (OSError, ValueError, IndexError):  # no autogroup here: the process nice is inherited
+        pass
 
 
 def _current_cell(started: dict[int, float]) -> int | None:
