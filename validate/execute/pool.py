@@ -223,19 +223,23 @@ class Pool:
 
     def _critical(self, job: Job, now: float) -> bool:
         """Whether `job` (just taken off the queue) is on the critical path: its estimate is at
-        least the known work left per slot (queued, running, announced, itself included; a job
-        alone always is). Jobs without an estimate count as no work."""
+        least the work left per slot (queued, running, announced, itself included; a job alone
+        always is). A job without an estimate counts as the mean so far, as in the ETA."""
         if job.estimate_s is None or self.yield_nice <= 0:
             return False
         state = self._state
+        known = state.durations
+        default = sum(known) / len(known) if known else _DEFAULT_ESTIMATE_S
+
+        def seconds(other: Job) -> float:
+            return other.estimate_s if other.estimate_s is not None else default
+
         work = job.estimate_s * min(job.slots, self.slots)
-        work += sum(
-            j.estimate_s * min(j.slots, self.slots) for _, _, j in state.queue if j.estimate_s
-        )
+        work += sum(seconds(j) * min(j.slots, self.slots) for _, _, j in state.queue)
         for item in state.running.values():
-            if item.job.estimate_s is not None:
-                work += max(0.0, item.job.estimate_s - (now - item.started)) * item.taken
-        work += state.pending_s or 0.0  # cells still preparing their environment
+            work += max(0.0, seconds(item.job) - (now - item.started)) * item.taken
+        if state.pending:  # cells still preparing their environment
+            work += state.pending_s if state.pending_s is not None else default * state.pending
         return job.estimate_s >= work / self.slots
 
     def _work(self, ident: int) -> None:
