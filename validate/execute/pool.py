@@ -11,8 +11,9 @@ The queue's order is kept: a job that does not fit yet waits, and those behind i
 job starves). Nothing here knows about results: jobs store their own (the store is thread-safe).
 `stop()` (an interrupt) freezes the count: the jobs running then are cut, not done.
 
-Critical path: a job whose estimate is at least the work left per slot (all known estimates,
-queued and running, over the slots) bounds the run's wall time however the rest is packed. It
+Critical path: a job whose estimate is at least the work left per slot (the estimates of the
+queued, running and announced jobs over the slots) bounds the run's wall time however the rest is
+packed. It
 runs at the normal CPU priority; a job started while such a job runs is marked to yield
 (`yield_nice()` in its thread: the runner lowers its processes' priority by that much), so the
 long case is not slowed by the short ones beside it where the cores are shared (the default
