@@ -36,11 +36,19 @@ if [ "$PART" = all ] || [ "$PART" = two ]; then
   exit 0
 fi
 case $PART in
-  a) LOOP=9.24.0.43; CUDNN= ;;
+  a) LOOP=9.24.0.43; CUDNN=; FE= ;;
   b) LOOP=9.25.1.1; CUDNN=9.24.0.43,9.25.1.1; FE=1.27.0 ;;
   c) LOOP=; CUDNN=9.19.0.56,9.21.1.3,9.22.0.52,9.24.0.43,9.25.1.1; FE=1.26.0,1.27.0,1.32.0 ;;
   *) echo "PART must be a, b, c, two or all" >&2; exit 2 ;;
 esac
+# what this part needs, checked before any device time goes into it (one line, exit 2)
+[ -f "$REPO/matrix/default.toml" ] || { echo "gpu_pool.sh: $REPO/matrix/default.toml missing (copy the whole checkout)" >&2; exit 2; }
+for b in ${LOOP:-} ${CUDNN//,/ }; do
+  [ -f "$STORE/$b/lib/libcudnn.so.9" ] || { echo "gpu_pool.sh: part $PART needs backend $b in $STORE" >&2; exit 2; }
+done
+for f in ${FE//,/ }; do
+  ls "$WH"/nvidia_cudnn_frontend-"$f"-*.whl >/dev/null 2>&1 || { echo "gpu_pool.sh: part $PART needs frontend $f in $WH" >&2; exit 2; }
+done
 {
   echo "date: $(stamp)"
   nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
