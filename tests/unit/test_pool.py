@@ -398,7 +398,8 @@ def test_no_job_yields_without_a_critical_path() -> None:
 def test_a_case_beside_a_critical_one_runs_at_lower_priority(tmp_path: Path) -> None:
     """Real case processes: with a history that makes `long.py` the critical path, a case that
     starts beside it (and the child it forks) runs at nice +YIELD_NICE, and so does its session
-    where CPU time is grouped by session; `long.py` at the pool's own. Every case prints its niceness; long.py stays until the short ones have ended."""
+    where CPU time is grouped by session; `long.py` at the pool's own. Every case prints its
+    niceness; long.py stays until the short ones have ended."""
     mark = tmp_path / "shorts-done"
     long = tmp_path / "long.py"
     long.write_text(
