@@ -35,7 +35,10 @@ from validate.execute.pool import YIELD_NICE, Pool
 from validate.execute.runner import CaseBatch, RunOptions, run_pool
 from validate.model.results import ResultStore
 
-_BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end:\n    pass\n"
+_BURN = (
+    "import time\nend = time.process_time() + {seconds}\n"
+    "while time.process_time() < end:\n    pass\n"
+)
 
 
 def _run(folder: Path, scripts: list[Path], history: Path, jobs: int, nice: int) -> float:
