@@ -102,6 +102,16 @@ class Cluster:
             out[fields.get("ArrayTaskId", fields["JobId"])] = fields["JobState"]
         return out
 
+    def settled_state(self, job: str, timeout: float = 60.0) -> dict[str, str]:
+        """`job_state` once no task is COMPLETING any more (a task cancelled while it ran shows
+        COMPLETING until slurmd has reaped it, then CANCELLED)."""
+        _wait_for(
+            f"job {job} to settle",
+            lambda: "COMPLETING" not in self.job_state(job).values(),
+            timeout,
+        )
+        return self.job_state(job)
+
 
 def _wait_for(what: str, check: Callable[[], bool], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
@@ -563,4 +573,4 @@ def test_a_partition_slurm_refuses_is_one_line_and_leaves_nothing_queued(
         line.split()[3].rstrip(":") for line in err.splitlines() if "submitted job" in line
     ]
     assert len(submitted) == 1, err
-    assert set(cluster.job_state(submitted[0]).values()) == {"CANCELLED"}
+    assert set(cluster.settled_state(submitted[0]).values()) == {"CANCELLED"}
