@@ -228,20 +228,32 @@ class Pool:
         always is). A job without an estimate counts as the mean so far, as in the ETA."""
         if job.estimate_s is None or self.yield_nice <= 0:
             return False
-        state = self._state
-        known = state.durations
-        default = sum(known) / len(known) if known else _DEFAULT_ESTIMATE_S
-
-        def seconds(other: Job) -> float:
-            return other.estimate_s if other.estimate_s is not None else default
-
+        default = self._default_s()
         work = job.estimate_s * min(job.slots, self.slots)
-        work += sum(seconds(j) * min(j.slots, self.slots) for _, _, j in state.queue)
+        for _, _, other in self._state.queue:
+            seconds = other.estimate_s if other.estimate_s is not None else default
+            work += seconds * min(other.slots, self.slots)
+        work += self._left_outside_queue(now, default)[0]
+        return job.estimate_s >= work / self.slots
+
+    def _default_s(self) -> float:
+        """What a job without an estimate counts as: the mean of the jobs finished so far."""
+        known = self._state.durations
+        return sum(known) / len(known) if known else _DEFAULT_ESTIMATE_S
+
+    def _left_outside_queue(self, now: float, default: float) -> tuple[float, float]:
+        """The slot-seconds the running jobs still hold plus the announced cells' work, and the
+        longest rest of a running job (for the ETA and the critical-path test)."""
+        state = self._state
+        work = longest = 0.0
         for item in state.running.values():
-            work += max(0.0, seconds(item.job) - (now - item.started)) * item.taken
+            estimate = item.job.estimate_s if item.job.estimate_s is not None else default
+            rest = max(0.0, estimate - (now - item.started))
+            work += rest * item.taken
+            longest = max(longest, rest)
         if state.pending:  # cells still preparing their environment
             work += state.pending_s if state.pending_s is not None else default * state.pending
-        return job.estimate_s >= work / self.slots
+        return work, longest
 
     def _work(self, ident: int) -> None:
         running = self._state.running[ident]
@@ -277,22 +289,13 @@ class Pool:
     def stats(self) -> PoolStats:
         with self._cond:
             state = self._state
-            now = time.monotonic()
-            known = state.durations
-            default = sum(known) / len(known) if known else _DEFAULT_ESTIMATE_S
+            default = self._default_s()
             queued = [job for _, _, job in state.queue]
             work = [j.estimate_s if j.estimate_s is not None else default for j in queued]
-            longest = max(work, default=0.0)
-            for item in state.running.values():
-                estimate = item.job.estimate_s if item.job.estimate_s is not None else default
-                rest = max(0.0, estimate - (now - item.started))
-                work.append(rest * item.taken)
-                longest = max(longest, rest)
-            if state.pending:
-                work.append(
-                    state.pending_s if state.pending_s is not None else default * state.pending
-                )
-            eta = max(sum(work) / self.slots, longest) if work else 0.0
+            rest, longest = self._left_outside_queue(time.monotonic(), default)
+            longest = max(max(work, default=0.0), longest)
+            busy = work or state.running or state.pending
+            eta = max((sum(work) + rest) / self.slots, longest) if busy else 0.0
             return PoolStats(
                 done=state.done,
                 running=0 if state.stopped else sum(r.job.cases for r in state.running.values()),
