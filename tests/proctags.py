@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -16,6 +17,19 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
 TAG_VAR = "CUDNN_MATRIX_TEST_TAG"
+
+
+SCRIPTS = Path(__file__).resolve().parent / "resources" / "scripts"
+
+
+def quick_and_hanging(cases: Path) -> Path:
+    """Make `cases` with a quick passing script (`a_quick.py`) and a hanging one whose name holds
+    this process's pid (a unique name to find its processes by); returns the hanging one."""
+    cases.mkdir()
+    shutil.copy(SCRIPTS / "pass_script.py", cases / "a_quick.py")
+    hang = cases / f"hang_{os.getpid()}.py"
+    shutil.copy(SCRIPTS / "hang.py", hang)
+    return hang
 
 
 def tagged_env() -> tuple[str, dict[str, str]]:

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from proctags import ctrl_c_when, still_running, tagged, tagged_tool
+from proctags import ctrl_c_when, quick_and_hanging, still_running, tagged, tagged_tool
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 KERNEL = "kernelapp.launch_new_instance"  # in the argv of every kernel the notebook runner starts
@@ -18,10 +18,7 @@ KERNEL = "kernelapp.launch_new_instance"  # in the argv of every kernel the note
 
 def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) -> None:
     cases = tmp_path / "cases"
-    cases.mkdir()
-    shutil.copy(SCRIPTS / "pass_script.py", cases / "a_quick.py")
-    hang = cases / f"hang_{os.getpid()}.py"  # a unique name to find its processes by
-    shutil.copy(SCRIPTS / "hang.py", hang)
+    hang = quick_and_hanging(cases)
     results = tmp_path / "run"
     argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
     store = results / "results.jsonl"

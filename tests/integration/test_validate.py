@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from proctags import ctrl_c_when, still_running, tagged, tagged_tool
+from proctags import ctrl_c_when, quick_and_hanging, still_running, tagged, tagged_tool
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -294,10 +293,7 @@ def test_ctrl_c_stores_no_result_for_the_cut_case_and_the_last_line_says_so(
     done; the pool's last progress line says what was done, cut and never started."""
     base = _base_venv(wheelhouse, tmp_path / "base")
     cases = tmp_path / "cases"
-    cases.mkdir()
-    shutil.copy(SCRIPTS / "pass_script.py", cases / "a_quick.py")
-    hang = cases / f"hang_{os.getpid()}.py"  # a unique name to find its process by
-    shutil.copy(SCRIPTS / "hang.py", hang)
+    hang = quick_and_hanging(cases)
     run_dir = tmp_path / "run"
     argv = [
         sys.executable,
