@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # Unsealed run keys (validate.model.results.RunKey) go to a folder of this test session, not the
 # user's ~/.local/state; subprocesses of the tests inherit it.
@@ -37,3 +42,16 @@ def wheelhouse() -> Path:
             argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:"]
             subprocess.run([*argv, "-d", str(WHEELHOUSE), *args], check=True)
     return WHEELHOUSE
+
+
+@pytest.fixture(autouse=True)
+def _drop_cli_log_handler() -> Iterator[None]:
+    """A test that ran the CLI leaves its stderr handler on the `validate` logger, bound to that
+    test's captured stderr, which pytest closes: later tests' log lines would hit a closed file
+    ("--- Logging error ---"). Each test starts without it; the CLI installs it again."""
+    yield
+    logger = logging.getLogger("validate")
+    for handler in list(logger.handlers):
+        if handler.get_name() == "cudnn-matrix":
+            logger.removeHandler(handler)
+            logger.propagate = True

@@ -416,7 +416,7 @@ def test_a_case_beside_a_critical_one_runs_at_lower_priority(tmp_path: Path) -> 
             "child = subprocess.run([sys.executable, '-c', 'import os; print(os.nice(0))'],"
             " capture_output=True, text=True, check=True).stdout.strip()\n"
             "try:\n"
-            "    group = open('/proc/self/autogroup').read().split()[-1]\n"
+            "    group = (open('/proc/self/autogroup').read().split() or ['none'])[-1]\n"
             "except OSError:\n"
             "    group = 'none'\n"
             "print('nice', os.nice(0), 'child', child, 'group', group)\n"
