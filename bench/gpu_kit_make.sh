@@ -51,9 +51,11 @@ for backend in "$@"; do
   ls "$TREE/store/$backend/lib" | grep -q libcudnn_ops || { echo "$backend: no libcudnn_ops" >&2; exit 1; }
 done
 
-reqs=(nbclient nbformat ipykernel nvidia-ml-py)
-for fe in ${FRONTENDS//,/ }; do reqs+=("nvidia-cudnn-frontend==$fe"); done
-python3 -m pip download -q "${PLATFORM[@]}" -d "$TREE/wh" "${reqs[@]}"
+python3 -m pip download -q "${PLATFORM[@]}" -d "$TREE/wh" nbclient nbformat ipykernel nvidia-ml-py
+# one resolve per frontend: two pins of one package in one `pip download` cannot both hold
+for fe in ${FRONTENDS//,/ }; do
+  python3 -m pip download -q "${PLATFORM[@]}" -d "$TREE/wh" "nvidia-cudnn-frontend==$fe"
+done
 
 rm -rf "$TREE/samples" && mkdir -p "$TREE/samples"
 git --git-dir="$GIT" archive HEAD samples/python | tar -x -C "$TREE/samples"
