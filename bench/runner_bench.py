@@ -6,8 +6,9 @@
 3. Issue 17 item 3: `cudnn-matrix run` on T trivial scripts at `--jobs 1` against a plain loop of
    `python x.py` over them (goal: within 1.3x), with its parts: `run` on one script and on all T
    give the cost of each further case (the slope) and what is paid once (start-up: imports, host
-   and GPU detection, the slot bound); the bookkeeping per case is the slope less the bootstrap
-   process (run_script.py) run on its own.
+   and GPU detection, the slot bound); the bookkeeping per case is the slope less a
+   case forked by a warm fork server (execute/forkserver.py, as `run` runs a script) on its own;
+   the fresh bootstrap (run_script.py started per case) is printed beside it.
 
 Every subprocess gets a bytecode cache (PYTHONPYCACHEPREFIX in the temporary folder, warmed
 first, PYTHONDONTWRITEBYTECODE dropped), as an installed tool has one.
@@ -106,11 +107,27 @@ def _trivial(folder: Path, t: int, rounds: int) -> dict[str, float]:
             )
         return time.perf_counter() - start
 
+    def forked_alone() -> float:
+        """The T cases forked by a warm fork server (as `run` runs them), server start left out."""
+        from validate.execute.forkserver import ForkServers
+
+        servers = ForkServers()
+        report = str(folder / "r.json")
+        with servers.session():
+            servers.start(Path(py), [str(paths[0]), report], folder / "f.log", env).wait()
+            start = time.perf_counter()
+            for path in paths:
+                servers.start(Path(py), [str(path), report], folder / "f.log", env).wait()
+            return time.perf_counter() - start
+
     runner(0)  # warm the bytecode cache (and the page cache) for both sides
     loop()
     got: dict[str, list[float]] = {
         k: []
-        for k in ("loop", "runner", "runner1", "boot", "bare", "help", "loop_cpu", "runner_cpu")
+        for k in (
+            *("loop", "runner", "runner1", "boot", "forked", "bare", "help"),
+            *("loop_cpu", "runner_cpu"),
+        )
     }
     for n in range(1, rounds + 1):
         cpu = _cpu()
@@ -121,6 +138,7 @@ def _trivial(folder: Path, t: int, rounds: int) -> dict[str, float]:
         got["runner_cpu"].append(_cpu() - cpu)
         got["runner1"].append(runner(n, paths[0]))
         got["boot"].append(bootstrap_alone())
+        got["forked"].append(forked_alone())
         got["bare"].append(_timed([py, "-c", "pass"], env))
         got["help"].append(_timed([py, "-m", "validate", "run", "--help"], env))
     return {k: statistics.median(v) for k, v in got.items()}
@@ -214,10 +232,15 @@ def main() -> int:
         f" (goal 100 ms; of it `run --help`: {imports * 1000:.0f} ms)"
     )
     per_boot = (trivial["boot"] - trivial["loop"]) / t
-    per_book = slope - trivial["boot"] / t
-    print(f"  in-case bootstrap per case (run_script.py - bare): {per_boot * 1000:.1f} ms")
+    per_fork = trivial["forked"] / t
+    per_book = slope - per_fork
     print(
-        f"  bookkeeping per case (slope over {t} scripts - bootstrap run alone):"
+        f"  a case forked by the warm fork server (fork, bootstrap, exit): {per_fork * 1000:.1f} ms"
+        f" against {trivial['loop'] / t * 1000:.1f} ms for `python x.py`"
+        f" (a fresh bootstrap, run_script.py, adds {per_boot * 1000:.1f} ms to that)"
+    )
+    print(
+        f"  bookkeeping per case (slope over {t} scripts - forked case alone):"
         f" {per_book * 1000:.1f} ms (goal 5 ms)"
     )
     if args.only_trivial:

@@ -23,11 +23,17 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from validate.errors import ResultsLost
-from validate.execute.cases.script import RESULT_FILE_ENV, read_result_file, verdict_line
+from validate.execute.cases.script import (
+    RESULT_FILE_ENV,
+    RUN_SCRIPT,
+    read_result_file,
+    verdict_line,
+)
 from validate.execute.classify import ExecResult, classify, signal_name
+from validate.execute.forkserver import ForkServerLost, ForkServers
 from validate.execute.history import History
 from validate.execute.pool import Job, Pool, yield_nice
 from validate.execute.resources.capture import verify_pins
@@ -133,6 +139,17 @@ class _LiveGroups:
 
 
 _LIVE: Final = _LiveGroups()
+#: Script cases inside a pool are forked from a warm interpreter per environment.
+_FORKS: Final = ForkServers()
+
+
+class _Process(Protocol):
+    """What the runner needs of a case's process: a subprocess.Popen or a ForkedProcess."""
+
+    pid: int
+    returncode: int | None
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 class _Watchdog:
@@ -183,11 +200,11 @@ class _Watchdog:
 _WATCHDOG: Final = _Watchdog()
 
 
-def _wait_quietly(proc: subprocess.Popen[bytes], seconds: float) -> bool:
+def _wait_quietly(proc: _Process, seconds: float) -> bool:
     """Whether the process ended within `seconds` (used only on the timeout path)."""
     try:
         proc.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, ForkServerLost):
         return False
     return True
 
@@ -220,8 +237,22 @@ def _spawn(
     log.debug("+ %s", " ".join(argv))
     if _LIVE.stopped.is_set():  # interrupted: a re-run must not start behind the user's back
         return -signal.SIGKILL, False, None
+    try:
+        return _run_process(argv, env, log_path, limit_s, kernel_file, sampler)
+    except ForkServerLost as exc:  # its server died, not the case: it runs again, fresh
+        log.debug("fork server lost (%s): %s runs as a fresh process", exc, argv[2:3])
+        return _run_process(argv, env, log_path, limit_s, kernel_file, sampler, fresh=True)
+
+
+def _start(argv: list[str], env: Mapping[str, str], log_path: Path, *, fresh: bool) -> _Process:
+    """The case's process in a new session: forked by its environment's fork server where one
+    runs (script cases inside a pool, execute/forkserver.py), else a fresh one."""
+    if not fresh and len(argv) > 2 and argv[1] == str(RUN_SCRIPT):
+        forked = _FORKS.start(Path(argv[0]), argv[2:], log_path, env)
+        if forked is not None:
+            return cast("_Process", forked)
     with log_path.open("wb") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             argv,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -229,29 +260,42 @@ def _spawn(
             env=dict(env),
             start_new_session=True,
         )
-        _lower_priority(proc.pid, yield_nice())
-        # The watchdog enforces the limit so this thread blocks in waitpid() and sees the exit
-        # at once: Popen.wait(timeout=...) polls with sleeps of up to 50 ms, which was most of a
-        # short script's overhead (bench/runner_bench.py).
-        expired = threading.Event()
 
-        def _expire() -> None:
-            expired.set()
-            _kill_group(proc.pid, signal.SIGTERM)
-            if not _wait_quietly(proc, _TERM_GRACE_S):
-                _kill_group(proc.pid, signal.SIGKILL)
 
-        timer = _WATCHDOG.add(limit_s, _expire)
-        _LIVE.add(proc.pid, kernel_file)
-        try:
-            proc.wait()
-        finally:
-            _WATCHDOG.cancel(timer)
-            _LIVE.discard(proc.pid)
-            # what is left of the case's group (a case that killed its supervising parent,
-            # resources/guard.py become_reaper, is still running): it ends with the case
+def _run_process(
+    argv: list[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    limit_s: float,
+    kernel_file: Path,
+    sampler: GpuSampler | None,
+    *,
+    fresh: bool = False,
+) -> tuple[int, bool, float | None]:
+    proc = _start(argv, env, log_path, fresh=fresh)
+    _lower_priority(proc.pid, yield_nice())
+    # The watchdog enforces the limit so this thread blocks in waitpid() and sees the exit
+    # at once: Popen.wait(timeout=...) polls with sleeps of up to 50 ms, which was most of a
+    # short script's overhead (bench/runner_bench.py).
+    expired = threading.Event()
+
+    def _expire() -> None:
+        expired.set()
+        _kill_group(proc.pid, signal.SIGTERM)
+        if not _wait_quietly(proc, _TERM_GRACE_S):
             _kill_group(proc.pid, signal.SIGKILL)
-        timed_out = expired.is_set()
+
+    timer = _WATCHDOG.add(limit_s, _expire)
+    _LIVE.add(proc.pid, kernel_file)
+    try:
+        returncode = proc.wait()
+    finally:
+        _WATCHDOG.cancel(timer)
+        _LIVE.discard(proc.pid)
+        # what is left of the case's group (a case that killed its supervising parent,
+        # resources/guard.py become_reaper, is still running): it ends with the case
+        _kill_group(proc.pid, signal.SIGKILL)
+    timed_out = expired.is_set()
     if kernel_file.exists():  # the kernel runs in its own session: make sure it is gone too
         try:
             kernel_pid = int(kernel_file.read_text(encoding="utf-8").strip())
@@ -260,7 +304,7 @@ def _spawn(
             pass
         kernel_file.unlink(missing_ok=True)
     peak = sampler.peak(proc.pid) if sampler is not None else None
-    return proc.returncode, timed_out, peak
+    return returncode, timed_out, peak
 
 
 def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
@@ -601,7 +645,8 @@ def run_pool(pool: Pool) -> None:
     every running case (finished results are stored, --resume redoes the rest) and re-raise."""
     _LIVE.stopped.clear()
     try:
-        pool.run()
+        with _FORKS.session():
+            pool.run()
     except (KeyboardInterrupt, ResultsLost):
         # what is running is ended, not recorded (a half-run case killed by us is not a crash
         # of the product): no result is stored from here on, the progress counts those cases

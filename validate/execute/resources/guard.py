@@ -28,7 +28,7 @@ else:
     except ImportError:  # pragma: no cover - not CPython
         import signal
 
-__all__ = ["PARENT_ENV", "become_reaper", "die_with_parent"]
+__all__ = ["PARENT_ENV", "become_reaper", "die_with_parent", "resolve_prctl"]
 
 #: The tool puts its pid here; a case that finds another parent at start has lost it already.
 PARENT_ENV = "CUDNN_MATRIX_PARENT_PID"
@@ -40,6 +40,17 @@ _STOP_GRACE_S = 3.0  # after SIGTERM: how long the case may take to end before a
 _PRCTL: list[int] = []
 
 
+def resolve_prctl() -> None:
+    """Load `_ctypes` and find prctl once per process (a fork server does it before it forks:
+    dlopen of `_ctypes` and libffi was a millisecond of every case). Raises ImportError or
+    AttributeError where that is not possible."""
+    if not _PRCTL:
+        import _ctypes
+
+        # None: the process itself (what CDLL(None) opens; typeshed says str only)
+        _PRCTL.append(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))  # type: ignore[arg-type]
+
+
 def _prctl(option: int, arg: int) -> int | None:
     """prctl(2) through libc; None where it is missing. Called through the C module `_ctypes`
     (its call_function): `import ctypes` builds its type classes at import, a millisecond of
@@ -47,9 +58,7 @@ def _prctl(option: int, arg: int) -> int | None:
     try:
         import _ctypes
 
-        if not _PRCTL:
-            # None: the process itself (what CDLL(None) opens; typeshed says str only)
-            _PRCTL.append(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))  # type: ignore[arg-type]
+        resolve_prctl()
         return int(_ctypes.call_function(_PRCTL[0], (option, arg, 0, 0, 0)))
     except (ImportError, AttributeError):
         pass

@@ -35,7 +35,11 @@ def _exit_code(exc: SystemExit) -> int:
 
 def _private(name: str) -> ModuleType:
     """guard.py / capture.py beside this file, imported while sys.path[0] is still this folder,
-    then kept only under a private name (a case's own `guard` or `capture` module is its own)."""
+    then kept only under a private name (a case's own `guard` or `capture` module is its own).
+    Imported once per process: the fork server (fork_server.py) imports them before it forks."""
+    private = sys.modules.get(f"_cudnn_matrix_{name}")
+    if private is not None:
+        return private
     inserted = sys.path[:1] != [_HERE]  # python -P adds no script folder
     if inserted:
         sys.path.insert(0, _HERE)
@@ -128,6 +132,16 @@ def _key(key: object) -> str:
     if isinstance(key, float):
         return _float(key)
     return str(key)
+
+
+def preload() -> None:
+    """Import what main() needs, for a process that forks before it runs main (fork_server.py)."""
+    guard = _private("guard")
+    _private("capture")
+    try:  # noqa: SIM105 - no contextlib here (an import of every case)
+        guard.resolve_prctl()
+    except (ImportError, AttributeError, OSError):  # the case finds out again (guard._prctl)
+        pass
 
 
 def main() -> int:

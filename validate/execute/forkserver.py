@@ -1,0 +1,207 @@
+"""Script cases forked from a warm interpreter instead of started fresh (resources/fork_server.py).
+
+A case still runs in a process and a session of its own (the runner's process-group kill, its
+time limit, the GPU sampler's session accounting and Ctrl-C work on it unchanged); only the
+interpreter start and the bootstrap's imports are paid once per server instead of once per case.
+One server per interpreter and environment (less the variables the server sends per case, LATE):
+a cell's cases share one, a cell with another backend on its library path gets its own.
+
+A server that cannot start, or dies, is never a case's verdict: the case runs as a fresh process
+instead (`ForkServerLost`), and later cases of that environment start fresh too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Final
+
+from validate.execute.resources.fork_server import LATE, TITLE_ROOM
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+__all__ = ["FORK_SERVER", "ForkServerLost", "ForkServers", "ForkedProcess"]
+
+log = logging.getLogger(__name__)
+
+FORK_SERVER: Final = Path(__file__).resolve().parent / "resources" / "fork_server.py"
+_ENDED: Final = "the fork server ended"
+_READY_S: Final = 30.0  # a server's interpreter start, on a loaded host
+
+
+class ForkServerLost(RuntimeError):
+    """The server ended before it said how a case ended: run the case as a fresh process."""
+
+
+class ForkedProcess:
+    """A case forked by a server, waited for like a `subprocess.Popen` (pid, wait, returncode)."""
+
+    def __init__(self, server: _Server, ident: int) -> None:
+        self._server, self._ident = server, ident
+        self.pid = 0
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status as Popen gives it (negative: the signal); raises TimeoutExpired, or
+        ForkServerLost when the server died first."""
+        answer = self._server.answer(self._ident, "status", timeout)
+        if answer is None:
+            raise subprocess.TimeoutExpired(str(FORK_SERVER), timeout or 0.0)
+        self.returncode = os.waitstatus_to_exitcode(int(answer))
+        return self.returncode
+
+
+class _Server:
+    """One running fork server and the thread that reads its answers."""
+
+    def __init__(self, python: Path, env: Mapping[str, str]) -> None:
+        self._cond = threading.Condition()
+        self._answers: dict[tuple[int, str], Any] = {}
+        self._next = 0
+        self.alive = False
+        self.python = str(python)
+        self._proc = subprocess.Popen(
+            [str(python), str(FORK_SERVER), " " * TITLE_ROOM],  # room for a case's title
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=dict(env),
+            start_new_session=True,  # a terminal's Ctrl-C reaches the tool, which ends the cases
+        )
+        self._stdin: IO[bytes] = self._proc.stdin  # type: ignore[assignment]
+        self._reader = threading.Thread(target=self._read, name="fork-server", daemon=True)
+        self._reader.start()
+        ready = self.answer(-1, "ready", _READY_S)
+        with self._cond:
+            self.alive = ready is not None and not isinstance(ready, ForkServerLost)
+
+    def _read(self) -> None:
+        stdout: IO[bytes] = self._proc.stdout  # type: ignore[assignment]
+        for line in stdout:  # `ready PID`, `pid ID PID`, `status ID STATUS`, `error ID TEXT`
+            key, _, rest = line.decode(errors="replace").rstrip("\n").partition(" ")
+            ident, value = ("-1", rest) if key == "ready" else rest.partition(" ")[::2]
+            with self._cond:
+                self._answers[(int(ident), key)] = value
+                self._cond.notify_all()
+        with self._cond:
+            self.alive = False
+            self._cond.notify_all()
+
+    def answer(self, ident: int, key: str, timeout: float | None) -> Any:
+        """The server's `key` answer for request `ident`; None on timeout. Raises ForkServerLost
+        when the server ended without it."""
+        with self._cond:
+            got = self._cond.wait_for(
+                lambda: (
+                    (ident, key) in self._answers
+                    or (ident, "error") in self._answers
+                    or not self._reader.is_alive()
+                ),
+                timeout,
+            )
+            if (ident, key) in self._answers:  # kept: a timeout's thread may ask for it too
+                return self._answers[(ident, key)]
+            if (ident, "error") in self._answers:
+                raise ForkServerLost(self._answers.pop((ident, "error")))
+            if not got:
+                return None
+            raise ForkServerLost(_ENDED)
+
+    def start(self, argv: list[str], log_path: Path, env: Mapping[str, str]) -> ForkedProcess:
+        """Fork a case running `argv` (SCRIPT REPORT ARGS...), its output to `log_path`; returns
+        once its session exists. Raises ForkServerLost."""
+        with self._cond:
+            if not self.alive:
+                raise ForkServerLost(_ENDED)
+            ident = self._next
+            self._next += 1
+        late = [f"{k}={env[k]}" for k in LATE if k in env]
+        fields = [str(ident), self.python, str(log_path), str(len(argv)), *argv, *late]
+        payload = b"\0".join(os.fsencode(f) for f in fields)  # resources/fork_server.py
+        try:
+            with self._cond:  # one writer at a time: requests must not interleave
+                self._stdin.write(b"%d\n%s" % (len(payload), payload))
+                self._stdin.flush()
+        except (OSError, ValueError) as exc:
+            raise ForkServerLost(_ENDED) from exc
+        proc = ForkedProcess(self, ident)
+        proc.pid = int(self.answer(ident, "pid", None))
+        return proc
+
+    def close(self) -> None:
+        """End the server: it kills what is left of its cases' groups and exits."""
+        with suppress(OSError, ValueError):
+            self._stdin.close()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        self._reader.join(timeout=5)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+
+class ForkServers:
+    """The servers of one run, by interpreter and environment; none outside `session()`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._servers: dict[tuple[str, tuple[tuple[str, str], ...]], _Server | None] = {}
+        self._depth = 0
+        self.enabled = True
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Servers may start inside; all of them end when the outermost session ends."""
+        with self._lock:
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                ending = list(self._servers.values()) if self._depth == 0 else []
+                if self._depth == 0:
+                    self._servers.clear()
+            for server in ending:
+                if server is not None:
+                    server.close()
+
+    def start(self, python: Path, argv: list[str], log_path: Path, env: Mapping[str, str]) -> Any:
+        """A forked case, or None where no server runs for it (outside a session, disabled, or
+        its server failed): then the caller starts the case fresh. Raises ForkServerLost when
+        the server died under this request."""
+        key = (str(python), tuple(sorted((k, v) for k, v in env.items() if k not in LATE)))
+        with self._lock:
+            if not self.enabled or self._depth == 0:
+                return None
+            if key not in self._servers:
+                base = {k: v for k, v in env.items() if k not in LATE}
+                try:
+                    server: _Server | None = _Server(python, base)
+                except OSError as exc:
+                    log.debug("fork server for %s did not start: %s", python, exc)
+                    server = None
+                if server is not None and not server.alive:
+                    log.debug("fork server for %s did not answer: cases start fresh", python)
+                    server.close()
+                    server = None
+                self._servers[key] = server
+            server = self._servers[key]
+        if server is None:
+            return None
+        try:
+            return server.start(argv, log_path, env)
+        except ForkServerLost:
+            with self._lock:
+                if self._servers.get(key) is server:
+                    self._servers[key] = None  # later cases of this environment start fresh
+            raise
