@@ -113,16 +113,21 @@ class _Server:
                 return None
             raise ForkServerLost(_ENDED)
 
-    def start(self, argv: list[str], log_path: Path, env: Mapping[str, str]) -> ForkedProcess:
-        """Fork a case running `argv` (SCRIPT REPORT ARGS...), its output to `log_path`; returns
-        once its session exists. Raises ForkServerLost."""
+    def start(
+        self, argv: list[str], log_path: Path, env: Mapping[str, str], nice: int | None = None
+    ) -> ForkedProcess:
+        """Fork a case running `argv` (SCRIPT REPORT ARGS...), its output to `log_path`, at nice
+        value `nice` (None: as the server); returns once its session exists. Raises
+        ForkServerLost."""
         with self._cond:
             if not self.alive:
                 raise ForkServerLost(_ENDED)
             ident = self._next
             self._next += 1
         late = [f"{k}={env[k]}" for k in LATE if k in env]
-        fields = [str(ident), self.python, str(log_path), str(len(argv)), *argv, *late]
+        level = "" if nice is None else str(nice)
+        fields = [str(ident), self.python, str(log_path), level, str(len(argv))]
+        fields += [*argv, *late]
         payload = b"\0".join(os.fsencode(f) for f in fields)  # resources/fork_server.py
         try:
             with self._cond:  # one writer at a time: requests must not interleave
@@ -175,7 +180,14 @@ class ForkServers:
                 if server is not None:
                     server.close()
 
-    def start(self, python: Path, argv: list[str], log_path: Path, env: Mapping[str, str]) -> Any:
+    def start(
+        self,
+        python: Path,
+        argv: list[str],
+        log_path: Path,
+        env: Mapping[str, str],
+        nice: int | None = None,
+    ) -> Any:
         """A forked case, or None where no server runs for it (outside a session, disabled, or
         its server failed): then the caller starts the case fresh. Raises ForkServerLost when
         the server died under this request."""
@@ -199,7 +211,7 @@ class ForkServers:
         if server is None:
             return None
         try:
-            return server.start(argv, log_path, env)
+            return server.start(argv, log_path, env, nice)
         except ForkServerLost:
             with self._lock:
                 if self._servers.get(key) is server:

@@ -248,7 +248,9 @@ def _start(argv: list[str], env: Mapping[str, str], log_path: Path, *, fresh: bo
     """The case's process in a new session: forked by its environment's fork server where one
     runs (script cases inside a pool, execute/forkserver.py), else a fresh one."""
     if not fresh and len(argv) > 2 and argv[1] == str(RUN_SCRIPT):
-        forked = _FORKS.start(Path(argv[0]), argv[2:], log_path, env)
+        nice = yield_nice()  # the child takes it before it runs (fork_server._lower)
+        value = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice) if nice > 0 else None
+        forked = _FORKS.start(Path(argv[0]), argv[2:], log_path, env, value)
         if forked is not None:
             return cast("_Process", forked)
     with log_path.open("wb") as out:

@@ -19,8 +19,9 @@ Everything the loader reads at start (LD_LIBRARY_PATH, LD_PRELOAD) and Python re
 sends only the variables in LATE (read when a case runs) with each request.
 
 Requests: `LENGTH\n` and then LENGTH bytes, NUL-separated: ID, ARGV0 (the interpreter path, as
-the case's command line shows it), LOG, N, the N arguments (SCRIPT REPORT ARGS...), then the LATE
-variables as NAME=VALUE (no argument or variable can hold a NUL).
+the case's command line shows it), LOG, NICE (the case's nice value; empty: the server's), N, the N
+arguments (SCRIPT REPORT ARGS...), then the LATE variables as NAME=VALUE (no argument or variable
+can hold a NUL).
 Answers, one line each: `ready PID` once; per request `pid ID PID` once the child has its own
 session (so its process group exists) or `error ID TEXT`, then `status ID STATUS` (the raw wait
 status) when it ends. End of stdin (the tool closed it, or died) ends every child's group and
@@ -68,10 +69,17 @@ def _write(fd: int, line: str) -> None:
 
 def _request(payload: bytes) -> dict[str, Any]:
     fields = [os.fsdecode(f) for f in payload.split(b"\0")]
-    n = int(fields[3])
-    argv, late = fields[4 : 4 + n], fields[4 + n :]
+    n = int(fields[4])
+    argv, late = fields[5 : 5 + n], fields[5 + n :]
     env = dict(item.split("=", 1) for item in late)
-    return {"id": fields[0], "python": fields[1], "log": fields[2], "argv": argv, "env": env}
+    return {
+        "id": fields[0],
+        "python": fields[1],
+        "log": fields[2],
+        "nice": fields[3],
+        "argv": argv,
+        "env": env,
+    }
 
 
 #: The server's last argument: room in its argument area for a child's command line (_retitle).
@@ -95,6 +103,22 @@ def _retitle(argv: list[str]) -> None:
         pass
 
 
+def _lower(nice: int) -> None:
+    """Take the nice the tool gave this case (one started beside a critical-path case) before any
+    of its code runs, so everything it starts inherits it; and its session's CPU share, where
+    the kernel groups CPU time by session (sched autogroup). What the tool does from outside
+    (runner._lower_priority) lands only after the case has begun."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/autogroup", "w", encoding="ascii") as fh:  # noqa: PTH123
+            fh.write(str(nice))
+    except OSError:  # no autogroup here: the process nice is all
+        pass
+
+
 def _child(request: dict[str, Any], boot: Any, closing: list[int]) -> int:
     """In the forked child, after setsid: become the case, as run_script.py would. Returns the
     exit code (the interpreter then exits as after a plain run: atexit, threads, flush)."""
@@ -109,6 +133,8 @@ def _child(request: dict[str, Any], boot: Any, closing: list[int]) -> int:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
+    if request["nice"]:
+        _lower(int(request["nice"]))
     for name in LATE:
         os.environ.pop(name, None)
     os.environ.update(request["env"])
