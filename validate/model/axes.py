@@ -13,12 +13,12 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
-from packaging.version import InvalidVersion, Version
-
-from validate.model.order import value_key
+from validate.model.order import value_key, version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+
+    from packaging.version import Version
 
 __all__ = [
     "ARCHES",
@@ -65,8 +65,8 @@ class Driver:
                 msg = f"forward compat needs a user-mode driver newer than the kernel one: {text!r}"
                 raise ValueError(msg)
             return cls(text=text, user=user, kernel=kernel, forward_compat=True)
-        version = _driver_version(text)
-        return cls(text=text, user=version, kernel=version, forward_compat=False)
+        parsed = _driver_version(text)
+        return cls(text=text, user=parsed, kernel=parsed, forward_compat=False)
 
     @property
     def display_user(self) -> str:
@@ -81,7 +81,7 @@ def _driver_version(text: str) -> Version:
     if not _DRIVER_NUM.fullmatch(text):
         msg = f"invalid driver {text!r} (expected a branch like 580, a release like 580.65.06, or fc-610@580)"
         raise ValueError(msg)
-    return Version(f"{text}.{_BRANCH_TOP}" if "." not in text else text)
+    return version(f"{text}.{_BRANCH_TOP}" if "." not in text else text)
 
 
 # --- per-kind behaviour -------------------------------------------------------------------------
@@ -89,8 +89,8 @@ def _driver_version(text: str) -> Version:
 
 def _parse_version(text: str) -> str:
     try:
-        return str(Version(text))
-    except InvalidVersion:
+        return str(version(text))
+    except ValueError:  # InvalidVersion
         msg = f"invalid version {text!r} (expected PEP 440, e.g. 9.24.0.43)"
         raise ValueError(msg) from None
 
@@ -111,7 +111,7 @@ def _parse_python(text: str) -> str:
     if not _PYTHON.fullmatch(text):
         msg = f"invalid python {text!r} (expected a CPython version like 3.12 or 3.12.4)"
         raise ValueError(msg)
-    return str(Version(text))
+    return str(version(text))
 
 
 def _driver_key(text: str) -> object:
@@ -142,7 +142,7 @@ class Axis:
     env: bool  # whether the value changes what is installed in the cell's environment
     optional: bool = False  # a matrix may leave it out; cells without a value keep today's id
     parse: Callable[[str], str]  # check and normalise one value; ValueError names the problem
-    key: Callable[[str], object] = Version  # same key == same pin (13 == 13.0)
+    key: Callable[[str], object] = version  # same key == same pin (13 == 13.0)
     sort_key: Callable[[str], object] = value_key
     #: Condition fields rules may test on this axis, each with its kind (default: the axis itself).
     fields: Mapping[str, FieldKind]
@@ -176,7 +176,7 @@ def _version_axis(
         env=True,
         parse=_parse_version,
         fields={name: "version"},
-        facts=lambda text: {name: Version(text)},
+        facts=lambda text: {name: version(text)},
     )
 
 
@@ -230,7 +230,7 @@ REGISTRY: Final[tuple[Axis, ...]] = (
         optional=True,
         parse=_parse_python,
         fields={"python": "version"},
-        facts=lambda text: {"python": Version(text)},
+        facts=lambda text: {"python": version(text)},
     ),
 )
 

@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion, Version
+if TYPE_CHECKING:
+    from packaging.version import Version
 
-__all__ = ["natural_key", "parse_version", "value_key"]
+__all__ = ["natural_key", "parse_version", "value_key", "version"]
+
+_CLASS: list[type[Version]] = []
+
+
+def version(text: str) -> Version:
+    """packaging's Version of `text`; raises ValueError (InvalidVersion is one). packaging.version
+    is imported on the first call, not with this module: it is ~8 ms of every command's start,
+    and `run` on cases without a version requirement never needs it."""
+    if not _CLASS:
+        from packaging.version import Version
+
+        _CLASS.append(Version)
+    return _CLASS[0](text)
 
 
 def parse_version(text: str) -> Version | None:
     """A packaging Version, or None when the text is not one."""
     try:
-        return Version(text)
-    except InvalidVersion:
+        return version(text)
+    except ValueError:
         return None
 
 
@@ -26,7 +41,7 @@ def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
 
 def value_key(text: str) -> tuple[int, Version, tuple[tuple[int, int | str], ...]]:
     """Versions first in packaging order (never string order), everything else naturally."""
-    version = parse_version(text)
-    if version is not None:
-        return (0, version, ())
-    return (1, Version("0"), natural_key(text))
+    parsed = parse_version(text)
+    if parsed is not None:
+        return (0, parsed, ())
+    return (1, version("0"), natural_key(text))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import platform
 import re
 import shutil
 import subprocess
@@ -11,12 +10,12 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from validate.errors import ConfigError
+from validate.model.order import version
 
 if TYPE_CHECKING:
+    from packaging.version import Version
+
     from validate.model.matrix import Cell
 
 __all__ = [
@@ -188,6 +187,10 @@ def _driver_ok(wanted: str, have: Version) -> bool:
         return True
     if wanted[0].isdigit() and "." not in wanted:
         return have.major == int(wanted)
+    # here, not at import: packaging.specifiers is ~5 ms of every command's start (`run` needs
+    # it only for a cell's driver range)
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         spec = SpecifierSet(wanted if not wanted[0].isdigit() else f"=={wanted}")
     except InvalidSpecifier:
@@ -208,19 +211,19 @@ def cell_skip_reason(cell: Cell, host: HostFacts) -> str | None:
         return f"no {arch} GPU on this host"
     assert host.driver_version is not None
     try:
-        have = Version(host.driver_version)
-    except InvalidVersion:
+        have = version(host.driver_version)
+    except ValueError:  # InvalidVersion
         return None
     if not _driver_ok(cell.driver.strip(), have):
         return f"cell needs driver {cell.driver}, host has {host.driver_version}"
     try:
-        cuda = Version(cell.cuda)
-    except InvalidVersion:
+        cuda = version(cell.cuda)
+    except ValueError:  # InvalidVersion
         return None
     floor = CUDA_MIN_DRIVER.get(cuda.major)
-    if floor and have < Version(floor):
+    if floor and have < version(floor):
         return f"CUDA {cell.cuda} needs driver >= {floor}, host has {host.driver_version}"
-    if host.cuda_driver_version and Version(host.cuda_driver_version).major < cuda.major:
+    if host.cuda_driver_version and version(host.cuda_driver_version).major < cuda.major:
         return f"CUDA {cell.cuda} is newer than the driver's CUDA {host.cuda_driver_version}"
     return None
 
@@ -228,13 +231,15 @@ def cell_skip_reason(cell: Cell, host: HostFacts) -> str | None:
 def python_version_of(python: str) -> Version:
     """The version of an interpreter (the base python cells without a python value run on)."""
     if python == sys.executable:
-        return Version(platform.python_version())
+        import platform  # only here: ~2 ms of every start
+
+        return version(platform.python_version())
     code = "import platform; print(platform.python_version())"
     try:
         proc = subprocess.run(
             [python, "-c", code], capture_output=True, text=True, timeout=60, check=False
         )
-        return Version(proc.stdout.strip())
-    except (OSError, subprocess.TimeoutExpired, InvalidVersion) as exc:
+        return version(proc.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:  # InvalidVersion
         msg = f"--base-python {python}: cannot ask it for its version ({exc})"
         raise ConfigError(msg) from exc

@@ -9,14 +9,15 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
-from packaging.version import InvalidVersion, Version
-
 from validate.datafile import Key, TomlErrors, read_toml
 from validate.model.matrix import MATRIX_DIR
+from validate.model.order import version
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from pathlib import Path
+
+    from packaging.version import Version
 
 __all__ = [
     "DEFAULT_CASES_TOML",
@@ -106,8 +107,8 @@ def _validate(errors: TomlErrors, where: Key, table: object) -> None:
 
 def _version(text: str) -> Version | None:
     try:
-        return Version(text)
-    except InvalidVersion:
+        return version(text)
+    except ValueError:  # InvalidVersion
         return None
 
 
@@ -115,7 +116,7 @@ def _sm_of(arch: str) -> Version | None:
     digits = arch.lower().removeprefix("sm_").removeprefix("sm")
     if not digits.isdigit() or len(digits) < 2:
         return None
-    return Version(f"{digits[:-1]}.{digits[-1]}")
+    return version(f"{digits[:-1]}.{digits[-1]}")
 
 
 @cache
@@ -153,10 +154,10 @@ def check(
     if req.archs and host_arch is not None and host_arch not in req.archs:
         return f"arch {host_arch} not in {', '.join(req.archs)}"
     sm = _sm_of(host_arch) if host_arch else None
-    if req.min_sm and sm is not None and sm < Version(req.min_sm):
+    if req.min_sm and sm is not None and sm < version(req.min_sm):
         return f"needs SM >= {req.min_sm}, host is {host_arch}"
     have = _version(backend_version) if backend_version else None
-    if req.min_backend and have is not None and have < Version(req.min_backend):
+    if req.min_backend and have is not None and have < version(req.min_backend):
         return f"needs cuDNN backend >= {req.min_backend}, cell has {backend_version}"
     need = sorted(set(req.imports) & missing)
     if need:
