@@ -105,6 +105,26 @@ def test_terminal_gets_no_escape_sequence_from_a_case(tmp_path: Path) -> None:
     assert b"\x1b" not in proc.stdout + proc.stderr
 
 
+def test_a_newline_in_a_case_name_keeps_its_progress_line_one_line(tmp_path: Path) -> None:
+    """A file name may hold a newline: the case runs (forked, its argv intact) and its progress
+    line stays one line, the newline shown as \\x0a."""
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "two\nlines.py").write_text("import sys\nprint(ascii(sys.argv[0]))\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "validate", "run", str(folder), "--results", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("[1/1]")]
+    assert len(lines) == 1, proc.stderr
+    assert "PASS    two\\x0alines.py (" in lines[0], proc.stderr
+    log = next((tmp_path / "r" / "cases").rglob("output.log")).read_text()
+    assert "two\\nlines.py" in log  # ascii() of the script's own argv[0]
+
+
 @pytest.mark.parametrize(
     ("text", "shown"),
     [("a\x1b[1mb", "a\\x1b[1mb"), ("ok\n\tnext", "ok\n\tnext"), (NOT_UTF8, "caf\\xe9")],

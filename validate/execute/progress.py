@@ -66,10 +66,14 @@ def progress(
 
 
 def _line(result: CaseResult, done: int, todo: int) -> str:
+    """One line per result: a newline in a case's file name or its reason is shown as \x0a."""
+    from validate.textsafe import display
+
     reason = f": {result.reason}" if result.reason else ""
     flaky = " [flaky]" if result.flaky else ""
+    text = f"{result.case}{reason}"
     return (
-        f"[{done}/{todo}] {result.outcome.upper():7} {result.case}{reason}{flaky} "
+        f"[{done}/{todo}] {result.outcome.upper():7} {display(text, keep_newlines=False)}{flaky} "
         f"({result.duration_s:.1f}s)"
     )
 
