@@ -248,6 +248,9 @@ def _start(argv: list[str], env: Mapping[str, str], log_path: Path, *, fresh: bo
     """The case's process in a new session: forked by its environment's fork server where one
     runs (script cases inside a pool, execute/forkserver.py), else a fresh one."""
     if not fresh and len(argv) > 2 and argv[1] == str(RUN_SCRIPT):
+        # the log is made here, as for a fresh process: a folder that broke is an OSError of
+        # the tool's (the store's check names it), never an exit status of the case
+        log_path.open("wb").close()
         nice = yield_nice()  # the child takes it before it runs (fork_server._lower)
         value = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice) if nice > 0 else None
         forked = _FORKS.start(Path(argv[0]), argv[2:], log_path, env, value)
