@@ -114,10 +114,10 @@ def _trivial(folder: Path, t: int, rounds: int) -> dict[str, float]:
         servers = ForkServers()
         report = str(folder / "r.json")
         with servers.session():
-            servers.start(Path(py), [str(paths[0]), report], folder / "f.log", env).wait()
+            servers.start([py, boot, str(paths[0]), report], folder / "f.log", env).wait()
             start = time.perf_counter()
             for path in paths:
-                servers.start(Path(py), [str(path), report], folder / "f.log", env).wait()
+                servers.start([py, boot, str(path), report], folder / "f.log", env).wait()
             return time.perf_counter() - start
 
     runner(0)  # warm the bytecode cache (and the page cache) for both sides

@@ -15,6 +15,7 @@ from validate.execute.runner import RunOptions, run_cases
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore
 
+NOTEBOOK = Path(__file__).resolve().parents[1] / "resources" / "kernel" / "transport.ipynb"
 #: The case writes what it sees of itself to the file named by its first line's folder.
 PROBE = """\
 import json, os, pathlib, sys
@@ -134,3 +135,36 @@ def test_exit_steps_run_for_stdlib_and_full_finalization_for_the_rest(tmp_path: 
     full = results["with_module.py"]
     assert full.outcome == Outcome.PASS, full.reason
     assert "teardown ran" in Path(full.log_path).read_text()
+
+
+def test_a_notebooks_bootstrap_is_forked_and_its_kernel_started_fresh(tmp_path: Path) -> None:
+    """run_notebook.py (nbclient, jupyter_client) is forked from a notebook server; the kernel
+    it starts is a fresh interpreter of its own, in a session of its own."""
+    seen = tmp_path / "chain.json"
+    source = (
+        "import json, os, pathlib\n"
+        "def parent(pid):\n"
+        "    with open(f'/proc/{pid}/stat', 'rb') as fh:\n"
+        "        return int(fh.read().rsplit(b')', 1)[1].split()[1])\n"
+        "def cmd(pid):\n"
+        "    raw = pathlib.Path(f'/proc/{pid}/cmdline').read_bytes().rstrip(b'\\0')\n"
+        "    return [a.decode() for a in raw.split(b'\\0')]\n"
+        "boot = parent(os.getpid()); supervisor = parent(boot); server = parent(supervisor)\n"
+        f"pathlib.Path({str(seen)!r}).write_text(json.dumps({{\n"
+        "    'kernel': cmd(os.getpid()), 'boot': cmd(boot), 'server': cmd(server),\n"
+        "    'kernel_sid': os.getsid(0), 'boot_sid': os.getsid(boot)}))\n"
+    )
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    nb["cells"][0]["source"] = source
+    (tmp_path / "chain.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    [result] = _run(
+        tmp_path, [tmp_path / "chain.ipynb"], ExecTarget(python=Path(sys.executable)), "run"
+    )
+    assert result.outcome == Outcome.PASS, result.reason
+    chain = json.loads(seen.read_text())
+    assert chain["boot"][1].endswith("run_notebook.py"), chain
+    assert chain["boot"][2] == str(tmp_path / "chain.ipynb")
+    assert chain["server"][1].endswith("fork_server.py"), chain
+    assert chain["server"][-1] == "notebook"
+    assert "kernelapp.launch_new_instance()" in " ".join(chain["kernel"])  # started fresh
+    assert chain["kernel_sid"] != chain["boot_sid"]

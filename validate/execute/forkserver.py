@@ -1,6 +1,7 @@
-"""Script cases forked from a warm interpreter instead of started fresh (resources/fork_server.py).
+"""Case bootstraps forked from a warm interpreter instead of started fresh (fork_server.py).
 
-A case still runs in a process and a session of its own (the runner's process-group kill, its
+A script case, or a notebook's bootstrap (its kernel is still started fresh), still runs in a
+process and a session of its own (the runner's process-group kill, its
 time limit, the GPU sampler's session accounting and Ctrl-C work on it unchanged); only the
 interpreter start and the bootstrap's imports are paid once per server instead of once per case.
 One server per interpreter and environment (less the variables the server sends per case, LATE):
@@ -21,6 +22,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
+from validate.execute.cases.notebook import RUN_NOTEBOOK
+from validate.execute.cases.script import RUN_SCRIPT
 from validate.execute.resources.fork_server import LATE, TITLE_ROOM
 
 if TYPE_CHECKING:
@@ -31,6 +34,8 @@ __all__ = ["FORK_SERVER", "ForkServerLost", "ForkServers", "ForkedProcess"]
 log = logging.getLogger(__name__)
 
 FORK_SERVER: Final = Path(__file__).resolve().parent / "resources" / "fork_server.py"
+#: The bootstraps a server can fork, by the path a fresh start runs (resources/fork_server.py).
+_KINDS: Final = {str(RUN_SCRIPT): "script", str(RUN_NOTEBOOK): "notebook"}
 _ENDED: Final = "the fork server ended"
 _READY_S: Final = 30.0  # a server's interpreter start, on a loaded host
 
@@ -60,14 +65,14 @@ class ForkedProcess:
 class _Server:
     """One running fork server and the thread that reads its answers."""
 
-    def __init__(self, python: Path, env: Mapping[str, str]) -> None:
+    def __init__(self, python: Path, env: Mapping[str, str], kind: str) -> None:
         self._cond = threading.Condition()
         self._answers: dict[tuple[int, str], Any] = {}
         self._next = 0
         self.alive = False
         self.python = str(python)
         self._proc = subprocess.Popen(
-            [str(python), str(FORK_SERVER), " " * TITLE_ROOM],  # room for a case's title
+            [str(python), str(FORK_SERVER), " " * TITLE_ROOM, kind],  # room for a case's title
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -159,7 +164,7 @@ class ForkServers:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._servers: dict[tuple[str, tuple[tuple[str, str], ...]], _Server | None] = {}
+        self._servers: dict[tuple[str, str, tuple[tuple[str, str], ...]], _Server | None] = {}
         self._depth = 0
         self.enabled = True
 
@@ -182,23 +187,27 @@ class ForkServers:
 
     def start(
         self,
-        python: Path,
         argv: list[str],
         log_path: Path,
         env: Mapping[str, str],
         nice: int | None = None,
     ) -> Any:
-        """A forked case, or None where no server runs for it (outside a session, disabled, or
-        its server failed): then the caller starts the case fresh. Raises ForkServerLost when
-        the server died under this request."""
-        key = (str(python), tuple(sorted((k, v) for k, v in env.items() if k not in LATE)))
+        """The case `argv` (PYTHON BOOTSTRAP ARGS..., as a fresh start would run it) forked, or
+        None where no server runs for it (another bootstrap, outside a session, disabled, or its
+        server failed): then the caller starts the case fresh. Raises ForkServerLost when the
+        server died under this request."""
+        kind = _KINDS.get(argv[1]) if len(argv) > 2 else None
+        if kind is None:
+            return None
+        python = Path(argv[0])
+        key = (str(python), kind, tuple(sorted((k, v) for k, v in env.items() if k not in LATE)))
         with self._lock:
             if not self.enabled or self._depth == 0:
                 return None
             if key not in self._servers:
                 base = {k: v for k, v in env.items() if k not in LATE}
                 try:
-                    server: _Server | None = _Server(python, base)
+                    server: _Server | None = _Server(python, base, kind)
                 except OSError as exc:
                     log.debug("fork server for %s did not start: %s", python, exc)
                     server = None
@@ -211,7 +220,7 @@ class ForkServers:
         if server is None:
             return None
         try:
-            return server.start(argv, log_path, env, nice)
+            return server.start(argv[2:], log_path, env, nice)
         except ForkServerLost:
             with self._lock:
                 if self._servers.get(key) is server:

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 from validate.errors import ResultsLost
 from validate.execute.cases.script import (
     RESULT_FILE_ENV,
-    RUN_SCRIPT,
     read_result_file,
     verdict_line,
 )
@@ -246,14 +245,15 @@ def _spawn(
 
 def _start(argv: list[str], env: Mapping[str, str], log_path: Path, *, fresh: bool) -> _Process:
     """The case's process in a new session: forked by its environment's fork server where one
-    runs (script cases inside a pool, execute/forkserver.py), else a fresh one."""
-    if not fresh and len(argv) > 2 and argv[1] == str(RUN_SCRIPT):
+    runs (a script or a notebook's bootstrap inside a pool, execute/forkserver.py), else a
+    fresh one."""
+    if not fresh:
         # the log is made here, as for a fresh process: a folder that broke is an OSError of
         # the tool's (the store's check names it), never an exit status of the case
         log_path.open("wb").close()
         nice = yield_nice()  # the child takes it before it runs (fork_server._lower)
         value = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice) if nice > 0 else None
-        forked = _FORKS.start(Path(argv[0]), argv[2:], log_path, env, value)
+        forked = _FORKS.start(argv, log_path, env, value)
         if forked is not None:
             return cast("_Process", forked)
     with log_path.open("wb") as out:

@@ -1,7 +1,8 @@
-"""Fork server for script cases; executed by the CASE env's Python. Stdlib only (Python 3.9+).
+"""Fork server for case bootstraps; executed by the CASE env's Python. Stdlib only (Python 3.9+),
+and for notebooks what run_notebook.py imports.
 
-Usage: python fork_server.py ROOM   (requests on stdin, answers on stdout; ROOM is TITLE_ROOM
-spaces, the room for each case's command line)
+Usage: python fork_server.py ROOM [script|notebook]   (requests on stdin, answers on stdout; ROOM
+is TITLE_ROOM spaces, the room for each case's command line; the kind picks the bootstrap)
 
 A fresh `python run_script.py ...` per case pays the interpreter's start (about 15 ms) and the
 bootstrap's imports every time, which is most of a small script's cost (bench/runner_bench.py).
@@ -12,7 +13,9 @@ same bootstrap (script_boot.main, its supervisor and report), with its output in
 and its own environment. What a child shares with its siblings is only what this process had
 before the fork: the interpreter, its start-up flags and hash seed, and the stdlib modules the
 bootstrap imports. No backend or case code is ever loaded here, so a library that reads its
-environment at load (cuDNN's API logs, CUDA_VISIBLE_DEVICES) sees the child's own.
+environment at load (cuDNN's API logs, CUDA_VISIBLE_DEVICES) sees the child's own. A notebook's
+bootstrap is forked the same way (nbclient and jupyter_client imported once); its kernel, where
+the notebook's code runs, is still started fresh by jupyter_client, as before.
 
 Everything the loader reads at start (LD_LIBRARY_PATH, LD_PRELOAD) and Python reads at start
 (PYTHON*) is this process's: the runner keeps one server per interpreter and environment and
@@ -58,7 +61,12 @@ LATE = (
 )
 
 _HERE = os.path.dirname(os.path.abspath(__file__))  # noqa: PTH100, PTH120 - no pathlib
-_RUN_SCRIPT = os.path.join(_HERE, "run_script.py")  # noqa: PTH118 - what sys.argv[0] would be
+#: What each kind of case runs (its sys.argv[0]) and the server's command-line name for it.
+BOOTS = {
+    "script": os.path.join(_HERE, "run_script.py"),  # noqa: PTH118 - no pathlib
+    "notebook": os.path.join(_HERE, "run_notebook.py"),  # noqa: PTH118
+}
+_ARGV0: list[str] = []
 
 
 def _write(fd: int, line: str) -> None:
@@ -139,7 +147,7 @@ def _child(request: dict[str, Any], boot: Any, closing: list[int]) -> int:
         os.environ.pop(name, None)
     os.environ.update(request["env"])
     os.environ["CUDNN_MATRIX_PARENT_PID"] = str(os.getppid())  # guard.py: dies with this server
-    sys.argv = [_RUN_SCRIPT, *request["argv"]]
+    sys.argv = [_ARGV0[0], *request["argv"]]
     _retitle([request.get("python", sys.executable), *sys.argv])
     sys.path[0] = _HERE
     return int(boot.main())
@@ -292,16 +300,37 @@ def _serve(boot: Any) -> int:
                 _write(out, f"pid {request['id']} {pid}")
 
 
-def main() -> int:
+def _load(kind: str) -> Any:
+    """Import the bootstrap of `kind` as its fresh start would, once: the script bootstrap and
+    the stdlib it needs, or run_notebook.py with nbclient, nbformat and jupyter_client (a third
+    of a small notebook's CPU time, bench/runner_bench.py)."""
+    _ARGV0.append(BOOTS[kind])
     if sys.path[:1] != [_HERE]:  # python -P adds no script folder
         sys.path.insert(0, _HERE)
+    if kind == "notebook":
+        os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # as run_notebook's start
+        import run_notebook  # type: ignore[import-not-found] # beside this file
+
+        return run_notebook
     import script_boot  # type: ignore[import-not-found] # beside this file, found at run time
 
     # as run_script.py keeps it: a case's own `script_boot` module is its own
     sys.modules["_cudnn_matrix_script_boot"] = sys.modules.pop("script_boot")
     script_boot.preload()
+    return script_boot
+
+
+def main() -> int:
+    kind = sys.argv[2] if len(sys.argv) > 2 else "script"  # ROOM, then KIND
+    boot = _load(kind)
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        # a thread would not survive the fork (and what it holds, locks included, would be
+        # copied mid-use): no server; the tool starts these cases fresh
+        print(f"fork server: {kind} bootstrap started a thread at import", file=sys.stderr)
+        return 3
     _BEFORE.update(sys.modules)
-    return _serve(script_boot)
+    return _serve(boot)
 
 
 if __name__ == "__main__":
