@@ -109,6 +109,8 @@ def _trivial(folder: Path, t: int, rounds: int) -> dict[str, float]:
 
     def forked_alone() -> float:
         """The T cases forked by a warm fork server (as `run` runs them), server start left out."""
+        if str(REPO) not in sys.path:
+            sys.path.insert(0, str(REPO))  # this checkout's tool, as `python -m validate` here
         from validate.execute.forkserver import ForkServers
 
         servers = ForkServers()

@@ -144,10 +144,15 @@ class _Server:
         proc.pid = int(self.answer(ident, "pid", None))
         return proc
 
-    def close(self) -> None:
-        """End the server: it kills what is left of its cases' groups and exits."""
+    def shutdown(self) -> None:
+        """Tell the server to end (end of its stdin): it kills what is left of its cases' groups
+        and exits; `close` waits for that."""
         with suppress(OSError, ValueError):
             self._stdin.close()
+
+    def close(self) -> None:
+        """End the server and wait for it."""
+        self.shutdown()
         try:
             self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -181,9 +186,11 @@ class ForkServers:
                 ending = list(self._servers.values()) if self._depth == 0 else []
                 if self._depth == 0:
                     self._servers.clear()
-            for server in ending:
-                if server is not None:
-                    server.close()
+            servers = [server for server in ending if server is not None]
+            for server in servers:  # all told first: they end side by side, not one by one
+                server.shutdown()
+            for server in servers:
+                server.close()
 
     def start(
         self,
