@@ -168,3 +168,23 @@ def test_a_notebooks_bootstrap_is_forked_and_its_kernel_started_fresh(tmp_path: 
     assert chain["server"][-1] == "notebook"
     assert "kernelapp.launch_new_instance()" in " ".join(chain["kernel"])  # started fresh
     assert chain["kernel_sid"] != chain["boot_sid"]
+
+
+def test_an_interpreter_that_cannot_serve_runs_its_cases_fresh(tmp_path: Path) -> None:
+    """Where the fork server does not start (here the interpreter refuses it), each case runs as
+    a fresh process, with the same verdicts: the server is never a verdict."""
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in *fork_server.py) echo "no fork server here" >&2; exit 3;; esac\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    (tmp_path / "probe_a.py").write_text(PROBE)
+    (tmp_path / "fails.py").write_text("raise SystemExit(2)\n")
+    scripts = [tmp_path / "probe_a.py", tmp_path / "fails.py"]
+    results = {r.case: r for r in _run(tmp_path, scripts, ExecTarget(python=python), "run")}
+    assert results["probe_a.py"].outcome == Outcome.PASS, results["probe_a.py"].reason
+    assert results["fails.py"].exit_code == 2
+    probe = json.loads((tmp_path / "probe_a.json").read_text())
+    assert probe["server"] == os.getpid()  # its supervisor's parent is the tool: started fresh

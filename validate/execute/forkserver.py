@@ -67,8 +67,10 @@ class _Server:
 
     def __init__(self, python: Path, env: Mapping[str, str], kind: str) -> None:
         self._cond = threading.Condition()
+        self._writing = threading.Lock()  # one request at a time on the pipe
         self._answers: dict[tuple[int, str], Any] = {}
         self._next = 0
+        self._ended = False  # the server's stdout closed: no answer comes any more
         self.alive = False
         self.python = str(python)
         self._proc = subprocess.Popen(
@@ -82,9 +84,12 @@ class _Server:
         self._stdin: IO[bytes] = self._proc.stdin  # type: ignore[assignment]
         self._reader = threading.Thread(target=self._read, name="fork-server", daemon=True)
         self._reader.start()
-        ready = self.answer(-1, "ready", _READY_S)
+        try:
+            ready = self.answer(-1, "ready", _READY_S)
+        except ForkServerLost:  # it ended at start (an interpreter that cannot run it)
+            ready = None
         with self._cond:
-            self.alive = ready is not None and not isinstance(ready, ForkServerLost)
+            self.alive = ready is not None and not self._ended
 
     def _read(self) -> None:
         stdout: IO[bytes] = self._proc.stdout  # type: ignore[assignment]
@@ -95,6 +100,7 @@ class _Server:
                 self._answers[(int(ident), key)] = value
                 self._cond.notify_all()
         with self._cond:
+            self._ended = True
             self.alive = False
             self._cond.notify_all()
 
@@ -106,7 +112,7 @@ class _Server:
                 lambda: (
                     (ident, key) in self._answers
                     or (ident, "error") in self._answers
-                    or not self._reader.is_alive()
+                    or self._ended
                 ),
                 timeout,
             )
@@ -135,7 +141,7 @@ class _Server:
         fields += [*argv, *late]
         payload = b"\0".join(os.fsencode(f) for f in fields)  # resources/fork_server.py
         try:
-            with self._cond:  # one writer at a time: requests must not interleave
+            with self._writing:  # requests must not interleave
                 self._stdin.write(b"%d\n%s" % (len(payload), payload))
                 self._stdin.flush()
         except (OSError, ValueError) as exc:
@@ -170,6 +176,7 @@ class ForkServers:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._servers: dict[tuple[str, str, tuple[tuple[str, str], ...]], _Server | None] = {}
+        self._retired: list[_Server] = []  # lost for new cases, still ended with the session
         self._depth = 0
         self.enabled = True
 
@@ -183,9 +190,10 @@ class ForkServers:
         finally:
             with self._lock:
                 self._depth -= 1
-                ending = list(self._servers.values()) if self._depth == 0 else []
+                ending = [*self._servers.values(), *self._retired] if self._depth == 0 else []
                 if self._depth == 0:
                     self._servers.clear()
+                    self._retired.clear()
             servers = [server for server in ending if server is not None]
             for server in servers:  # all told first: they end side by side, not one by one
                 server.shutdown()
@@ -232,4 +240,5 @@ class ForkServers:
             with self._lock:
                 if self._servers.get(key) is server:
                     self._servers[key] = None  # later cases of this environment start fresh
+                    self._retired.append(server)
             raise
