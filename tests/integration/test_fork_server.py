@@ -8,12 +8,17 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
+from validate.execute.forkserver import OFF_ENV
 from validate.execute.runner import RunOptions, run_cases
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore
+
+if TYPE_CHECKING:
+    import pytest
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "resources" / "kernel" / "transport.ipynb"
 #: The case writes what it sees of itself to the file named by its first line's folder.
@@ -188,3 +193,15 @@ def test_an_interpreter_that_cannot_serve_runs_its_cases_fresh(tmp_path: Path) -
     assert results["fails.py"].exit_code == 2
     probe = json.loads((tmp_path / "probe_a.json").read_text())
     assert probe["server"] == os.getpid()  # its supervisor's parent is the tool: started fresh
+
+
+def test_the_switch_starts_every_case_fresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(OFF_ENV, "0")
+    (tmp_path / "probe_a.py").write_text(PROBE)
+    [result] = _run(
+        tmp_path, [tmp_path / "probe_a.py"], ExecTarget(python=Path(sys.executable)), "run"
+    )
+    assert result.outcome == Outcome.PASS, result.reason
+    assert json.loads((tmp_path / "probe_a.json").read_text())["server"] == os.getpid()

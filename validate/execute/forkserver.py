@@ -9,6 +9,7 @@ a cell's cases share one, a cell with another backend on its library path gets i
 
 A server that cannot start, or dies, is never a case's verdict: the case runs as a fresh process
 instead (`ForkServerLost`), and later cases of that environment start fresh too.
+`CUDNN_MATRIX_FORK_SERVER=0` starts every case fresh (as before the servers).
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ from validate.execute.resources.fork_server import LATE, TITLE_ROOM
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
-__all__ = ["FORK_SERVER", "ForkServerLost", "ForkServers", "ForkedProcess"]
+__all__ = ["FORK_SERVER", "OFF_ENV", "ForkServerLost", "ForkServers", "ForkedProcess"]
 
 log = logging.getLogger(__name__)
 
 FORK_SERVER: Final = Path(__file__).resolve().parent / "resources" / "fork_server.py"
 #: The bootstraps a server can fork, by the path a fresh start runs (resources/fork_server.py).
 _KINDS: Final = {str(RUN_SCRIPT): "script", str(RUN_NOTEBOOK): "notebook"}
+#: `CUDNN_MATRIX_FORK_SERVER=0` in the tool's environment: every case starts fresh.
+OFF_ENV: Final = "CUDNN_MATRIX_FORK_SERVER"
 _ENDED: Final = "the fork server ended"
 _READY_S: Final = 30.0  # a server's interpreter start, on a loaded host
 
@@ -217,7 +220,7 @@ class ForkServers:
         python = Path(argv[0])
         key = (str(python), kind, tuple(sorted((k, v) for k, v in env.items() if k not in LATE)))
         with self._lock:
-            if not self.enabled or self._depth == 0:
+            if not self.enabled or self._depth == 0 or os.environ.get(OFF_ENV) == "0":
                 return None
             if key not in self._servers:
                 base = {k: v for k, v in env.items() if k not in LATE}
