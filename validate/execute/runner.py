@@ -239,6 +239,8 @@ def _spawn(
     try:
         return _run_process(argv, env, log_path, limit_s, kernel_file, sampler)
     except ForkServerLost as exc:  # its server died, not the case: it runs again, fresh
+        if _LIVE.stopped.is_set():  # unless the run is being interrupted
+            return -signal.SIGKILL, False, None
         log.debug("fork server lost (%s): %s runs as a fresh process", exc, argv[2:3])
         return _run_process(argv, env, log_path, limit_s, kernel_file, sampler, fresh=True)
 
@@ -649,17 +651,19 @@ def run_pool(pool: Pool) -> None:
     """Run `pool` to the end; on Ctrl-C, or a results folder that broke (`ResultsLost`), end
     every running case (finished results are stored, --resume redoes the rest) and re-raise."""
     _LIVE.stopped.clear()
-    try:
-        with _FORKS.session():
+    # the fork servers end last: on an interrupt the cases are ended (and no longer recorded)
+    # first, so a case its server's end kills is never stored as a crash of its own
+    with _FORKS.session():
+        try:
             pool.run()
-    except (KeyboardInterrupt, ResultsLost):
-        # what is running is ended, not recorded (a half-run case killed by us is not a crash
-        # of the product): no result is stored from here on, the progress counts those cases
-        # as cut, then they are killed
-        _LIVE.stopped.set()
-        pool.stop()
-        _LIVE.kill_all()
-        raise
+        except (KeyboardInterrupt, ResultsLost):
+            # what is running is ended, not recorded (a half-run case killed by us is not a
+            # crash of the product): no result is stored from here on, the progress counts
+            # those cases as cut, then they are killed
+            _LIVE.stopped.set()
+            pool.stop()
+            _LIVE.kill_all()
+            raise
 
 
 def gpu_sampler(has_gpu: bool) -> GpuSampler | None:
