@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
 from validate.execute.forkserver import OFF_ENV
-from validate.execute.runner import RunOptions, run_cases
+from validate.execute.pool import Pool
+from validate.execute.runner import CaseBatch, RunOptions, run_cases, run_pool
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore
 
@@ -205,3 +206,38 @@ def test_the_switch_starts_every_case_fresh(
     )
     assert result.outcome == Outcome.PASS, result.reason
     assert json.loads((tmp_path / "probe_a.json").read_text())["server"] == os.getpid()
+
+
+def test_two_environments_start_their_servers_side_by_side(tmp_path: Path) -> None:
+    """A server's start (half a second for a notebook server) holds up only its own environment:
+    here each cell's interpreter lets its server start only once the other cell's has begun, so
+    the two are forked only if the servers start side by side (one after the other, each would
+    give up waiting and its cell would run fresh)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in *fork_server.py)\n'
+        f'  : > "{marks}/$PROBE_MARKER"; i=0\n'
+        f'  while [ ! -e "{marks}/$OTHER" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n'
+        f'  [ -e "{marks}/$OTHER" ] || exit 3;;\n'
+        "esac\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    options = RunOptions(results_dir=tmp_path / "run", jobs=2, timeout_s=60, api_logs=False)
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    pool = Pool(2)
+    for mine, other in (("a", "b"), ("b", "a")):
+        (tmp_path / f"probe_{mine}.py").write_text(PROBE)
+        env = {"PROBE_MARKER": mine, "OTHER": other}
+        target = ExecTarget(python=python, env=env, cell_id=f"cell-{mine}")
+        cases = discover_cases([tmp_path / f"probe_{mine}.py"])
+        pool.submit(CaseBatch(cases, target, options, store).jobs())
+    pool.close()
+    run_pool(pool)
+    seen = [json.loads((tmp_path / f"probe_{x}.json").read_text()) for x in "ab"]
+    assert [s["marker"] for s in seen] == ["a", "b"]
+    assert os.getpid() not in {s["server"] for s in seen}  # both forked, none started fresh
+    assert seen[0]["server"] != seen[1]["server"]

@@ -173,12 +173,34 @@ class _Server:
             self._proc.stdout.close()
 
 
+class _Slot:
+    """One environment's server: being started (`ready` not set yet), started, or None (it could
+    not start, or was lost): then that environment's cases start fresh."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.server: _Server | None = None
+
+
+def _new_server(python: Path, env: Mapping[str, str], kind: str) -> _Server | None:
+    try:
+        server = _Server(python, env, kind)
+    except OSError as exc:
+        log.debug("fork server for %s did not start: %s", python, exc)
+        return None
+    if not server.alive:
+        log.debug("fork server for %s did not answer: cases start fresh", python)
+        server.close()
+        return None
+    return server
+
+
 class ForkServers:
     """The servers of one run, by interpreter and environment; none outside `session()`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._servers: dict[tuple[str, str, tuple[tuple[str, str], ...]], _Server | None] = {}
+        self._slots: dict[tuple[str, str, tuple[tuple[str, str], ...]], _Slot] = {}
         self._retired: list[_Server] = []  # lost for new cases, still ended with the session
         self._depth = 0
         self.enabled = True
@@ -193,9 +215,10 @@ class ForkServers:
         finally:
             with self._lock:
                 self._depth -= 1
-                ending = [*self._servers.values(), *self._retired] if self._depth == 0 else []
+                ending: list[_Server | None] = []
                 if self._depth == 0:
-                    self._servers.clear()
+                    ending = [*(slot.server for slot in self._slots.values()), *self._retired]
+                    self._slots.clear()
                     self._retired.clear()
             servers = [server for server in ending if server is not None]
             for server in servers:  # all told first: they end side by side, not one by one
@@ -213,7 +236,9 @@ class ForkServers:
         """The case `argv` (PYTHON BOOTSTRAP ARGS..., as a fresh start would run it) forked, or
         None where no server runs for it (another bootstrap, outside a session, disabled, or its
         server failed): then the caller starts the case fresh. Raises ForkServerLost when the
-        server died under this request."""
+        server died under this request. A server starts outside the lock (a notebook server
+        imports nbclient, about half a second): other environments start theirs meanwhile, and
+        only this environment's cases wait for it."""
         kind = _KINDS.get(argv[1]) if len(argv) > 2 else None
         if kind is None:
             return None
@@ -222,26 +247,30 @@ class ForkServers:
         with self._lock:
             if not self.enabled or self._depth == 0 or os.environ.get(OFF_ENV) == "0":
                 return None
-            if key not in self._servers:
-                base = {k: v for k, v in env.items() if k not in LATE}
-                try:
-                    server: _Server | None = _Server(python, base, kind)
-                except OSError as exc:
-                    log.debug("fork server for %s did not start: %s", python, exc)
-                    server = None
-                if server is not None and not server.alive:
-                    log.debug("fork server for %s did not answer: cases start fresh", python)
-                    server.close()
-                    server = None
-                self._servers[key] = server
-            server = self._servers[key]
+            slot = self._slots.get(key)
+            mine = slot is None
+            if slot is None:
+                slot = self._slots[key] = _Slot()
+        if mine:
+            try:
+                slot.server = _new_server(python, dict(key[2]), kind)
+            finally:
+                slot.ready.set()
+            with self._lock:
+                ended = self._slots.get(key) is not slot  # the session ended meanwhile
+            if ended and slot.server is not None:
+                slot.server.close()
+                return None
+        else:
+            slot.ready.wait()
+        server = slot.server
         if server is None:
             return None
         try:
             return server.start(argv[2:], log_path, env, nice)
         except ForkServerLost:
             with self._lock:
-                if self._servers.get(key) is server:
-                    self._servers[key] = None  # later cases of this environment start fresh
+                if slot.server is server:
+                    slot.server = None  # later cases of this environment start fresh
                     self._retired.append(server)
             raise
