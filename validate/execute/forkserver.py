@@ -74,7 +74,7 @@ class _Server:
         self._answers: dict[tuple[int, str], Any] = {}
         self._next = 0
         self._ended = False  # the server's stdout closed: no answer comes any more
-        self.alive = False
+        self._ready = False
         self.python = str(python)
         self._proc = subprocess.Popen(
             [str(python), str(FORK_SERVER), " " * TITLE_ROOM, kind],  # room for a case's title
@@ -91,8 +91,12 @@ class _Server:
             ready = self.answer(-1, "ready", _READY_S)
         except ForkServerLost:  # it ended at start (an interpreter that cannot run it)
             ready = None
-        with self._cond:
-            self.alive = ready is not None and not self._ended
+        self._ready = ready is not None
+
+    @property
+    def alive(self) -> bool:
+        """Ready, and its output not closed since."""
+        return self._ready and not self._ended
 
     def _read(self) -> None:
         stdout: IO[bytes] = self._proc.stdout  # type: ignore[assignment]
@@ -104,7 +108,6 @@ class _Server:
                 self._cond.notify_all()
         with self._cond:
             self._ended = True
-            self.alive = False
             self._cond.notify_all()
 
     def answer(self, ident: int, key: str, timeout: float | None) -> Any:
@@ -203,7 +206,6 @@ class ForkServers:
         self._slots: dict[tuple[str, str, tuple[tuple[str, str], ...]], _Slot] = {}
         self._retired: list[_Server] = []  # lost for new cases, still ended with the session
         self._depth = 0
-        self.enabled = True
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -245,7 +247,7 @@ class ForkServers:
         python = Path(argv[0])
         key = (str(python), kind, tuple(sorted((k, v) for k, v in env.items() if k not in LATE)))
         with self._lock:
-            if not self.enabled or self._depth == 0 or os.environ.get(OFF_ENV) == "0":
+            if self._depth == 0 or os.environ.get(OFF_ENV) == "0":
                 return None
             slot = self._slots.get(key)
             mine = slot is None

@@ -280,7 +280,8 @@ def _run_process(
     fresh: bool = False,
 ) -> tuple[int, bool, float | None]:
     proc = _start(argv, env, log_path, fresh=fresh)
-    _lower_priority(proc.pid, yield_nice())
+    if isinstance(proc, subprocess.Popen):  # a forked case took its nice itself (_start)
+        _lower_priority(proc.pid, yield_nice())
     # The watchdog enforces the limit so this thread blocks in waitpid() and sees the exit
     # at once: Popen.wait(timeout=...) polls with sleeps of up to 50 ms, which was most of a
     # short script's overhead (bench/runner_bench.py).

@@ -148,7 +148,7 @@ def _child(request: dict[str, Any], boot: Any, closing: list[int]) -> int:
     os.environ.update(request["env"])
     os.environ["CUDNN_MATRIX_PARENT_PID"] = str(os.getppid())  # guard.py: dies with this server
     sys.argv = [_ARGV0[0], *request["argv"]]
-    _retitle([request.get("python", sys.executable), *sys.argv])
+    _retitle([request["python"], *sys.argv])
     sys.path[0] = _HERE
     return int(boot.main())
 
