@@ -17,6 +17,7 @@ import shlex
 import subprocess
 import threading
 import time
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,7 @@ from validate.execute.history import History
 from validate.execute.pool import Pool
 from validate.execute.progress import pool_progress
 from validate.execute.records import now_stamp, record_all
-from validate.execute.runner import gpu_sampler, run_pool
+from validate.execute.runner import run_pool, usage_sampler
 from validate.execute.slots import choose_slots
 from validate.judge.known_issues import KnownIssue, apply_known_issues, load_known_issues
 from validate.model.axes import AXES
@@ -149,10 +150,14 @@ def run_cells(
     executor = executor or EXECUTORS[config.executor]()
     history = History.load(cache_root(config.cache_dir) / "durations.json")
     bound = choose_slots(
-        host, jobs=config.jobs, gpu_peak_mib=history.typical_gpu_mib(), budget=True
+        host,
+        jobs=config.jobs,
+        gpu_peak_mib=history.typical_gpu_mib(),
+        budget=True,
+        gpu_busy=history.typical_gpu_busy(),
     )
     log.info("%s", bound.line())
-    sampler = gpu_sampler(host.has_gpu)
+    sampler = usage_sampler(host.has_gpu)
     context = RunContext(
         config=config,
         host=host,
@@ -172,7 +177,12 @@ def run_cells(
                 record_all(store, cell, mine, Outcome.SKIP, skip, run_id)
         work = [(step, parts) for step in steps.steps if (parts := _step_parts(step, cases, only))]
         with pool_progress() as on_change:
-            pool = Pool(bound.slots, gpu_mib=bound.gpu_free_mib, on_change=on_change)
+            pool = Pool(
+                bound.slots,
+                gpu_mib=bound.gpu_free_mib,
+                gpu_load=bound.gpu_load,
+                on_change=on_change,
+            )
             counted = [(c, len(part.cells)) for _, step_parts in work for part, c in step_parts]
             pool.expect(sum(len(c) * n for c, n in counted), _expected_s(history, counted))
             feeder = threading.Thread(
@@ -182,8 +192,19 @@ def run_cells(
             run_pool(pool)
             feeder.join()
     finally:
-        if sampler is not None:
-            sampler.stop()
+        sampler.stop()
+        figures = sampler.figures()
+        if figures is not None:
+            log.info(
+                "gpu utilization while cases ran: mean %.0f%%, median %.0f%%, p95 %.0f%%, max"
+                " %.0f%% (%d polls)",
+                *(100 * figures[k] for k in ("mean", "p50", "p95", "max")),
+                figures["polls"],
+            )
+            with suppress(OSError):
+                (store.path.parent / "gpu_utilization.json").write_text(
+                    json.dumps(figures, indent=1), encoding="utf-8"
+                )
         history.save()
         executor.close()
 

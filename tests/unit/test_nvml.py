@@ -79,7 +79,7 @@ def test_host_detection_slot_bound_and_sampler_share_one_init(
     assert host.driver_version == "580.159.04"
     assert [(g.name, g.sm, g.memory_mib) for g in host.gpus] == [("NVIDIA H200", "sm90", 143360)]
     assert slots.free_gpu_mib() == [81920]
-    sampler = slots.GpuSampler(dict, interval_s=0.01).start()
+    sampler = slots.UsageSampler(dict, interval_s=0.01).start()
     assert sampler.active
     sampler.stop()
     assert fake.inits == 1

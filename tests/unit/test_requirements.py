@@ -59,7 +59,7 @@ def test_bad_toml_reports_every_problem(tmp_path: Path) -> None:
     assert "'nine' is not a version" in str(err.value)
     assert str(err.value).split("; ") == [
         (
-            f"{bad}:2: defaults.needs_gpus: unknown key (known: archs, imports, min_backend, "
+            f"{bad}:2: defaults.needs_gpus: unknown key (known: archs, exclusive, imports, min_backend, "
             "min_sm, needs_gpu, source)"
         ),
         f"{bad}:4: cases.\"2*\".min_backend: 'nine' is not a version",

@@ -74,7 +74,7 @@ def test_history_keeps_peaks_beside_durations_that_shards_still_read(tmp_path: P
     path.write_text(json.dumps({"old.py": 7.0}))
     history = History.load(path)
     assert history.estimate("old.py") == 7.0
-    assert history.peak_gpu_mib() is None
+    assert history.typical_gpu_mib() is None
     history.record("a.ipynb", 12.345, gpu_mib=3000.04)
     history.record("b.py", 1.0)
     path.write_text(json.dumps({"old.py": 7.0, "other-run.py": 2.0}))  # another run wrote meanwhile
@@ -88,7 +88,7 @@ def test_history_keeps_peaks_beside_durations_that_shards_still_read(tmp_path: P
         "other-run.py": 2.0,
     }
     again = History.load(path)
-    assert again.peak_gpu_mib() == 3000.0
+    assert again.typical_gpu_mib() == 3000.0
     assert again.gpu_estimate("a.ipynb", 4096) == 3000.0
     assert again.gpu_estimate("b.py", 4096) == 4096  # no peak recorded for it
     again.gpu_mib.update({"x": 1000.0, "y": 9000.0})
@@ -138,14 +138,14 @@ def test_gpu_sampler_attributes_memory_to_the_case_by_session() -> None:
     import subprocess
     import sys
 
-    from validate.execute.slots import GpuSampler
+    from validate.execute.slots import UsageSampler
 
     sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
     case = subprocess.Popen(sleep, start_new_session=True)
     kernel = subprocess.Popen(sleep, start_new_session=True)
     stranger = subprocess.Popen(sleep)  # this test's own session
     try:
-        sampler = GpuSampler(lambda: {case.pid: case.pid, kernel.pid: case.pid})
+        sampler = UsageSampler(lambda: {case.pid: case.pid, kernel.pid: case.pid})
         # two polls' (pid, MiB), as NVML or nvidia-smi report them (no GPU here)
         sampler.record([(case.pid, 100.0), (kernel.pid, 50.0), (stranger.pid, 1.0), (1 << 30, 9.0)])
         sampler.record([(case.pid, 20.0)])

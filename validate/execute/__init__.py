@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from validate.execute.cases import Case
     from validate.execute.history import History
     from validate.execute.pool import Job
-    from validate.execute.slots import GpuSampler
+    from validate.execute.slots import UsageSampler
     from validate.model.matrix import Cell
     from validate.model.results import ResultStore
     from validate.plan.host import HostFacts
@@ -64,7 +64,7 @@ class RunContext:
     store: ResultStore  # results go here as they land (the workflow's judges known issues)
     slots: int = 1  # the run's pool size (execute/slots.py, or --jobs)
     history: History | None = None  # durations and GPU peaks by case name, shared by all cells
-    sampler: GpuSampler | None = None  # GPU memory of the live cases (NVML), when available
+    sampler: UsageSampler | None = None  # what the live cases use (GPU via NVML, host CPU)
 
     @property
     def results_dir(self) -> Path:

@@ -1,9 +1,16 @@
-"""The duration history: what each case took last time (and its peak GPU memory), by case name.
+"""The duration history: what each case took last time, its peak GPU memory and its GPU busy
+share, by case name.
 
 One JSON file (`<cache>/durations.json`) shared by every cell and run: the pool starts the longest
-cases first, `--shard` balances by it (plan/shard.read_durations) and the slot bound reads the
-peaks (execute/slots.py). Case name -> seconds, as before; the GPU peaks sit under one extra key
-(`#gpu_peak_mib`: case name -> MiB), which a reader of the seconds skips (it is no number).
+cases first, `--shard` balances by it (plan/shard.read_durations), the slot bound reads the peaks
+and the pool's GPU-load bound the busy shares (execute/slots.py, execute/pool.py). Case name ->
+seconds, as before; the GPU peaks sit under one extra key (`#gpu_peak_mib`: case name -> MiB) and
+the busy shares under another (`#gpu_busy`: case name -> the mean fraction of the GPU's time its
+kernels ran, 0..1, from NVML), which a reader of the seconds skips (they are no numbers).
+
+A busy share measured while the GPU was saturated (the case got only its slice of a full GPU) is
+a lower bound of what it needs: it never lowers the share on record. One measured alone (the
+contention re-run, execute/runner.py) is clean and replaces it.
 """
 
 from __future__ import annotations
@@ -15,12 +22,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
     from pathlib import Path
 
-__all__ = ["GPU_KEY", "History"]
+__all__ = ["BUSY_KEY", "GPU_KEY", "History"]
 
 GPU_KEY: Final = "#gpu_peak_mib"
+BUSY_KEY: Final = "#gpu_busy"
 
 
 @dataclass
@@ -30,58 +38,79 @@ class History:
     path: Path | None = None
     durations: dict[str, float] = field(default_factory=dict)
     gpu_mib: dict[str, float] = field(default_factory=dict)
+    gpu_busy: dict[str, float] = field(default_factory=dict)
     _new_s: dict[str, float] = field(default_factory=dict, repr=False)
     _new_mib: dict[str, float] = field(default_factory=dict, repr=False)
+    _new_busy: dict[str, tuple[float, bool]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def load(cls, path: Path | None) -> History:
         """The history at `path`; empty when there is none or it is unreadable."""
-        durations, gpu = _read(path)
-        return cls(path=path, durations=durations, gpu_mib=gpu)
+        durations, gpu, busy = _read(path)
+        return cls(path=path, durations=durations, gpu_mib=gpu, gpu_busy=busy)
 
     def estimate(self, name: str) -> float | None:
         """Seconds the case took last time (None: never ran here)."""
         return self.durations.get(name)
 
-    def peak_gpu_mib(self) -> float | None:
-        """The largest GPU peak any case reached (None: no peak recorded)."""
-        return max(self.gpu_mib.values(), default=None)
-
     def typical_gpu_mib(self) -> float | None:
         """The median of the cases' GPU peaks (None: no peak recorded): what the slot count is
         sized by; the pool's GPU budget holds each case to its own peak."""
-        peaks = sorted(self.gpu_mib.values())
-        if not peaks:
-            return None
-        mid = len(peaks) // 2
-        return peaks[mid] if len(peaks) % 2 else (peaks[mid - 1] + peaks[mid]) / 2
+        return _median(self.gpu_mib.values())
+
+    def typical_gpu_busy(self) -> float | None:
+        """The median busy share of the cases on record (None: none recorded): what a case the
+        history does not know is expected to load its GPU with."""
+        return _median(self.gpu_busy.values())
+
+    def busy_estimate(self, name: str) -> float | None:
+        """The case's GPU busy share on record (0..1; None: never measured)."""
+        return self.gpu_busy.get(name)
 
     def gpu_estimate(self, name: str, default: float) -> float:
         """The GPU memory the case needs: its recorded peak, else `default`."""
         return self.gpu_mib.get(name, default)
 
-    def record(self, name: str, duration_s: float, gpu_mib: float | None = None) -> None:
-        """What one case took now (thread-safe; written by `save`)."""
+    def record(
+        self,
+        name: str,
+        duration_s: float,
+        gpu_mib: float | None = None,
+        *,
+        gpu_busy: float | None = None,
+        saturated: bool = False,
+    ) -> None:
+        """What one case took now (thread-safe; written by `save`). `gpu_busy`: its busy share;
+        `saturated`: measured while its GPU was full (then it never lowers the share on
+        record)."""
         with self._lock:
             self._new_s[name] = round(duration_s, 2)
             if gpu_mib is not None:
                 self._new_mib[name] = round(gpu_mib, 1)
+            if gpu_busy is not None:
+                self._new_busy[name] = (round(min(1.0, max(0.0, gpu_busy)), 3), saturated)
 
     def save(self) -> None:
         """Merge what was recorded into the file (re-read first: another run may have written)."""
         with self._lock:
-            new_s, new_mib = dict(self._new_s), dict(self._new_mib)
+            new_s, new_mib, new_busy = dict(self._new_s), dict(self._new_mib), dict(self._new_busy)
         if self.path is None or not new_s:
             return
-        durations, gpu = _read(self.path)
+        durations, gpu, busy = _read(self.path)
         durations.update(new_s)
         gpu.update(new_mib)
+        for name, (share, saturated) in new_busy.items():
+            old = busy.get(name)
+            busy[name] = max(share, old) if saturated and old is not None else share
         self.durations.update(new_s)
         self.gpu_mib.update(new_mib)
+        self.gpu_busy.update(busy)
         data: dict[str, object] = dict(sorted(durations.items()))
         if gpu:
             data[GPU_KEY] = dict(sorted(gpu.items()))
+        if busy:
+            data[BUSY_KEY] = dict(sorted(busy.items()))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(data, indent=0), encoding="utf-8")
@@ -96,14 +125,26 @@ def _numbers(data: Mapping[object, object]) -> dict[str, float]:
     }
 
 
-def _read(path: Path | None) -> tuple[dict[str, float], dict[str, float]]:
+def _median(values: Iterable[float]) -> float | None:
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _read(path: Path | None) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     if path is None or not path.is_file():
-        return {}, {}
+        return {}, {}, {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}, {}
+        return {}, {}, {}
     if not isinstance(data, dict):
-        return {}, {}
-    gpu = data.get(GPU_KEY)
-    return _numbers(data), _numbers(gpu) if isinstance(gpu, dict) else {}
+        return {}, {}, {}
+    gpu, busy = data.get(GPU_KEY), data.get(BUSY_KEY)
+    return (
+        _numbers(data),
+        _numbers(gpu) if isinstance(gpu, dict) else {},
+        {k: min(1.0, v) for k, v in _numbers(busy).items()} if isinstance(busy, dict) else {},
+    )

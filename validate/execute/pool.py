@@ -7,8 +7,14 @@ submission order). A job may return follow-up jobs (a failing case's API-log re-
 `--reruns`); they go into the same queue. A job holds `slots` slots while it runs (a case one,
 a docker cell's container as many as it runs at once) and, where the pool has a GPU-memory
 budget (the free memory of the GPUs at start), its `gpu_mib` of it (a case's recorded peak).
-The queue's order is kept: a job that does not fit yet waits, and those behind it wait too (no
-job starves). Nothing here knows about results: jobs store their own (the store is thread-safe).
+It also holds its `gpu_load` (its recorded GPU busy share, execute/slots.py) of the pool's GPU
+load bound, so the summed expected load of the running jobs stays within the GPU's capacity:
+heavy cases spread across the run instead of starting together. An `exclusive` job (a case that
+must have the GPU to itself, or a contended case's alone re-run) holds every slot and the whole
+GPU load: it runs with nothing beside it; such jobs queue after all others. `beside()` tells a
+job's thread how many jobs ran beside it so far and their summed load (the runner's contention
+rule). The queue's order is kept: a job that does not fit yet waits, and those behind it wait
+too (no job starves). Nothing here knows about results: jobs store their own (the store is thread-safe).
 `stop()` (an interrupt) freezes the count: the jobs running then are cut, not done.
 
 Critical path: a job whose estimate is at least the work left per slot (the estimates of the
@@ -33,7 +39,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["YIELD_NICE", "Job", "Pool", "PoolStats", "yield_nice"]
+__all__ = ["YIELD_NICE", "Beside", "Job", "Pool", "PoolStats", "beside", "yield_nice"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +56,24 @@ def yield_nice() -> int:
     return int(getattr(_THREAD, "nice", 0))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Beside:
+    """What ran beside a job so far: the most other jobs at once, the largest summed GPU load of
+    those, and the pool's GPU load bound (None: not accounted)."""
+
+    others: int = 0
+    others_load: float = 0.0
+    capacity: float | None = None
+
+
+def beside() -> Beside:
+    """What ran beside the calling thread's job so far (a thread that is no pool job: nothing)."""
+    running = getattr(_THREAD, "running", None)
+    if running is None:
+        return Beside()
+    return Beside(others=running.beside, others_load=running.beside_load, capacity=running.capacity)
+
+
 @dataclass(eq=False, kw_only=True)
 class Job:
     """One unit of work in the pool; `run` returns the follow-up jobs (none: `()`)."""
@@ -60,6 +84,8 @@ class Job:
     slots: int = 1
     cases: int = 1  # cases it stands for in the progress (a re-run 0, a docker cell its cases)
     gpu_mib: float = 0.0  # GPU memory it holds while it runs (its recorded peak, or an estimate)
+    gpu_load: float = 0.0  # GPU busy share it holds while it runs (recorded, or an estimate)
+    exclusive: bool = False  # runs with no other job beside it (holds every slot and all load)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,11 +109,15 @@ class _Running:
     gpu: float
     critical: bool = False
     nice: int = 0
+    load: float = 0.0
+    capacity: float | None = None
+    beside: int = 0  # the most other jobs that ran at once beside it
+    beside_load: float = 0.0  # the largest summed GPU load of those
 
 
 @dataclass
 class _State:
-    queue: list[tuple[float, int, Job]] = field(default_factory=list)
+    queue: list[tuple[bool, float, int, Job]] = field(default_factory=list)
     running: dict[int, _Running] = field(default_factory=dict)
     done: int = 0
     durations: list[float] = field(default_factory=list)
@@ -107,6 +137,7 @@ class Pool:
         slots: int,
         *,
         gpu_mib: float | None = None,
+        gpu_load: float | None = None,
         on_change: Callable[[PoolStats], None] | None = None,
         yield_nice: int | None = None,
     ) -> None:
@@ -114,6 +145,8 @@ class Pool:
         self.yield_nice = YIELD_NICE if yield_nice is None else yield_nice  # 0: never yield
         self.gpu_mib = gpu_mib  # the GPU-memory budget; None: not accounted
         self._gpu_free = gpu_mib or 0.0
+        self.gpu_load = gpu_load  # the GPU-load bound; None: not accounted
+        self._load_free = gpu_load or 0.0
         self._on_change = on_change
         self._cond = threading.Condition()
         self._state = _State()
@@ -127,8 +160,7 @@ class Pool:
         the cases `expect` announced for them, withdrawn now that they are here."""
         with self._cond:
             for job in jobs:
-                key = -(job.estimate_s if job.estimate_s is not None else float("inf"))
-                heapq.heappush(self._state.queue, (key, next(self._seq), job))
+                self._push(job)
             state = self._state
             before = state.pending
             state.pending = max(0, before - announced)
@@ -150,6 +182,20 @@ class Pool:
             elif state.pending_s is not None and before:  # withdrawn: its share of the estimate
                 state.pending_s *= state.pending / before
         self._changed()
+
+    def _push(self, job: Job) -> None:
+        """Queue `job`: longest estimate first (unknown first), exclusive jobs after all others."""
+        key = -(job.estimate_s if job.estimate_s is not None else float("inf"))
+        heapq.heappush(self._state.queue, (job.exclusive, key, next(self._seq), job))
+
+    def _need(self, job: Job) -> tuple[int, float, float]:
+        """The slots, GPU memory and GPU load `job` holds while it runs (an exclusive job: all;
+        a job larger than a whole budget runs when that budget is all its own)."""
+        if job.exclusive:
+            return self.slots, self.gpu_mib or 0.0, self.gpu_load or 0.0
+        gpu = 0.0 if self.gpu_mib is None else min(job.gpu_mib, self.gpu_mib)
+        load = 0.0 if self.gpu_load is None else min(job.gpu_load, self.gpu_load)
+        return min(job.slots, self.slots), gpu, load
 
     def close(self) -> None:
         """No job will be submitted from outside any more (follow-ups still are)."""
@@ -189,11 +235,10 @@ class Pool:
                     if state.stopped:
                         return
                     if state.queue:
-                        job = state.queue[0][2]
-                        need = min(job.slots, self.slots)
-                        # a job larger than the whole budget runs when the GPUs are all its own
-                        gpu = 0.0 if self.gpu_mib is None else min(job.gpu_mib, self.gpu_mib)
-                        if need <= self._free and gpu <= self._gpu_free:
+                        job = state.queue[0][3]
+                        need, gpu, load = self._need(job)
+                        fits = load <= self._load_free + 1e-9  # float sums: a little slack
+                        if need <= self._free and gpu <= self._gpu_free and fits:
                             heapq.heappop(state.queue)
                             break
                     elif not state.open and not state.running:
@@ -201,12 +246,16 @@ class Pool:
                     self._cond.wait()
                 self._free -= need
                 self._gpu_free -= gpu
+                self._load_free -= load
                 ident = next(self._seq)
                 now = time.monotonic()
                 critical = self._critical(job, now)
-                beside = any(item.critical for item in state.running.values())
-                nice = self.yield_nice if beside and not critical else 0
-                state.running[ident] = _Running(job, now, need, gpu, critical, nice)
+                yields = any(item.critical for item in state.running.values())
+                nice = self.yield_nice if yields and not critical else 0
+                state.running[ident] = _Running(
+                    job, now, need, gpu, critical, nice, load, self.gpu_load
+                )
+                self._count_beside()
                 told = critical and bool(state.queue or state.pending)  # others will run beside
             if told:
                 log.info(
@@ -222,6 +271,15 @@ class Pool:
             thread.start()
             self._changed()
 
+    def _count_beside(self) -> None:
+        """Every running job has now had the others beside it (for `beside()`)."""
+        running = self._state.running.values()
+        total = sum(item.load for item in running)
+        others = len(running) - 1
+        for item in running:
+            item.beside = max(item.beside, others)
+            item.beside_load = max(item.beside_load, total - item.load)
+
     def _critical(self, job: Job, now: float) -> bool:
         """Whether `job` (just taken off the queue) is on the critical path: its estimate is at
         least the work left per slot (queued, running, announced, itself included; a job alone
@@ -229,10 +287,10 @@ class Pool:
         if job.estimate_s is None or self.yield_nice <= 0:
             return False
         default = self._default_s()
-        work = job.estimate_s * min(job.slots, self.slots)
-        for _, _, other in self._state.queue:
+        work = job.estimate_s * self._need(job)[0]
+        for *_, other in self._state.queue:
             seconds = other.estimate_s if other.estimate_s is not None else default
-            work += seconds * min(other.slots, self.slots)
+            work += seconds * self._need(other)[0]
         work += self._left_outside_queue(now, default)[0]
         return job.estimate_s >= work / self.slots
 
@@ -259,6 +317,7 @@ class Pool:
         running = self._state.running[ident]
         job = running.job
         _THREAD.nice = running.nice  # a thread per job: read by the runner when it spawns
+        _THREAD.running = running  # what ran beside it: `beside()`
         follow: Sequence[Job] = ()
         error: BaseException | None = None
         try:
@@ -270,6 +329,7 @@ class Pool:
             del state.running[ident]
             self._free += running.taken
             self._gpu_free += running.gpu
+            self._load_free += running.load
             if state.stopped:  # cut: counted by stop(), and nothing follows
                 follow = ()
             else:
@@ -279,8 +339,7 @@ class Pool:
             if error is not None and state.error is None:
                 state.error = error
             for extra in follow:
-                key = -(extra.estimate_s if extra.estimate_s is not None else float("inf"))
-                heapq.heappush(state.queue, (key, next(self._seq), extra))
+                self._push(extra)
             self._cond.notify_all()
         self._changed()
 
@@ -290,7 +349,7 @@ class Pool:
         with self._cond:
             state = self._state
             default = self._default_s()
-            queued = [job for _, _, job in state.queue]
+            queued = [job for *_, job in state.queue]
             work = [j.estimate_s if j.estimate_s is not None else default for j in queued]
             rest, longest = self._left_outside_queue(time.monotonic(), default)
             longest = max(max(work, default=0.0), longest)

@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
@@ -34,10 +34,10 @@ from validate.execute.cases.script import (
 from validate.execute.classify import ExecResult, classify, signal_name
 from validate.execute.forkserver import ForkServerLost, ForkServers
 from validate.execute.history import History
-from validate.execute.pool import Job, Pool, yield_nice
+from validate.execute.pool import Beside, Job, Pool, beside, yield_nice
 from validate.execute.resources.capture import verify_pins
 from validate.execute.resources.guard import PARENT_ENV
-from validate.execute.slots import GPU_PER_CASE_MIB
+from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
 from validate.model.outcome import POLICY, Outcome, policy
 from validate.model.results import CaseResult, ResultStore
 from validate.plan.requirements import check, missing_modules
@@ -47,9 +47,18 @@ if TYPE_CHECKING:
 
     from validate.env.target import ExecTarget
     from validate.execute.cases import Case
-    from validate.execute.slots import GpuSampler
+    from validate.execute.slots import CaseUsage, UsageSampler
 
-__all__ = ["FAILING", "CaseBatch", "RunOptions", "gpu_sampler", "run_case", "run_cases", "run_pool"]
+__all__ = [
+    "FAILING",
+    "TIMEOUT_FLOOR",
+    "CaseBatch",
+    "RunOptions",
+    "run_case",
+    "run_cases",
+    "run_pool",
+    "usage_sampler",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +67,15 @@ FAILING: Final = frozenset(o for o, p in POLICY.items() if p.blocking)
 _TAIL_BYTES: Final = 8192
 _TERM_GRACE_S: Final = 5.0
 _NOTEBOOK_GRACE_S: Final = 30.0  # kernel start-up and env capture on top of the cell timeout
+#: A case with a recorded duration never gets a timeout below this multiple of it (`--timeout`).
+TIMEOUT_FLOOR: Final = 3.0
+#: Outcomes that contention can cause: an attempt with one of them that shared its GPU (or the
+#: host's CPUs) beyond what it needs runs once more alone before it is judged.
+_CONTENDABLE: Final = frozenset({Outcome.FAIL, Outcome.TIMEOUT})
+#: The other cases' kernels kept the GPU at least this busy on average: the case shared it.
+_GPU_OTHERS_BUSY: Final = 0.5
+#: The host's CPUs were at least this busy on average while the case ran: it shared them.
+_CPU_SATURATED: Final = 0.85
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +132,7 @@ class _LiveGroups:
 
     def sessions(self) -> dict[int, int]:
         """Session id -> the case's group, for the running cases and their notebook kernels
-        (each runs in a session of its own): who holds which GPU memory (slots.GpuSampler)."""
+        (each runs in a session of its own): who holds which GPU memory (slots.UsageSampler)."""
         with self._lock:
             groups = list(self._groups.items())
         out = {pgid: pgid for pgid, _ in groups}
@@ -229,10 +247,10 @@ def _spawn(
     log_path: Path,
     limit_s: float,
     kernel_file: Path,
-    sampler: GpuSampler | None = None,
-) -> tuple[int, bool, float | None]:
+    sampler: UsageSampler | None = None,
+) -> tuple[int, bool, CaseUsage | None]:
     """Run argv in a new session, output to log_path; on timeout TERM then KILL the group.
-    Returns the exit status, whether it timed out, and its GPU memory peak (MiB) if sampled."""
+    Returns the exit status, whether it timed out, and what it used if sampled."""
     log.debug("+ %s", " ".join(argv))
     if _LIVE.stopped.is_set():  # interrupted: a re-run must not start behind the user's back
         return -signal.SIGKILL, False, None
@@ -275,10 +293,10 @@ def _run_process(
     log_path: Path,
     limit_s: float,
     kernel_file: Path,
-    sampler: GpuSampler | None,
+    sampler: UsageSampler | None,
     *,
     fresh: bool = False,
-) -> tuple[int, bool, float | None]:
+) -> tuple[int, bool, CaseUsage | None]:
     proc = _start(argv, env, log_path, fresh=fresh)
     if isinstance(proc, subprocess.Popen):  # a forked case took its nice itself (_start)
         _lower_priority(proc.pid, yield_nice())
@@ -311,8 +329,8 @@ def _run_process(
         except ValueError:
             pass
         kernel_file.unlink(missing_ok=True)
-    peak = sampler.peak(proc.pid) if sampler is not None else None
-    return returncode, timed_out, peak
+    usage = sampler.usage(proc.pid) if sampler is not None else None
+    return returncode, timed_out, usage
 
 
 def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
@@ -349,8 +367,8 @@ def _attempt(
     n: int,
     *,
     api_logs: bool,
-    sampler: GpuSampler | None = None,
-) -> tuple[ExecResult, float | None]:
+    sampler: UsageSampler | None = None,
+) -> tuple[ExecResult, CaseUsage | None]:
     suffix = "" if n == 1 else f".{n}"
     log_path = folder / f"output{suffix}.log"
     report_path = folder / f"report{suffix}.json"
@@ -362,7 +380,7 @@ def _attempt(
     start = time.monotonic()
     argv = case.command(target.python, report_path, options.timeout_s)
     kernel_file = report_path.with_suffix(".kernel")
-    returncode, timed_out, peak = _spawn(argv, env, log_path, limit, kernel_file, sampler)
+    returncode, timed_out, usage = _spawn(argv, env, log_path, limit, kernel_file, sampler)
     duration = time.monotonic() - start
     tail = _tail(log_path)
     report: dict[str, Any] | None = None
@@ -383,7 +401,7 @@ def _attempt(
         result_file=read_result_file(result_file) if case.kind == "script" else None,
         verdict=verdict_line(tail) if case.kind == "script" else None,
     )
-    return result, peak
+    return result, usage
 
 
 def _captured(run: ExecResult) -> Mapping[str, Any]:
@@ -431,8 +449,15 @@ def _requirement_skip(case: Case, target: ExecTarget) -> str | None:
 
 
 class _CaseRun:
-    """One case in the pool: the first attempt is a job, each re-run (the API-log one, then
-    --reruns) a follow-up job; the result is built and handed to `finish` when the last ends.
+    """One case in the pool: the first attempt is a job, each re-run (the alone re-run, the
+    API-log one, then --reruns) a follow-up job; the result is built and handed to `finish`
+    when the last ends.
+
+    No verdict from contention: a first attempt that failed or timed out while it shared its GPU
+    (or the host's CPUs) beyond what it needs (`_contention`) runs once more alone (an exclusive
+    pool job) before it is judged. Passing alone, it is a pass with a note that names the
+    contention (not flaky); failing alone too, the alone attempt is the one judged (and re-run
+    as any failure is). The contended attempt stays on disk (output.log, report.json).
 
     With `store`, no attempt starts once the results folder broke (disk full, deleted):
     `ResultsLost` ends the run like Ctrl-C; a case file another case deleted is this case's
@@ -443,8 +468,8 @@ class _CaseRun:
         case: Case,
         target: ExecTarget,
         options: RunOptions,
-        finish: Callable[[CaseResult, float | None], None],
-        sampler: GpuSampler | None = None,
+        finish: Callable[[CaseResult, CaseUsage | None, bool], None],
+        sampler: UsageSampler | None = None,
         store: ResultStore | None = None,
     ) -> None:
         self.case, self.target, self.options = case, target, options
@@ -456,17 +481,28 @@ class _CaseRun:
         self._api_logs: dict[str, str] = {}
         self._left = 0
         self._peak: float | None = None
+        self._usage: dict[int, CaseUsage | None] = {}
         self._gpu_mib = 0.0
+        self._gpu_load = 0.0
+        self._judged = 1  # the attempt judged first: 2 once a contended first one ran again alone
+        self._note = ""  # the contention the first attempt met, when it ran again alone
 
-    def job(self, estimate_s: float | None, gpu_mib: float = 0.0) -> Job:
-        self._gpu_mib = gpu_mib  # its re-runs hold as much
-        return Job(name=self.case.name, run=self.first, estimate_s=estimate_s, gpu_mib=gpu_mib)
+    def job(self, estimate_s: float | None, gpu_mib: float = 0.0, gpu_load: float = 0.0) -> Job:
+        self._gpu_mib, self._gpu_load = gpu_mib, gpu_load  # its re-runs hold as much
+        return Job(
+            name=self.case.name,
+            run=self.first,
+            estimate_s=estimate_s,
+            gpu_mib=gpu_mib,
+            gpu_load=gpu_load,
+            exclusive=self.case.requirements.exclusive,
+        )
 
     def _attempt(self, n: int, *, api_logs: bool) -> ExecResult:
         if self._store is not None and n > 1:
             self._store.check()  # ResultsLost: the run stops before this re-run (first: first())
         try:
-            run, peak = _attempt(
+            run, usage = _attempt(
                 self.case,
                 self.target,
                 self.options,
@@ -479,22 +515,23 @@ class _CaseRun:
             if self._store is not None:
                 self._store.check()  # the folder broke under the case: that is the cause
             raise
-        if peak is not None:
-            with self._lock:
-                self._peak = max(self._peak or 0.0, peak)
+        with self._lock:
+            self._usage[n] = usage
+            if usage is not None and usage.peak_mib is not None:
+                self._peak = max(self._peak or 0.0, usage.peak_mib)
         return run
 
     def first(self) -> Sequence[Job]:
         reason = _requirement_skip(self.case, self.target)
         if reason:
-            self._finish(_skip_result(self.case, self.target, self.options, reason), None)
+            self._finish(_skip_result(self.case, self.target, self.options, reason), None, False)
             return ()
         if self._store is not None:
             self._store.check()
             if not self.case.path.is_file():
                 why = "case file vanished before it ran"
                 vanished = _skip_result(self.case, self.target, self.options, why)
-                self._finish(vanished.with_(outcome=Outcome.ERROR), None)
+                self._finish(vanished.with_(outcome=Outcome.ERROR), None, False)
                 return ()
         self.started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         self.folder = _case_dir(self.case, self.target, self.options)
@@ -507,6 +544,41 @@ class _CaseRun:
         self.run1 = self._attempt(1, api_logs=False)
         self.outcome, self.reason = _verdict(self.run1, self.target)
         self._outcomes[1] = str(self.outcome)
+        if self.outcome in _CONTENDABLE and not self.case.requirements.exclusive:
+            shared = _contention(beside(), self._usage.get(1), self._gpu_load)
+            if shared is not None:
+                took = "timed out" if self.outcome is Outcome.TIMEOUT else "failed"
+                self._note = f"{took} at {self.run1.duration_s:.0f} s beside {shared}"
+                return [
+                    Job(
+                        name=f"{self.case.name} alone",
+                        run=self.alone,
+                        estimate_s=self.run1.duration_s,
+                        cases=0,
+                        gpu_mib=self._gpu_mib,
+                        gpu_load=self._gpu_load,
+                        exclusive=True,
+                    )
+                ]
+        return self._judge()
+
+    def alone(self) -> Sequence[Job]:
+        """The contended first attempt again, with nothing else on the GPU or the host's slots."""
+        run = self._attempt(2, api_logs=False)
+        outcome, reason = _verdict(run, self.target)
+        self._judged = 2
+        self._outcomes = {2: str(outcome)}
+        self.run1, self.outcome, self.reason = run, outcome, reason
+        if outcome is Outcome.PASS:
+            self._note += f"; passed alone in {run.duration_s:.0f} s"
+            self.reason = self._note
+        else:
+            self._note += f"; {outcome} alone too ({run.duration_s:.0f} s)"
+        return self._judge()
+
+    def _judge(self) -> Sequence[Job]:
+        """The judged first attempt's re-runs (the API-log one, then --reruns) as follow-up jobs,
+        or the result now."""
         extra = 0
         if policy(self.outcome).rerun:
             extra = self.options.reruns + (1 if self.options.api_logs else 0)
@@ -514,6 +586,7 @@ class _CaseRun:
             self._done()
             return ()
         self._left = extra
+        base = self._judged
         return [
             Job(
                 name=f"{self.case.name} #{n}",
@@ -521,12 +594,13 @@ class _CaseRun:
                 estimate_s=self.run1.duration_s,
                 cases=0,
                 gpu_mib=self._gpu_mib,
+                gpu_load=self._gpu_load,
             )
-            for n in range(2, 2 + extra)
+            for n in range(base + 1, base + 1 + extra)
         ]
 
     def again(self, n: int) -> Sequence[Job]:
-        with_logs = self.options.api_logs and n == 2
+        with_logs = self.options.api_logs and n == self._judged + 1
         run = self._attempt(n, api_logs=with_logs)
         outcome = str(_verdict(run, self.target)[0])
         with self._lock:
@@ -565,6 +639,7 @@ class _CaseRun:
             started_at=self.started,
             run_id=self.options.run_id,
             content_key=self.case.content_key(self.target.cell),
+            contention=self._note,
         )
         trouble = self._store.problem() if self._store is not None else None
         if trouble is not None and policy(result.outcome).bad:  # e.g. it died of a full disk
@@ -574,14 +649,44 @@ class _CaseRun:
             (self.folder / "result.json").write_text(
                 json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8"
             )
-        self._finish(result, self._peak)
+        judged = self._usage.get(self._judged)
+        usage = judged if judged is None else replace(judged, peak_mib=self._peak)
+        self._finish(result, usage, self._judged > 1 or self.case.requirements.exclusive)
+
+
+def _contention(shared: Beside, usage: CaseUsage | None, own_load: float) -> str | None:
+    """What the attempt shared beyond its own need, as the note names it ("3 other cases (GPU
+    97% busy, CPU 91% busy)"); None where it had what it needed: no other case ran beside it, or
+    the GPU and the CPUs it was sampled on had room (the other cases' kernels kept the GPU
+    busy less than half the time, the GPU was not saturated, the CPUs were less than 85% busy,
+    and the pool's book had the summed expected load within the GPU's capacity). A case no poll
+    saw (shorter than a poll) had no measured contention: it is judged as it ran."""
+    if shared.others <= 0:
+        return None
+    found: list[str] = []
+    if usage is not None:
+        if usage.gpu_device is not None and (
+            usage.saturated() or (usage.gpu_others or 0.0) >= _GPU_OTHERS_BUSY
+        ):
+            found.append(f"GPU {usage.gpu_device:.0%} busy")
+        if usage.cpu_host is not None and usage.cpu_host >= _CPU_SATURATED:
+            found.append(f"CPU {usage.cpu_host:.0%} busy")
+    over = shared.capacity is not None and shared.others_load + own_load > shared.capacity
+    if over:
+        found.append(
+            f"expected GPU load {shared.others_load + own_load:.2f} of {shared.capacity:g}"
+        )
+    if not found:
+        return None
+    plural = "case" if shared.others == 1 else "cases"
+    return f"{shared.others} other {plural} ({', '.join(found)})"
 
 
 def run_case(case: Case, target: ExecTarget, options: RunOptions) -> CaseResult:
     """Check requirements, run the case, re-run failures (API logs, then --reruns), build a result:
     one case, its re-runs one after another, in this thread (no pool)."""
     got: list[CaseResult] = []
-    case_run = _CaseRun(case, target, options, lambda result, _peak: got.append(result))
+    case_run = _CaseRun(case, target, options, lambda result, _usage, _alone: got.append(result))
     for follow in case_run.first():
         follow.run()
     return got[0]
@@ -598,7 +703,7 @@ class CaseBatch:
         store: ResultStore,
         *,
         history: History | None = None,
-        sampler: GpuSampler | None = None,
+        sampler: UsageSampler | None = None,
         on_result: Callable[[CaseResult, int, int], None] | None = None,
     ) -> None:
         self.cases, self.target, self.options, self.store = cases, target, options, store
@@ -619,24 +724,36 @@ class CaseBatch:
 
     def jobs(self) -> list[Job]:
         """One job per case left to run, longest first by the history; on a GPU host each holds
-        its recorded GPU peak (4 GiB unknown) of the pool's GPU budget."""
+        its recorded GPU peak (4 GiB unknown) of the pool's GPU budget and its recorded busy
+        share of the pool's GPU load (`default_gpu_load` unknown). A case the history knows never
+        gets a timeout below TIMEOUT_FLOOR times its recorded duration."""
         jobs = []
         for case in _longest_first(self.todo, self.history.durations):
-            gpu = (
-                self.history.gpu_estimate(case.name, GPU_PER_CASE_MIB)
-                if self.target.has_gpu
-                else 0.0
-            )
-            run = _CaseRun(case, self.target, self.options, self._finish, self._sampler, self.store)
-            jobs.append(run.job(self.history.estimate(case.name), gpu))
+            gpu = load = 0.0
+            if self.target.has_gpu:
+                gpu = self.history.gpu_estimate(case.name, GPU_PER_CASE_MIB)
+                busy = self.history.busy_estimate(case.name)
+                load = busy if busy is not None else default_gpu_load(self.history)
+            estimate = self.history.estimate(case.name)
+            options = self.options
+            if estimate is not None and estimate * TIMEOUT_FLOOR > options.timeout_s:
+                options = replace(options, timeout_s=round(estimate * TIMEOUT_FLOOR, 1))
+            run = _CaseRun(case, self.target, options, self._finish, self._sampler, self.store)
+            jobs.append(run.job(estimate, gpu, load))
         return jobs
 
-    def _finish(self, result: CaseResult, gpu_mib: float | None) -> None:
+    def _finish(self, result: CaseResult, usage: CaseUsage | None, alone: bool) -> None:
         if _LIVE.stopped.is_set():  # interrupted: this case was killed by us, not by the product
             return
         self.store.append(result)
         if result.outcome is not Outcome.SKIP:
-            self.history.record(result.case, result.duration_s, gpu_mib)
+            self.history.record(
+                result.case,
+                result.duration_s,
+                usage.peak_mib if usage is not None else None,
+                gpu_busy=usage.gpu_busy if usage is not None else None,
+                saturated=usage is not None and usage.saturated() and not alone,
+            )
         with self._lock:
             self.results.append(result)
             if self._on_result is not None:
@@ -667,14 +784,19 @@ def run_pool(pool: Pool) -> None:
             raise
 
 
-def gpu_sampler(has_gpu: bool) -> GpuSampler | None:
-    """A started GPU-memory sampler over the live cases, where NVML answers (else None)."""
-    if not has_gpu:
-        return None
-    from validate.execute.slots import GpuSampler  # only on a GPU host: NVML
+def usage_sampler(has_gpu: bool) -> UsageSampler:
+    """A started sampler of what the live cases use: GPU memory and busy share where NVML or
+    nvidia-smi answers (`has_gpu`), the host's CPUs everywhere."""
+    from validate.execute.slots import UsageSampler
 
-    sampler = GpuSampler(_LIVE.sessions).start()
-    return sampler if sampler.active else None
+    return UsageSampler(_LIVE.sessions, gpu=has_gpu).start()
+
+
+def default_gpu_load(history: History) -> float:
+    """The GPU load a case the history does not know is expected to add: the median busy share
+    on record, else DEFAULT_GPU_LOAD."""
+    typical = history.typical_gpu_busy()
+    return typical if typical is not None else DEFAULT_GPU_LOAD
 
 
 def run_cases(
@@ -687,16 +809,15 @@ def run_cases(
 ) -> list[CaseResult]:
     """Run every case in a pool of `options.jobs` slots (one process group each), storing each
     result as it finishes; returns them in the given order (with the kept ones on resume)."""
-    sampler = gpu_sampler(target.has_gpu)
+    sampler = usage_sampler(target.has_gpu)
     batch = CaseBatch(cases, target, options, store, sampler=sampler, on_result=on_result)
-    pool = Pool(options.jobs)
+    pool = Pool(options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None)
     pool.submit(batch.jobs())
     pool.close()
     try:
         run_pool(pool)
     finally:
-        if sampler is not None:
-            sampler.stop()
+        sampler.stop()
     batch.history.save()
     return batch.ordered()
 

@@ -70,6 +70,10 @@ class CaseResult:
     started_at: str = ""  # ISO 8601, UTC
     run_id: str = ""
     content_key: str = ""  # hash of case content + pins, for --resume / result cache
+    #: the contention its first attempt met when that one failed or timed out beside other cases
+    #: and it ran again alone, e.g. "timed out at 300 s beside 17 other cases (GPU 98% busy);
+    #: passed alone in 97 s" (execute/runner.py); "" when it was judged as it first ran
+    contention: str = ""
 
     @property
     def key(self) -> str:

@@ -30,7 +30,9 @@ __all__ = [
 #: Requirements of the cudnn-frontend sample notebooks (DOMAIN.md §5).
 DEFAULT_CASES_TOML: Final = MATRIX_DIR / "cases.toml"
 
-_KEYS: Final = frozenset({"min_backend", "archs", "needs_gpu", "min_sm", "imports", "source"})
+_KEYS: Final = frozenset(
+    {"min_backend", "archs", "needs_gpu", "min_sm", "imports", "exclusive", "source"}
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +44,7 @@ class Requirements:
     needs_gpu: bool = False
     min_sm: str | None = None  # compute capability floor, e.g. "8.0"
     imports: tuple[str, ...] = ()  # top-level modules that must be importable in the case env
+    exclusive: bool = False  # runs with no other case beside it on its GPU (execute/pool.py)
     source: str = ""  # where the requirement comes from
 
     def updated(self, data: Mapping[str, Any]) -> Requirements:
@@ -51,7 +54,7 @@ class Requirements:
             match key:
                 case "archs" | "imports":
                     changes[key] = tuple(str(v) for v in value)
-                case "needs_gpu":
+                case "needs_gpu" | "exclusive":
                     changes[key] = bool(value)
                 case "min_backend" | "min_sm" | "source":
                     changes[key] = str(value)
@@ -103,6 +106,8 @@ def _validate(errors: TomlErrors, where: Key, table: object) -> None:
             errors.add(where / key, f"{value!r} is not a version")
         elif key in {"archs", "imports"} and not isinstance(value, list):
             errors.add(where / key, f"must be a list, got {value!r}")
+        elif key in {"needs_gpu", "exclusive"} and not isinstance(value, bool):
+            errors.add(where / key, f"must be true or false, got {value!r}")
 
 
 def _version(text: str) -> Version | None:

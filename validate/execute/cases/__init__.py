@@ -149,16 +149,17 @@ def check_unique(cases: Sequence[Case]) -> list[Case]:
 #: A folder may hold a manifest listing script cases with arguments (one script, many variants).
 MANIFEST: Final = "cases.toml"
 _MANIFEST_KEYS: Final = frozenset(
-    {"name", "script", "args", "needs_gpu", "cpu_part", "min_backend"}
+    {"name", "script", "args", "needs_gpu", "cpu_part", "min_backend", "exclusive"}
 )
 
 
 def load_manifest(folder: Path) -> list[Case]:
     """Cases from `folder/cases.toml` `[[case]]` entries; every bad entry is reported at once.
 
-    Keys: name, script (relative path), args (list), min_backend, needs_gpu, cpu_part. A case
-    with ``cpu_part = true`` runs on a host without a GPU too: it does its CPU part and reports
-    ``VERDICT skip`` for the rest itself, so `needs_gpu` does not skip it before it starts.
+    Keys: name, script (relative path), args (list), min_backend, needs_gpu, cpu_part, exclusive.
+    A case with ``cpu_part = true`` runs on a host without a GPU too: it does its CPU part and
+    reports ``VERDICT skip`` for the rest itself, so `needs_gpu` does not skip it before it
+    starts. ``exclusive = true``: it runs with no other case beside it (execute/pool.py).
     """
     path = folder / MANIFEST
     doc = read_toml(path, what="case manifest", error=CaseError)
@@ -188,9 +189,14 @@ def load_manifest(folder: Path) -> list[Case]:
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             errors.add(key / "args", f"expected a list of strings, got {args!r}")
             continue
+        exclusive = entry.get("exclusive", False)
+        if not isinstance(exclusive, bool):
+            errors.add(key / "exclusive", f"must be true or false, got {exclusive!r}")
+            continue
         req = Requirements().updated(
             {
                 "needs_gpu": bool(entry.get("needs_gpu")) and not entry.get("cpu_part"),
+                "exclusive": exclusive,
                 **({"min_backend": entry["min_backend"]} if "min_backend" in entry else {}),
             }
         )

@@ -1,0 +1,133 @@
+"""No verdict from contention, on the CPU: real case processes that are slow only under load.
+
+A case here keeps a core busy for as long as another copy of it runs, so beside its copies it
+never finishes (the pool's load is what stops it), and alone it passes at once. The host has no
+GPU: the shared resource the sampler sees is the host's CPUs (/proc/stat)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+from validate.env.target import ExecTarget
+from validate.execute.cases import discover_cases
+from validate.execute.runner import RunOptions, run_cases
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult, ResultStore
+
+#: Spins until it is killed when another case of its folder is alive (peers/ holds their pids);
+#: alone: a pass.
+#: It first waits (up to 2 s) until PEERS copies have started once, so that none of them is done
+#: before the others began.
+SLOW_UNDER_LOAD = textwrap.dedent(
+    """\
+    import os
+    import time
+    from pathlib import Path
+
+    peers = Path(__file__).parent / "peers"
+    peers.mkdir(exist_ok=True)
+    (peers / str(os.getpid())).touch()
+    waited = time.time() + 2
+    while len(list(peers.iterdir())) < PEERS and time.time() < waited:
+        time.sleep(0.01)
+
+    def others():
+        n = 0
+        for f in peers.iterdir():
+            pid = int(f.name)
+            if pid == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    n += fh.read().split(") ")[-1][0] not in "ZX"  # a zombie is gone
+            except OSError:
+                pass
+        return n
+
+    if others():  # once it met a peer it never finishes (as a GPU case starved by its neighbours)
+        while True:
+            sum(range(20000))
+    print("VERDICT pass")
+    """
+)
+#: Keeps a core busy for 1.5 s, then fails: beside others and alone alike.
+BURNS_THEN_FAILS = (
+    "import time\nt = time.time() + 1.5\nwhile time.time() < t: pass\nraise SystemExit(1)\n"
+)
+#: Sleeps 1.5 s (no CPU), then fails.
+IDLE_THEN_FAILS = "import time\ntime.sleep(1.5)\nraise SystemExit(1)\n"
+
+
+def _run(folder: Path, scripts: dict[str, str], **options: object) -> dict[str, CaseResult]:
+    folder.mkdir()
+    for name, body in scripts.items():
+        (folder / name).write_text(body)
+    run_dir = folder / "run"
+    opts = RunOptions(results_dir=run_dir, api_logs=False, **options)  # type: ignore[arg-type]
+    store = ResultStore(run_dir / "results.jsonl")
+    target = ExecTarget(python=Path(sys.executable), cell_id="c1")
+    results = run_cases(discover_cases(sorted(folder.glob("*.py"))), target, opts, store)
+    return {r.case: r for r in results}
+
+
+def test_cases_slow_only_under_load_pass_alone_with_a_note_and_are_not_flaky(
+    tmp_path: Path,
+) -> None:
+    slow = SLOW_UNDER_LOAD.replace("PEERS", "3")
+    scripts = {f"slow_under_load_{i}.py": slow for i in range(3)}
+    by = _run(tmp_path / "suite", scripts, jobs=3, timeout_s=3.0)
+    for name in scripts:
+        result = by[name]
+        assert result.outcome is Outcome.PASS, (name, result.reason, result.tail)
+        note = result.contention
+        assert note.startswith("timed out at 3 s beside 2 other cases (CPU "), note
+        assert "passed alone in" in note
+        assert result.reason == note
+        assert not result.flaky
+        assert result.attempts == ("pass",)
+        folder = Path(result.log_path).parent
+        assert result.log_path.endswith("output.2.log")
+        assert (folder / "output.log").is_file()  # the contended attempt stays as evidence
+        stored = json.loads((folder / "result.json").read_text())
+        assert stored["contention"] == note
+
+
+def test_a_case_that_fails_alone_too_keeps_its_verdict(tmp_path: Path) -> None:
+    scripts = {
+        "burns_then_fails.py": BURNS_THEN_FAILS,
+        **{f"slow_under_load_{i}.py": SLOW_UNDER_LOAD.replace("PEERS", "2") for i in range(2)},
+    }
+    by = _run(tmp_path / "suite", scripts, jobs=3, timeout_s=4.0)
+    result = by["burns_then_fails.py"]
+    assert result.outcome is Outcome.FAIL
+    assert "beside 2 other cases (CPU" in result.contention
+    assert result.contention.endswith("fail alone too (2 s)")
+    assert result.attempts == ("fail",)
+
+
+def test_a_failure_with_room_to_spare_is_judged_as_it_ran(tmp_path: Path) -> None:
+    """Beside another case but with idle CPUs (both sleep): no alone re-run."""
+    scripts = {
+        "idle_then_fails.py": IDLE_THEN_FAILS,
+        "sleeps.py": "import time\ntime.sleep(1.5)\nprint('VERDICT pass')\n",
+    }
+    by = _run(tmp_path / "suite", scripts, jobs=2, timeout_s=30.0)
+    result = by["idle_then_fails.py"]
+    assert result.outcome is Outcome.FAIL
+    assert result.contention == ""
+    assert not (Path(result.log_path).parent / "output.2.log").exists()
+
+
+def test_a_case_never_gets_a_timeout_below_three_times_its_recorded_duration(
+    tmp_path: Path,
+) -> None:
+    sleeper = {"sleeps.py": "import time\ntime.sleep(1.5)\nprint('VERDICT pass')\n"}
+    cold = _run(tmp_path / "cold", sleeper, jobs=1, timeout_s=0.5)
+    assert cold["sleeps.py"].outcome is Outcome.TIMEOUT
+    history = tmp_path / "durations.json"
+    history.write_text(json.dumps({"sleeps.py": 0.6}))  # 3 x 0.6 s = 1.8 s > its 1.5 s
+    warm = _run(tmp_path / "warm", sleeper, jobs=1, timeout_s=0.5, history=history)
+    assert warm["sleeps.py"].outcome is Outcome.PASS

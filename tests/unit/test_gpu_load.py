@@ -1,0 +1,232 @@
+"""GPU compute as a resource of the pool: busy shares in the history, the load bound, exclusive
+jobs, what ran beside a job, and the contention rule's reading of what a case shared."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from validate.execute.history import BUSY_KEY, History
+from validate.execute.pool import Beside, Job, Pool, beside
+from validate.execute.runner import _contention, default_gpu_load
+from validate.execute.slots import (
+    DEFAULT_GPU_LOAD,
+    CaseUsage,
+    Resources,
+    UsageSampler,
+    choose_slots,
+)
+from validate.plan.host import GpuInfo, HostFacts
+from validate.plan.shard import read_durations
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+GPU_HOST = HostFacts(gpus=(GpuInfo(name="NVIDIA H200", sm="sm90", memory_mib=143771),))
+
+
+def test_busy_shares_are_kept_and_a_saturated_measure_never_lowers_one(tmp_path: Path) -> None:
+    path = tmp_path / "durations.json"
+    history = History.load(path)
+    assert history.typical_gpu_busy() is None
+    assert default_gpu_load(history) == DEFAULT_GPU_LOAD
+    history.record("heavy.ipynb", 99.0, 2000.0, gpu_busy=0.6)
+    history.record("light.ipynb", 5.0, gpu_busy=0.05)
+    history.save()
+    assert json.loads(path.read_text())[BUSY_KEY] == {"heavy.ipynb": 0.6, "light.ipynb": 0.05}
+    assert read_durations(path) == {"heavy.ipynb": 99.0, "light.ipynb": 5.0}  # shards skip it
+
+    again = History.load(path)
+    assert again.busy_estimate("heavy.ipynb") == 0.6
+    assert again.typical_gpu_busy() == (0.6 + 0.05) / 2
+    # beside 17 others on a full GPU it got a slice only: a lower bound, kept below what is known
+    again.record("heavy.ipynb", 318.0, gpu_busy=0.07, saturated=True)
+    # measured on a GPU with room: what it needs now
+    again.record("light.ipynb", 5.0, gpu_busy=0.02)
+    again.save()
+    third = History.load(path)
+    assert third.busy_estimate("heavy.ipynb") == 0.6
+    assert third.busy_estimate("light.ipynb") == 0.02
+    assert third.estimate("heavy.ipynb") == 318.0
+    third.record("heavy.ipynb", 97.0, gpu_busy=0.4)  # alone: clean, replaces
+    third.save()
+    assert History.load(path).busy_estimate("heavy.ipynb") == 0.4
+
+
+def test_the_slot_line_states_the_gpu_load_bound_and_its_reason() -> None:
+    have = Resources(cores=16, mem_mib=128 * 1024, gpu_free_mib=(140000,))
+    bound = choose_slots(GPU_HOST, resources=have, budget=True, gpu_busy=0.18)
+    assert bound.gpu_load == 1.0
+    assert "gpu load: 1 (" in bound.line()
+    assert "unknown one 0.18 (median 0.18 on record)" in bound.line()
+    none_yet = choose_slots(GPU_HOST, resources=have, budget=True)
+    assert f"unknown one {DEFAULT_GPU_LOAD:g} (none on record)" in none_yet.line()
+    assert choose_slots(HostFacts(), resources=have, budget=True).gpu_load is None  # no GPU
+
+
+def _concurrency_probe(pool: Pool, jobs: list[Job]) -> dict[str, set[str]]:
+    """Run `jobs` (each sleeps a little) in `pool`; returns which jobs each saw running beside."""
+    live: set[str] = set()
+    seen: dict[str, set[str]] = {}
+    lock = threading.Lock()
+
+    def body(name: str) -> tuple[Job, ...]:
+        with lock:
+            seen[name] = set(live)
+            for other in live:
+                seen[other].add(name)
+            live.add(name)
+        time.sleep(0.15)
+        with lock:
+            live.discard(name)
+        return ()
+
+    for job in jobs:
+        job.run = lambda name=job.name: body(name)  # type: ignore[misc]
+    pool.submit(jobs)
+    pool.close()
+    pool.run()
+    return seen
+
+
+def test_the_summed_gpu_load_of_running_jobs_stays_within_the_bound() -> None:
+    pool = Pool(8, gpu_load=1.0)
+    jobs = [Job(name=f"heavy{i}", run=tuple, estimate_s=10.0 - i, gpu_load=0.6) for i in range(3)]
+    jobs += [Job(name=f"light{i}", run=tuple, estimate_s=1.0, gpu_load=0.1) for i in range(4)]
+    seen = _concurrency_probe(pool, jobs)
+    for i in range(3):  # two heavy ones (1.2) never ran together
+        assert not {f"heavy{j}" for j in range(3) if j != i} & seen[f"heavy{i}"]
+    assert seen["light0"] & {"light1", "light2", "light3"}  # light ones still share
+    # a job heavier than the whole bound runs when the GPU is all its own
+    alone = _concurrency_probe(Pool(4, gpu_load=1.0), [Job(name="x", run=tuple, gpu_load=3.0)])
+    assert alone == {"x": set()}
+
+
+def test_without_a_gpu_bound_the_load_is_not_accounted() -> None:
+    jobs = [Job(name=f"h{i}", run=tuple, estimate_s=1.0, gpu_load=0.9) for i in range(3)]
+    seen = _concurrency_probe(Pool(3), jobs)
+    assert seen["h0"] == {"h1", "h2"}
+
+
+def test_an_exclusive_job_runs_with_nothing_beside_it_after_the_others() -> None:
+    pool = Pool(4, gpu_load=1.0)
+    jobs = [
+        Job(name="solo", run=tuple, estimate_s=100.0, exclusive=True),
+        *(Job(name=f"n{i}", run=tuple, estimate_s=1.0, gpu_load=0.1) for i in range(5)),
+    ]
+    seen = _concurrency_probe(pool, jobs)
+    assert seen["solo"] == set()
+    assert seen["n0"] & {"n1", "n2", "n3"}
+
+
+def test_beside_reports_the_most_jobs_and_load_that_ran_beside_a_job() -> None:
+    got: dict[str, Beside] = {}
+    release = threading.Event()
+
+    def long() -> tuple[Job, ...]:
+        release.wait(5)
+        got["long"] = beside()
+        return ()
+
+    def short(name: str) -> tuple[Job, ...]:
+        time.sleep(0.1)
+        got[name] = beside()
+        if name == "s2":
+            release.set()
+        return ()
+
+    pool = Pool(3, gpu_load=1.0)
+    pool.submit(
+        [
+            Job(name="long", run=long, estimate_s=9.0, gpu_load=0.5),
+            Job(name="s1", run=lambda: short("s1"), estimate_s=2.0, gpu_load=0.2),
+            Job(name="s2", run=lambda: short("s2"), estimate_s=1.0, gpu_load=0.3),
+        ]
+    )
+    pool.close()
+    pool.run()
+    assert got["long"].others == 2
+    assert abs(got["long"].others_load - 0.5) < 1e-9
+    assert got["long"].capacity == 1.0
+    assert beside() == Beside()  # this thread is no pool job
+
+
+def test_contention_names_what_was_shared_and_only_that() -> None:
+    crowd = Beside(others=17, others_load=0.5, capacity=1.0)
+    full = CaseUsage(gpu_busy=0.05, gpu_device=0.98, cpu_host=0.4, polls=9)
+    assert _contention(crowd, full, 0.1) == "17 other cases (GPU 98% busy)"
+    cpu = CaseUsage(gpu_device=None, cpu_host=0.93, polls=4)
+    assert _contention(Beside(others=1), cpu, 0.0) == "1 other case (CPU 93% busy)"
+    roomy = CaseUsage(gpu_busy=0.2, gpu_device=0.45, cpu_host=0.3, polls=9)
+    assert _contention(crowd, roomy, 0.1) is None  # room on the GPU and the CPUs
+    assert _contention(Beside(), full, 0.1) is None  # nothing beside it
+    assert _contention(crowd, None, 0.1) is None  # no poll saw it: nothing measured
+    over = Beside(others=3, others_load=0.95, capacity=1.0)
+    assert _contention(over, roomy, 0.2) == "3 other cases (expected GPU load 1.15 of 1)"
+
+
+def test_the_sampler_averages_what_each_case_used() -> None:
+    sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
+    a = subprocess.Popen(sleep, start_new_session=True)
+    b = subprocess.Popen(sleep, start_new_session=True)
+    try:
+        sampler = UsageSampler(lambda: {a.pid: a.pid, b.pid: b.pid})
+        sampler.record([(a.pid, 500.0)], [(a.pid, 0.6), (b.pid, 0.1)], device=0.6, cpu=0.5)
+        sampler.record([(a.pid, 700.0)], [(a.pid, 0.2)], device=1.0, cpu=0.9)
+        used = sampler.usage(a.pid)
+        assert used is not None
+        assert used.peak_mib == 700.0
+        assert (used.gpu_busy, used.gpu_device, used.cpu_host) == pytest.approx((0.4, 0.8, 0.7))
+        assert used.polls == 2
+        assert not used.saturated()
+        assert sampler.usage(a.pid) is None  # forgotten once read
+        other = sampler.usage(b.pid)
+        assert other is not None
+        assert other.gpu_busy == pytest.approx(0.05)
+        # no per-process figure (some drivers): the device's utilization split among holders
+        sampler.record([(a.pid, 100.0), (b.pid, 100.0)], None, device=0.96, cpu=None)
+        split = sampler.usage(a.pid)
+        assert split is not None
+        assert split.gpu_busy == pytest.approx(0.48)
+        assert split.saturated()
+        assert split.cpu_host is None
+        figures = sampler.figures()
+        assert figures is not None
+        assert figures["max"] == 1.0
+        assert figures["polls"] == 3
+    finally:
+        for proc in (a, b):
+            proc.kill()
+            proc.wait()
+
+
+def test_the_sampler_reads_the_host_cpus_without_a_gpu() -> None:
+    """On a host without a GPU the sampler still runs and reads /proc/stat: a case that keeps a
+    core busy shows a busy host."""
+    spin = [sys.executable, "-c", "import time\nt=time.time()+3\nwhile time.time()<t: pass"]
+    procs = [subprocess.Popen(spin, start_new_session=True) for _ in range(os.cpu_count() or 1)]
+    try:
+        live = {p.pid: procs[0].pid for p in procs}
+        sampler = UsageSampler(lambda: live, interval_s=0.2, gpu=False).start()
+        assert sampler.active
+        assert not sampler.measures_gpu
+        time.sleep(1.5)
+        sampler.stop()
+        used = sampler.usage(procs[0].pid)
+        assert used is not None
+        assert used.polls >= 3
+        assert used.gpu_device is None
+        assert used.cpu_host is not None
+        assert used.cpu_host > 0.5
+        assert sampler.figures() is None  # no GPU sampled
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
