@@ -99,7 +99,9 @@ def test_a_bad_input_file_is_one_line_exit_2_and_writes_nothing(
 
 def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path: Path) -> None:
     """Both without --results, in one working directory: each run has its own folder with only
-    its own result (the run id was the UTC second alone, so they shared one)."""
+    its own result. Before the fix the run id was the UTC second alone: both started together
+    at the start of a second make their ids within it (unless the machine stalls them for most of
+    a second), and they shared one folder."""
     cases = {}
     for name in ("first", "second"):
         cases[name] = tmp_path / f"{name}.py"
