@@ -23,7 +23,6 @@ task still pending past `--queue-timeout` is cancelled and its units are `error`
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import logging
 import os
@@ -38,8 +37,10 @@ from validate.config import Selectors, ValidateConfig
 from validate.errors import ConfigError
 from validate.execute import slurm as sl
 from validate.execute.records import not_run, now_stamp
+from validate.judge.known_issues import load_known_issues
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, RunKey, load_results, write_json
+from validate.model.runs import claim_run_dir
 from validate.plan.pipeline import job_groups
 from validate.plan.rules import Plan
 from validate.plan.runners import Runners, load_runners, prune_without_runner
@@ -606,15 +607,15 @@ def run(
     from validate.plan.host import detect_host
 
     sl.require()
-    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    run_dir = (config.results_dir or Path("reports") / "runs" / run_id).resolve()
     if config.resume and config.results_dir is None:
         msg = "validate: --resume needs --results DIR (the folder of the Slurm run to reattach to)"
         raise ConfigError(msg)
     if config.shard is not None:
         msg = "--executor slurm: --shard is for one task; use --shards N (tasks per environment)"
         raise ConfigError(msg)
-    if _state_path(run_dir).is_file():
+    given = None if config.results_dir is None else config.results_dir.resolve()
+    if given is not None and _state_path(given).is_file():
+        run_dir = given
         if not config.resume:
             msg = (
                 f"--results {run_dir}: already holds a Slurm run ({STATE_FILE}); --resume "
@@ -626,10 +627,15 @@ def run(
         _wait(run_dir, state, queue_timeout)
         _resubmit(run_dir, state)
     else:
+        # every input file is read and checked before the run folder exists: bad input writes
+        # nothing (the tasks read the known issues again on their nodes)
         runners = load_runners(runners_path, executors=tuple(EXECUTORS))
-        config = replace(config, results_dir=run_dir, resume=False)
         plan = prune_without_runner(plan_stage(config), runners)
         cases_stage(config)  # bad cases are bad input now, not in every task
+        load_known_issues(config.known_issues)
+        run_id, claimed = claim_run_dir(given)  # without --results: a fresh folder of its own
+        run_dir = claimed.resolve()
+        config = replace(config, results_dir=run_dir, resume=False)
         run_dir.mkdir(parents=True, exist_ok=True)
         meta = provenance(config, detect_host(), plan, run_id)
         write_json(run_dir / "run.json", meta)

@@ -7,7 +7,6 @@ loses nothing and `--resume` completes it.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import logging
@@ -40,6 +39,7 @@ from validate.model.axes import AXES
 from validate.model.matrix import Cell, load_matrix
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, load_results, write_json
+from validate.model.runs import claim_run_dir
 from validate.plan.host import HostFacts, detect_host, python_version_of
 from validate.plan.rules import Plan, load_rules, plan_cells
 from validate.plan.shard import ShardSpec, assign, expected, read_durations
@@ -308,20 +308,20 @@ def run(config: ValidateConfig) -> int:
     config = replace(config, executor=resolve_executor(config.executor))
     executor = EXECUTORS[config.executor]()
     executor.check(config)  # before any work: options the executor cannot honour are bad input
-    plan = plan_stage(config)
-    cases = cases_stage(config)
-    host = detect_host()
-    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    # like `run` and `report`: under the working directory (the checkout, for nox), never inside
-    # an installed package
-    results_dir = config.results_dir or Path("reports") / "runs" / run_id
     if config.resume and config.results_dir is None:
         msg = "validate: --resume needs --results DIR (the folder of the run to complete)"
         raise ConfigError(msg)
+    # every input file (matrix, rules, cases and their cases.toml, known issues) is read and
+    # checked before the run folder exists or a line is printed: bad input writes nothing
+    plan = plan_stage(config)
+    cases = cases_stage(config)
+    issues = load_known_issues(config.known_issues)
+    sharded = shard_units(config, plan, cases)  # reads --durations
+    host = detect_host()
+    run_id, results_dir = claim_run_dir(config.results_dir)  # a fresh folder of its own
     results_dir.mkdir(parents=True, exist_ok=True)
     meta_path = results_dir / "run.json"
     meta = provenance(config, host, plan, run_id)
-    sharded = shard_units(config, plan, cases)
     if sharded is not None:
         meta["shard"] = sharded[1]
     if config.resume and meta_path.is_file():
@@ -336,7 +336,7 @@ def run(config: ValidateConfig) -> int:
         results_dir,
     )
     start = time.monotonic()
-    store = KnownIssueStore(results_dir / "results.jsonl", load_known_issues(config.known_issues))
+    store = KnownIssueStore(results_dir / "results.jsonl", issues)
     only = None if sharded is None else sharded[0]
     run_cells(config, plan, cases, host, store, meta["run_id"], executor=executor, only=only)
     store.seal()  # every case has ended: the folder's lines verify wherever it is read

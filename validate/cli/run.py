@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import sys
@@ -17,6 +16,7 @@ from validate.execute.progress import progress
 from validate.execute.runner import FAILING, RunOptions, run_cases
 from validate.execute.slots import choose_slots
 from validate.model.results import ResultStore
+from validate.model.runs import claim_run_dir
 from validate.plan.host import detect_host
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--results",
         type=Path,
         metavar="DIR",
-        help="results folder (default: reports/runs/<UTC time>)",
+        help="results folder (default: a new reports/runs/<UTC time>-<random>)",
     )
     parser.add_argument(
         "--case",
@@ -94,8 +94,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         msg = "run: --resume needs --results DIR (the folder of the run to complete)"
         raise ConfigError(msg)
     host = detect_host()
-    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    results_dir = writable_dir("--results", args.results or Path("reports") / "runs" / run_id)
+    if args.results is not None:
+        writable_dir("--results", args.results)
+    run_id, results_dir = claim_run_dir(args.results)  # without --results: a fresh folder
     bound = choose_slots(host, jobs=args.jobs)
     if args.jobs is None:
         logging.getLogger("validate").info("%s", bound.line())

@@ -89,6 +89,9 @@ class CaseResult:
         data["outcome"] = str(self.outcome)
         data["attempts"] = list(self.attempts)
         data["cell"] = dict(self.cell)
+        # the case's captured environment, redacted again here (the capture hides secrets in the
+        # case process): every copy (results line, result.json, --json) goes through to_dict
+        data["env"] = redact_obj(dict(self.env))
         data["schema"] = SCHEMA_VERSION
         return data
 
@@ -115,6 +118,32 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         view = view[os.write(fd, view) :]
     os.fsync(fd)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """fsync a folder, so the names created or renamed in it survive a power loss (an fsync of a
+    file makes its bytes durable, not its directory entry). A file system that cannot fsync a
+    folder (EINVAL) gives no more than this."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write_durable(path: Path, data: bytes, mode: int = 0o666) -> None:
+    """Replace `path` with `data` (temp file, fsync, rename, fsync of the folder)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+    tmp.replace(path)
+    _fsync_dir(path.parent)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -206,18 +235,23 @@ class ResultStore:
             raise ResultsLost(msg)
 
     def _write(self, line: bytes) -> None:
-        """Append one line with its own newline; a failed write is cut back off (no torn line)."""
+        """Append one line with its own newline and fsync it before returning (each append, under
+        the store's lock: no line waits on a later one's fsync); a failed write is cut back off
+        (no torn line). The first line also makes the file's name (and its folder's) durable."""
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
         try:
             size = os.fstat(fd).st_size
             torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
             try:
                 _write_all(fd, (b"\n" if torn else b"") + line + b"\n")
+                st = os.fstat(fd)
+                if self._file_id != (st.st_dev, st.st_ino):  # created now: name it durably
+                    _fsync_dir(self.path.parent)
+                    _fsync_dir(self.path.parent.parent)  # the run folder is new as well
             except OSError:
                 with suppress(OSError):
                     os.ftruncate(fd, size)
                 raise
-            st = os.fstat(fd)
             self._file_id = st.st_dev, st.st_ino
         finally:
             os.close(fd)
@@ -230,15 +264,9 @@ class ResultStore:
             why = f"{self.path} was deleted or replaced mid-run"
         else:
             return
-        tmp = self.path.with_name(f".{self.path.name}.restore")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-            try:
-                _write_all(fd, b"".join(line + b"\n" for line in self._lines))
-            finally:
-                os.close(fd)
-            tmp.replace(self.path)
+            _write_durable(self.path, b"".join(line + b"\n" for line in self._lines))
         except OSError as exc:
             self._lost = self._lost or why
             lost = len(self._lines)
@@ -356,17 +384,15 @@ class RunKey:
         return key
 
     def _keep(self, run_dir: Path) -> None:
+        """The private copy, durable before any line is signed with it: a result whose key was
+        lost in a power cut would not verify, which is as good as lost."""
         path = self._private_file(run_dir)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(self.secret.hex())
+        _write_durable(path, self.secret.hex().encode("ascii"), 0o600)
 
     def seal(self, run_dir: Path) -> None:
-        sealed = run_dir / _SEALED_KEY
-        tmp = sealed.with_suffix(".tmp")
-        tmp.write_text(self.secret.hex() + "\n", encoding="ascii")
-        tmp.replace(sealed)
+        """`results.key` beside the results, durable before the private copy is dropped."""
+        _write_durable(run_dir / _SEALED_KEY, self.secret.hex().encode("ascii") + b"\n")
         self._private_file(run_dir).unlink(missing_ok=True)
 
 

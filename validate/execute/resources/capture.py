@@ -22,23 +22,63 @@ __all__ = [
     "detect_gpu",
     "loaded_cudnn_libs",
     "redact_env",
+    "redact_url",
     "verify_pins",
     "write_capture",
 ]
 
-_SECRET = ("TOKEN", "PASSWORD", "SECRET", "KEY")  # in a name, any case
+#: A variable whose name holds one of these (any case) is kept with its value hidden. AUTH
+#: covers *_AUTH, AUTHORIZATION and AUTH_TOKEN; KEY covers API keys (NGC_API_KEY) -- a path-like
+#: *_KEY variable among the kept prefixes is hidden too, which costs a bug report nothing.
+_SECRET = ("TOKEN", "PASSWORD", "PASSWD", "SECRET", "KEY", "CREDENTIAL", "AUTH", "COOKIE")
 _ENV_PREFIXES = ("CUDA", "CUDNN", "LD_", "NVIDIA", "PYTHON", "PATH", "VIRTUAL_ENV", "CONDA")
+_HIDDEN = "<redacted>"
+
+
+def redact_url(value: str) -> str:
+    """`value` with the user information of every URL in it hidden: scheme://user:pw@host ->
+    scheme://<redacted>@host (a mirror URL with credentials, e.g. CUDA_REPO_URL). No `re`: this
+    runs at every case's exit."""
+    if "://" not in value or "@" not in value:
+        return value
+    out, rest = [], value
+    while "://" in rest:
+        head, rest = rest.split("://", 1)
+        out.append(head + "://")
+        end = len(rest)  # the authority ends at the first of / ? # or whitespace
+        for stop in "/?# \t\n,;":
+            at = rest.find(stop)
+            if at != -1:
+                end = min(end, at)
+        userinfo = rest[:end].rfind("@")
+        if userinfo > 0:
+            out.append(_HIDDEN)
+            rest = rest[userinfo:]
+    out.append(rest)
+    return "".join(out)
+
+
+def _hide_urls(value: Any) -> Any:
+    """Every string in a captured JSON-like value with URL credentials hidden."""
+    if isinstance(value, str):
+        return redact_url(value)
+    if isinstance(value, dict):
+        return {k: _hide_urls(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_hide_urls(v) for v in value]
+    return value
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Relevant environment variables, with values of *TOKEN*/*PASSWORD*/*SECRET*/*KEY* hidden."""
+    """Relevant environment variables (by prefix) with credentials in URLs hidden, and every
+    secret-named one (*TOKEN*, *PASSWD*, *KEY*, ...) with its value hidden."""
     out: dict[str, str] = {}
     for name, value in sorted(env.items()):
         upper = name.upper()
         if any(word in upper for word in _SECRET):
-            out[name] = "<redacted>"
+            out[name] = _HIDDEN  # any prefix: that it was set is a fact, its value is not
         elif name.startswith(_ENV_PREFIXES):
-            out[name] = value
+            out[name] = redact_url(value)
     return out
 
 
@@ -268,7 +308,8 @@ def capture(*, in_case: bool = True) -> dict[str, Any]:
     facts["python_executable"] = sys.executable
     facts["os"] = _os_name()
     facts["env"] = redact_env(os.environ)
-    return facts
+    # a URL with credentials anywhere else (a library's error text, a path)
+    return {name: _hide_urls(value) for name, value in facts.items()}
 
 
 def write_capture(path: str, *, in_case: bool = True) -> None:
