@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from validate.execute.history import BUSY_KEY, History
-from validate.execute.pool import Beside, Job, Pool, beside
+from validate.execute.pool import Beside, Job, Pool, beside, watch
 from validate.execute.runner import _contention, default_gpu_load
 from validate.execute.slots import (
     DEFAULT_GPU_LOAD,
@@ -230,3 +230,37 @@ def test_the_sampler_reads_the_host_cpus_without_a_gpu() -> None:
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def test_a_running_job_counts_as_its_measured_load_when_that_is_more() -> None:
+    """A job the history did not know (a small expected load) stops the next ones once its
+    kernels are measured to fill the GPU; a measure below its expected load changes nothing."""
+
+    def order(measure: float) -> list[str]:
+        events: list[str] = []
+        measured = threading.Event()
+
+        def unknown_heavy() -> tuple[Job, ...]:
+            watch(lambda: measure if measured.is_set() else None)
+            events.append("heavy")
+            measured.set()
+            time.sleep(0.5)
+            events.append("heavy ended")
+            return ()
+
+        def light() -> tuple[Job, ...]:
+            events.append("light")
+            return ()
+
+        pool = Pool(4, gpu_load=1.0)
+        pool.submit([Job(name="heavy", run=unknown_heavy, estimate_s=50.0, gpu_load=0.05)])
+        runner = threading.Thread(target=pool.run)
+        runner.start()
+        measured.wait(5)
+        pool.submit([Job(name="light", run=light, estimate_s=1.0, gpu_load=0.1)])
+        pool.close()
+        runner.join()
+        return events
+
+    assert order(0.95) == ["heavy", "heavy ended", "light"]  # 0.95 + 0.1 > 1: it waited
+    assert order(0.01) == ["heavy", "light", "heavy ended"]  # 0.05 + 0.1: it ran beside

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["YIELD_NICE", "Beside", "Job", "Pool", "PoolStats", "beside", "yield_nice"]
+__all__ = ["YIELD_NICE", "Beside", "Job", "Pool", "PoolStats", "beside", "watch", "yield_nice"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,14 @@ class Beside:
     others: int = 0
     others_load: float = 0.0
     capacity: float | None = None
+
+
+def watch(live: Callable[[], float | None]) -> None:
+    """Tell the pool how to read the calling thread's job's GPU load now (the runner, once its
+    case process runs); the pool counts the larger of that and the job's expected load."""
+    running = getattr(_THREAD, "running", None)
+    if running is not None:
+        running.live = live
 
 
 def beside() -> Beside:
@@ -113,6 +121,7 @@ class _Running:
     capacity: float | None = None
     beside: int = 0  # the most other jobs that ran at once beside it
     beside_load: float = 0.0  # the largest summed GPU load of those
+    live: Callable[[], float | None] | None = None  # its GPU load measured now (`watch`)
 
 
 @dataclass
@@ -146,7 +155,6 @@ class Pool:
         self.gpu_mib = gpu_mib  # the GPU-memory budget; None: not accounted
         self._gpu_free = gpu_mib or 0.0
         self.gpu_load = gpu_load  # the GPU-load bound; None: not accounted
-        self._load_free = gpu_load or 0.0
         self._on_change = on_change
         self._cond = threading.Condition()
         self._state = _State()
@@ -237,7 +245,7 @@ class Pool:
                     if state.queue:
                         job = state.queue[0][3]
                         need, gpu, load = self._need(job)
-                        fits = load <= self._load_free + 1e-9  # float sums: a little slack
+                        fits = self._load_fits(load)
                         if need <= self._free and gpu <= self._gpu_free and fits:
                             heapq.heappop(state.queue)
                             break
@@ -246,7 +254,6 @@ class Pool:
                     self._cond.wait()
                 self._free -= need
                 self._gpu_free -= gpu
-                self._load_free -= load
                 ident = next(self._seq)
                 now = time.monotonic()
                 critical = self._critical(job, now)
@@ -270,6 +277,18 @@ class Pool:
             )
             thread.start()
             self._changed()
+
+    def _load_fits(self, load: float) -> bool:
+        """Whether `load` more fits within the GPU load bound now: each running job counts as
+        the larger of what it was expected to add and what it is measured to use now (`watch`:
+        a job the history did not know shows its real weight once its kernels run)."""
+        if self.gpu_load is None:
+            return True
+        used = 0.0
+        for item in self._state.running.values():
+            live = item.live() if item.live is not None else None
+            used += max(item.load, live or 0.0)
+        return used + load <= self.gpu_load + 1e-9  # float sums: a little slack
 
     def _count_beside(self) -> None:
         """Every running job has now had the others beside it (for `beside()`)."""
@@ -329,7 +348,6 @@ class Pool:
             del state.running[ident]
             self._free += running.taken
             self._gpu_free += running.gpu
-            self._load_free += running.load
             if state.stopped:  # cut: counted by stop(), and nothing follows
                 follow = ()
             else:

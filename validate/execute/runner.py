@@ -34,7 +34,7 @@ from validate.execute.cases.script import (
 from validate.execute.classify import ExecResult, classify, signal_name
 from validate.execute.forkserver import ForkServerLost, ForkServers
 from validate.execute.history import History
-from validate.execute.pool import Beside, Job, Pool, beside, yield_nice
+from validate.execute.pool import Beside, Job, Pool, beside, watch, yield_nice
 from validate.execute.resources.capture import verify_pins
 from validate.execute.resources.guard import PARENT_ENV
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
@@ -313,6 +313,8 @@ def _run_process(
 
     timer = _WATCHDOG.add(limit_s, _expire)
     _LIVE.add(proc.pid, kernel_file)
+    if sampler is not None:
+        watch(functools.partial(sampler.recent, proc.pid))  # the pool counts its real GPU load
     try:
         returncode = proc.wait()
     finally:

@@ -56,9 +56,10 @@ GPU_PER_CASE_MIB: Final = 4 * 1024  # default estimate when the history has no p
 #: The GPU load the pool lets run at once: the summed busy shares of the running cases. One GPU:
 #: cases are not pinned to a device, so every case starts on the first visible GPU.
 GPU_CAPACITY: Final = 1.0
-#: The busy share a case adds when the history has none on record at all: eight such cases share
-#: a GPU at once (a sample notebook keeps it busy a few percent to a third of its time).
-DEFAULT_GPU_LOAD: Final = 0.125
+#: The busy share a case adds when the history has none on record at all: twenty such cases share
+#: a GPU at once. Once its kernels run, the pool counts what it is measured to use if that is
+#: more (pool.watch), so a heavy case the history does not know still stops the next ones.
+DEFAULT_GPU_LOAD: Final = 0.05
 _GIB: Final = 1024
 
 
@@ -242,8 +243,13 @@ class CaseUsage:
 GPU_SATURATED: Final = 0.9
 
 
+#: The weight of the newest poll in a case's recent busy share (about the last 2 s at 0.5 s polls).
+_RECENT_WEIGHT: Final = 0.3
+
+
 @dataclass
 class _Acc:
+    recent: float | None = None
     polls: int = 0
     peak_mib: float | None = None
     busy: float = 0.0
@@ -416,14 +422,24 @@ class UsageSampler:
                 if used.get(case):
                     acc.peak_mib = max(acc.peak_mib or 0.0, used[case])
                 if shares is not None:
-                    acc.busy += min(1.0, shares.get(case, 0.0))
+                    share = min(1.0, shares.get(case, 0.0))
+                    acc.busy += share
                     acc.busy_polls += 1
+                    old = acc.recent
+                    acc.recent = share if old is None else old + _RECENT_WEIGHT * (share - old)
                 if device is not None:
                     acc.device += device
                     acc.device_polls += 1
                 if cpu is not None:
                     acc.cpu += cpu
                     acc.cpu_polls += 1
+
+    def recent(self, case: int) -> float | None:
+        """The case's GPU busy share over its last few polls (None: none measured yet): what the
+        pool counts for a running case whose recorded share is lower (execute/pool.watch)."""
+        with self._lock:
+            acc = self._acc.get(case)
+            return acc.recent if acc is not None else None
 
     def usage(self, case: int) -> CaseUsage | None:
         """What the case `case` (its process group) used (forgotten then); None when no poll saw
