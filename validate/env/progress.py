@@ -58,6 +58,8 @@ _PIP_DOWNLOADING = re.compile(r"^\s*Downloading\s+(\S+)(?:\s+\(([^)]+)\))?")
 _PIP_EVENT = re.compile(
     r"^\s*(Collecting|Saved|Successfully (?:installed|downloaded|built))\s+(.*)"
 )
+_PIP_PROCESSING = re.compile(r"^\s*Processing\s+(\S+)")
+_PIP_INSTALLING = re.compile(r"^\s*Installing collected packages:\s+(.*)")
 _NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]\s+(.*)")
 
 
@@ -264,8 +266,11 @@ def _megabytes(size: str) -> float:
 
 
 def pip_line(line: str, act: Activity) -> None:
-    """pip with --progress-bar raw: bytes of each download as they arrive; a download of 10 MB
-    or more and the closing "Successfully ..." are milestones, the rest running state."""
+    """pip's own lines. With --progress-bar raw (pip >= 24.1) the bytes of each download as
+    they arrive; every pip names each requirement as it resolves it ("Collecting X", a local
+    file: "Processing X"), each download with its size, then "Installing collected packages:"
+    and "Successfully installed". A download of 10 MB or more and the closing "Successfully ..."
+    are milestones, the rest running state."""
     if match := _PIP_PROGRESS.match(line):
         act.unit = "bytes"
         act.update(done=float(match[1]), total=float(match[2]))
@@ -278,6 +283,12 @@ def pip_line(line: str, act: Activity) -> None:
             act.milestone(text)
         else:
             act.update(text)
+    elif match := _PIP_PROCESSING.match(line):  # a wheel file given or found in --find-links
+        act.update(f"processing {match[1].rsplit('/', 1)[-1]}")
+    elif match := _PIP_INSTALLING.match(line):  # pip says nothing more until it is done
+        names = [name.strip() for name in match[1].split(",") if name.strip()]
+        act.unit, act.done, act.total = "", 0.0, None
+        act.update(f"installing {len(names)} package{'s' if len(names) != 1 else ''}")
     elif match := _PIP_EVENT.match(line):
         text = f"{match[1].lower()} {match[2]}".strip()
         text = text if len(text) <= 160 else text[:157] + "..."

@@ -24,6 +24,7 @@ from packaging.version import Version
 
 from validate import __version__
 from validate.env.frontend_build import build_frontend_wheel
+from validate.env.pipcli import pip_version, progress_args
 from validate.env.progress import Activity, activity, pip_line, run_streamed, uv_line
 from validate.env.sources import (
     BackendSource,
@@ -318,7 +319,8 @@ def _install(
     *,
     no_deps: bool = False,
 ) -> None:
-    """Install `reqs`, packages (uv) or bytes (pip) shown as they arrive."""
+    """Install `reqs`, packages (uv) or bytes (pip) shown as they arrive; pip gets only the
+    options its version has (validate/env/pipcli.py)."""
     if not reqs:
         return
     index = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
@@ -328,7 +330,7 @@ def _install(
         parse = uv_line
     else:
         pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check"]
-        argv = [*pip, "install", "--progress-bar", "raw", *index, *deps, *reqs]
+        argv = [*pip, "install", *progress_args(pip_version()), *index, *deps, *reqs]
         parse = pip_line
     names = [Path(req).name if os.sep in req else req for req in reqs]
     act.update(f"installing {len(reqs)} requirement{'s' if len(reqs) > 1 else ''}", done=0, total=0)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from validate.env.pipcli import pip_version, progress_args
 from validate.env.progress import activity, pip_line, run_streamed
 from validate.env.sources import backend_package
 from validate.errors import ConfigError, EnvBuildError
@@ -56,7 +57,7 @@ class Wheelhouse:
             f"--platform={tag}" for tag in (*_MANYLINUX, "manylinux2014_x86_64", "linux_x86_64")
         ]
         argv += [] if deps else ["--no-deps"]
-        argv += ["--progress-bar", "raw", *requirements]
+        argv += [*progress_args(pip_version()), *requirements]
         dest.mkdir(parents=True, exist_ok=True)
         what = " ".join(requirements)
         logger.info("downloading %s for Python %s into %s", what, python, dest)
