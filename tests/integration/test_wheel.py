@@ -36,4 +36,22 @@ def test_wheel_holds_matrix_data_and_shipped_cases(tmp_path: Path) -> None:
     for case in ("cases.toml", "repro_fusion_uid.py", "pin_check.py"):
         assert f"validate/execute/resources/cases/{case}" in names
     assert "validate/execute/resources/run_notebook.py" in names
-    assert not any(name.startswith(("tests/", "matrix/")) for name in names)
+    for dockerfile in ("Dockerfile", "Dockerfile.backend"):  # `images build` from the wheel
+        assert f"validate/_images/{dockerfile}" in names
+    assert not any(name.startswith(("tests/", "matrix/", "images/")) for name in names)
+    # installed (unpacked, as pip does), the tool finds its Dockerfiles there
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from validate.env.images import dockerfile_path as d; print(d('Dockerfile.backend'))",
+        ],
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert found.stdout.strip() == str(site / "validate" / "_images" / "Dockerfile.backend")

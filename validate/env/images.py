@@ -49,12 +49,17 @@ def repo_root() -> Path:
 
 
 def dockerfile_path(name: str = "Dockerfile") -> Path:
-    """images/<name> of the checkout; a clear error when the package runs without one."""
+    """images/<name> of the checkout, else the copy an installed wheel carries as
+    `validate/_images` (pyproject's package-dir maps it from `images/`); a clear error when
+    neither is there."""
     path = repo_root() / "images" / name
-    if not path.is_file():
-        msg = f"images/{name} not found at {path}; run cudnn-matrix from a checkout of the repo"
-        raise ConfigError(msg)
-    return path
+    if path.is_file():
+        return path
+    packaged = Path(__file__).resolve().parents[1] / "_images" / name
+    if packaged.is_file():
+        return packaged
+    msg = f"images/{name} not found at {path} nor {packaged}; reinstall cudnn-matrix"
+    raise ConfigError(msg)
 
 
 def compat_for(cell: Cell) -> str | None:
