@@ -63,7 +63,10 @@ _NO_REGISTRY: Final = re.compile(
     r"|TLS handshake timeout",
     re.IGNORECASE,
 )
-_FIX_BASE: Final = "build the local one with `nox -s base_image` or pass --base-image with an image the daemon holds"
+_FIX_BASE: Final = (
+    "build the local one with `python -m validate.cli.base_image` (in a checkout: `nox -s base_image`)"
+    " or pass --base-image with an image the daemon holds"
+)
 
 
 def docker_client(timeout: int = _CLIENT_TIMEOUT_S) -> Any:
