@@ -127,6 +127,7 @@ class ValidateConfig:
     resume: bool = False
     api_logs: bool = True
     flaky: FlakyPolicy = "block"  # sign-off policy for flaky results (model.outcome)
+    require_gpu: bool = False  # --require-gpu: GPU cases skipped for want of a GPU exit 1
     known_issues: Path | None = None
     shard: str | None = None  # --shard i/n (plan.shard.ShardSpec): this run's part of the units
     durations: Path | None = None  # --durations: case seconds for --shard (default: history)

@@ -574,7 +574,8 @@ def _summarise(run_dir: Path, state: dict[str, Any]) -> int:
 
     results, plan = finalize(run_dir, state)
     print(cell_summary(results, plan))
-    verdict = decide(results)
+    config = ValidateConfig.from_dict(state["config"])  # the sign-off policy the run was given
+    verdict = decide(results, flaky=config.flaky, require_gpu=config.require_gpu)
     print(summary(verdict))
     print(f"results: {run_dir}")
     return verdict.exit_code

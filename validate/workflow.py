@@ -343,7 +343,7 @@ def run(config: ValidateConfig) -> int:
     results = list({r.key: r for r in load_results([results_dir])}.values())  # later wins
     write_json(meta_path, {**meta, "finished_at": now_stamp(), "wall_s": time.monotonic() - start})
     print(cell_summary(results, plan))
-    verdict = decide(results, flaky=config.flaky)
+    verdict = decide(results, flaky=config.flaky, require_gpu=config.require_gpu)
     print(summary(verdict))
     print(f"results: {results_dir}")
     return verdict.exit_code

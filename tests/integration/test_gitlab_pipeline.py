@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.gitlab]
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "tests" / "resources" / "scripts"
 MATRIX = REPO / "tests" / "resources" / "matrices" / "two_runner_groups.toml"
-RUNNERS = '[runner.sm80]\ntags = ["cpu"]\n\n[runner.sm90]\ntags = ["cpu"]\n'
+# CPU-only runners (gpus = 0): the report job signs off without --require-gpu, so the no-GPU
+# skips of the shipped cases do not fail it (runners with GPUs would: plan/pipeline.py)
+RUNNERS = '[runner.sm80]\ntags = ["cpu"]\ngpus = 0\n\n[runner.sm90]\ntags = ["cpu"]\ngpus = 0\n'
 
 
 @pytest.fixture(scope="module")

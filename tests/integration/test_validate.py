@@ -108,13 +108,62 @@ def test_validate_installs_pins_and_verifies_them(
     run_meta = json.loads((run_dir / "run.json").read_text())
     assert run_meta["host"]["source"] == "none"
     assert "finished_at" in run_meta
-    assert "SIGNED OFF" in proc.stdout
+    # no GPU here: the repro's GPU part did not run, so the verdict is no sign-off (exit 0 all
+    # the same: the pins, all a host without a GPU can check, held)
+    assert (
+        "\nNOT SIGNED OFF — no GPU: 4 GPU cases skipped; pins verified in 1 environment "
+        "(1 pass, 4 skip; flaky: block)\n" in proc.stdout
+    ), proc.stdout
 
     # --resume on a finished run adds nothing and re-runs nothing.
     again = _validate(*common, "--resume")
     assert again.returncode == 0, again.stderr
     assert len((run_dir / "results.jsonl").read_text().splitlines()) == len(results)
     assert "reusing environment" in again.stderr or "cell" in again.stderr
+
+
+def test_no_gpu_is_no_sign_off_and_require_gpu_fails_it(
+    wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """The README's CPU main job in small: two cells of one environment (sm90, sm100) and the
+    shipped cases. The pins are verified once (the first cell), every GPU case skips for want of
+    a GPU: NOT SIGNED OFF, exit 0; --require-gpu (validate or report) makes it exit 1."""
+    run_dir = tmp_path / "run"
+    common = ["--cudnn", BACKEND, "--frontend", "1.27.0", "--cuda", "13.0", "--driver", "580"]
+    common += ["--arch", "sm90,sm100", "--wheelhouse", str(wheelhouse), "--no-backend-deps"]
+    common += ["--cache-dir", str(env_cache), "--results", str(run_dir)]
+    proc = _validate(*common)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    outcomes = sorted((r["outcome"], r["case"]) for r in map(json.loads, _lines(run_dir)))
+    assert outcomes.count(("pass", "pin_check.py")) == 1
+    assert [o for o, _ in outcomes].count("skip") == 9
+    line = (
+        "NOT SIGNED OFF — no GPU: 9 GPU cases skipped; pins verified in 1 environment "
+        "(1 pass, 9 skip; flaky: block)"
+    )
+    assert f"\n{line}\n" in proc.stdout, proc.stdout
+    assert "\nSIGNED OFF" not in proc.stdout
+
+    strict = _validate(*common, "--resume", "--require-gpu")  # nothing left to run: the verdict
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert f"\n{line}\n" in strict.stdout
+    assert len(_lines(run_dir)) == 10  # --resume re-ran nothing
+
+    report = [sys.executable, "-m", "validate", "report", "--results", str(run_dir)]
+    for extra, code in (([], 0), (["--require-gpu"], 1)):
+        rendered = subprocess.run(
+            [*report, *extra, "--out", str(tmp_path / "compat.md")],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert rendered.returncode == code, rendered.stderr
+        assert f"\n{line}\n" in rendered.stderr
+
+
+def _lines(run_dir: Path) -> list[str]:
+    return (run_dir / "results.jsonl").read_text().splitlines()
 
 
 def test_dishonoured_pin_is_an_error(wheelhouse: Path, tmp_path: Path) -> None:

@@ -69,7 +69,8 @@ def test_gitlab_child_pipeline_is_valid_and_one_job_per_arch_env_shard(tmp_path:
     assert hopper["artifacts"]["paths"] == ["runs/sm90-${CI_JOB_ID}/"]
     report = doc["report"]
     assert [n["job"] for n in report["needs"]] == list(jobs)
-    assert report["script"][-1] == "$CUDNN_MATRIX report $args --out compat.md"
+    # GPU runners: a job that found no GPU there fails the sign-off (NOT SIGNED OFF — no GPU)
+    assert report["script"][-1] == "$CUDNN_MATRIX report $args --require-gpu --out compat.md"
     assert "when" not in report  # never after a failed validate job
     assert report["artifacts"]["reports"]["junit"] == "junit.xml"
     assert doc["default"]["before_script"] == ["pip install ."]
@@ -233,3 +234,27 @@ def test_the_readmes_parent_job_is_valid_gitlab_ci() -> None:
     assert trigger["include"] == [{"artifact": "child.yml", "job": "cudnn-matrix:plan"}]
     assert trigger["strategy"] == "depend"
     assert "--emit gitlab" in " ".join(doc["cudnn-matrix:plan"]["script"])
+
+
+@pytest.mark.parametrize(
+    ("gpus", "line"),
+    [
+        ("", "$CUDNN_MATRIX report $args --require-gpu --out compat.md"),  # default: 1 GPU
+        ("gpus = 2\n", "$CUDNN_MATRIX report $args --require-gpu --out compat.md"),
+        ("gpus = 0\n", "$CUDNN_MATRIX report $args --out compat.md"),
+    ],
+)
+@pytest.mark.parametrize("engine", ["gitlab", "github"])
+def test_report_job_requires_gpu_evidence_where_runners_have_gpus(
+    tmp_path: Path, engine: str, gpus: str, line: str
+) -> None:
+    """The report job's sign-off line: --require-gpu unless every runner is CPU-only."""
+    runners = _runners(tmp_path, f'[runner.sm90]\ntags = ["x"]\nruns_on = ["x"]\n{gpus}')
+    doc = _emit(tmp_path, engine, *SMALL, "--runners", str(runners))
+    report = doc["report"] if engine == "gitlab" else doc["jobs"]["report"]
+    lines = (
+        report["script"]
+        if engine == "gitlab"
+        else next(s["run"] for s in report["steps"] if s.get("name") == "report").splitlines()
+    )
+    assert lines[-1] == line

@@ -28,6 +28,7 @@ __all__ = [
     "EXIT_CODES",
     "OneLineParser",
     "add_flaky_option",
+    "add_require_gpu_option",
     "add_run_options",
     "add_selector_args",
     "build_parser",
@@ -55,8 +56,10 @@ _COMMAND_MODULES: Final = tuple(_COMMANDS.values())
 
 #: The exit-code table, in every command's --help epilogue and in the README.
 EXIT_CODES: Final = """exit codes:
-  0    signed off / command succeeded
-  1    not signed off: regressions (fail, crash, timeout) or infra errors in the results
+  0    signed off / command succeeded; also a run short only of a GPU: its verdict line says
+       NOT SIGNED OFF — no GPU (GPU cases skipped for want of a GPU or driver, pins verified)
+  1    not signed off: regressions (fail, crash, timeout), infra errors or cases skipped for a
+       module missing from their environment; with --require-gpu also a run short of a GPU
   2    bad input: a flag, a data file, a path; one line on stderr, nothing run or written
   3    an environment could not be built (outside a run; inside one it is the cell's `error`)
   4    docker daemon unreachable, image build or pull failed; Slurm refused a job or did not answer
@@ -193,6 +196,18 @@ def add_flaky_option(group: argparse._ActionsContainer) -> None:
         help="a result that did not pass but passed on a re-run (the API-log re-run or --reruns) "
         "is flaky (≈, its own sign-off section): block withholds sign-off as its first outcome "
         "would, warn lists it without blocking (default: %(default)s)",
+    )
+
+
+def add_require_gpu_option(group: argparse._ActionsContainer) -> None:
+    """--require-gpu, shared by `validate` and `report`: no sign-off exit without GPU evidence."""
+    group.add_argument(
+        "--require-gpu",
+        action="store_true",
+        help="exit 1 when GPU cases were skipped for want of a GPU or driver (verdict line: NOT "
+        "SIGNED OFF — no GPU); without it such a run exits 0, as on a CPU-only machine where "
+        "only the pins can be verified (skips for a declared requirement, such as a backend "
+        "floor, arch or SM, never count)",
     )
 
 

@@ -2,7 +2,8 @@
 
 Reads stored results only, so a report can be re-rendered at any time without re-running. Exit code
 is the sign-off verdict (validate.judge.signoff): 0 when every outcome matches its expectation, 1 when
-there are regressions or infra errors; 2 for bad input.
+there are regressions or infra errors; 2 for bad input. Results whose GPU cases were skipped for want
+of a GPU are NOT SIGNED OFF — no GPU, exit 0, or 1 with --require-gpu.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from validate.cli import add_flaky_option, add_selector_args, writable_dir, writable_file
+from validate.cli import (
+    add_flaky_option,
+    add_require_gpu_option,
+    add_selector_args,
+    writable_dir,
+    writable_file,
+)
 from validate.config import Selectors
 from validate.errors import ConfigError
 from validate.judge.signoff import summary
@@ -97,6 +104,7 @@ def _handle(args: argparse.Namespace) -> int:
         link_base=out.parent if out else Path.cwd(),
         link_prefix=args.link_base,
         flaky=args.flaky,
+        require_gpu=args.require_gpu,
     )
     text = render(report, _format(args))
     if out is None:
@@ -172,5 +180,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "(default: relative to the --out folder)",
     )
     add_flaky_option(parser)
+    add_require_gpu_option(parser)
     add_selector_args(parser)
     parser.set_defaults(func=_handle)

@@ -9,6 +9,7 @@ from typing import Any
 
 from validate.cli import (
     add_flaky_option,
+    add_require_gpu_option,
     add_run_options,
     add_selector_args,
     positive,
@@ -129,6 +130,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("running")
     add_run_options(run)
     add_flaky_option(run)
+    add_require_gpu_option(run)
     run.add_argument("--results", type=Path, metavar="DIR", help="run folder")
     run.add_argument("--resume", action="store_true", help="complete the run in --results DIR")
     run.add_argument(
@@ -240,6 +242,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         resume=args.resume,
         api_logs=args.api_logs,
         flaky=args.flaky,
+        require_gpu=args.require_gpu,
         known_issues=args.known_issues,
         shard=args.shard,
         durations=args.durations,

@@ -13,18 +13,29 @@ Expectations (documented policy):
 * With a baseline: a case that passed before and now fails is a *new failure*; one that passed and
   is now skipped (e.g. "graph not supported") is *supported -> unsupported*, a regression although
   nothing crashed.
+* No sign-off without evidence. A skip for a declared requirement the cell does not meet (backend
+  floor, arch, SM) or one the case or the product gave ("graph not supported") is as expected. Two
+  skips are not (plan/requirements.py `skip_kind`):
+  - *no GPU*: a case skipped for want of a GPU or driver never ran its GPU part. The verdict line
+    says so (`NOT SIGNED OFF — no GPU: 223 GPU cases skipped; pins verified in 7 environments`)
+    but exits 0, the run did what a host without a GPU can (the pins); `--require-gpu` makes it
+    exit 1, for a job that must sign off.
+  - *missing module*: the case environment lacks a module the case imports (torch, cupy): the
+    environment broke, as with an infra error: not signed off, exit 1.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
+from validate.model.axes import REGISTRY
 from validate.model.matrix import AXES
 from validate.model.order import natural_key, value_key
-from validate.model.outcome import policy
+from validate.model.outcome import Outcome, policy
 from validate.model.results import axis_value, cell_label, is_bad, result_key
+from validate.plan.requirements import MISSING_MODULE_PREFIX, SkipKind, skip_kind
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -40,8 +51,10 @@ __all__ = [
     "compare",
     "decide",
     "passed_on_rerun",
+    "pins_verified",
     "rerun_note",
     "summary",
+    "verdict_line",
 ]
 
 TransitionKind = Literal[
@@ -101,6 +114,10 @@ class Verdict:
     flaky: tuple[CaseResult, ...]  # a non-pass that passed on a re-run (passed_on_rerun)
     baseline: BaselineDiff | None = None
     flaky_policy: FlakyPolicy = "block"
+    no_gpu: tuple[CaseResult, ...] = ()  # skipped for want of a GPU or driver: GPU part not run
+    missing_modules: tuple[CaseResult, ...] = ()  # skipped: the case env lacks a module it imports
+    pins_verified: int = 0  # environments whose pins a case process verified (`pins_verified`)
+    require_gpu: bool = False  # --require-gpu: `no_gpu` makes the exit code 1
 
     @property
     def flaky_blocks(self) -> bool:
@@ -120,14 +137,27 @@ class Verdict:
         )
 
     @property
-    def signed_off(self) -> bool:
-        return not (
-            self.regressions or self.errors or self.blocking_transitions or self.flaky_blocks
+    def blocked(self) -> bool:
+        """Something the results say is wrong: regressions, infra errors, blocking transitions,
+        flaky results under `block`, or a case environment that lacks a module."""
+        return bool(
+            self.regressions
+            or self.errors
+            or self.blocking_transitions
+            or self.flaky_blocks
+            or self.missing_modules
         )
 
     @property
+    def signed_off(self) -> bool:
+        """Nothing wrong and nothing unproven: every cell ran its GPU cases."""
+        return not (self.blocked or self.no_gpu)
+
+    @property
     def exit_code(self) -> int:
-        return 0 if self.signed_off else 1
+        """1 when blocked; a run short only of a GPU exits 0 (it did what a host without one can:
+        its verdict line says NOT SIGNED OFF — no GPU) unless `require_gpu`."""
+        return 1 if self.blocked or (self.no_gpu and self.require_gpu) else 0
 
 
 def passed_on_rerun(result: CaseResult) -> bool:
@@ -148,14 +178,38 @@ def rerun_note(result: CaseResult) -> str:
     return f"{result.outcome}, then pass on {which} (attempts {attempts})"
 
 
+def _skipped(results: Sequence[CaseResult], kind: SkipKind) -> tuple[CaseResult, ...]:
+    return tuple(r for r in results if r.outcome is Outcome.SKIP and skip_kind(r.reason) is kind)
+
+
+#: The axes that make an environment (what is installed): cells equal on them share one.
+_ENV_AXES: Final = tuple(axis.name for axis in REGISTRY if axis.env)
+
+
+def pins_verified(results: Sequence[CaseResult]) -> int:
+    """How many environments had their pins verified: a case process captured what it loaded
+    (`env.captured_in` = case) and the runner's pin check did not turn it into an `error` (a
+    pin not honoured is one). Environments are told apart by the values of the axes that change
+    what is installed, so cells that share one count once."""
+    return len(
+        {
+            tuple(axis_value(r, a) for a in _ENV_AXES)
+            for r in results
+            if r.env.get("captured_in") == "case" and not policy(r.outcome).infra
+        }
+    )
+
+
 def decide(
     results: Sequence[CaseResult],
     baseline: Sequence[CaseResult] | None = None,
     *,
     flaky: FlakyPolicy = "block",
+    require_gpu: bool = False,
 ) -> Verdict:
     """The sign-off verdict for merged results, optionally compared with a baseline run. A flaky
-    result is in `flaky` only; `flaky` (the policy) says whether it withholds sign-off."""
+    result is in `flaky` only; `flaky` (the policy) says whether it withholds sign-off;
+    `require_gpu` whether GPU cases skipped for want of a GPU fail the exit code too."""
     steady = [r for r in results if not passed_on_rerun(r)]
     return Verdict(
         counts=dict(sorted(Counter(str(r.outcome) for r in results).items())),
@@ -165,6 +219,10 @@ def decide(
         flaky=tuple(r for r in results if passed_on_rerun(r)),
         baseline=None if baseline is None else compare(results, baseline),
         flaky_policy=flaky,
+        no_gpu=_skipped(results, SkipKind.NO_GPU),
+        missing_modules=_skipped(results, SkipKind.MISSING_MODULE),
+        pins_verified=pins_verified(results),
+        require_gpu=require_gpu,
     )
 
 
@@ -259,11 +317,58 @@ def _section(title: str, lines: Sequence[str], limit: int) -> list[str]:
     return [f"{title}: {len(lines)}", *lines[:limit], *more]
 
 
-def summary(verdict: Verdict, *, limit: int = 8) -> str:
-    """A one-screen summary: verdict line, counts, then each list capped at `limit` lines."""
+def _n(count: int, what: str) -> str:
+    return f"{count} {what}" if count == 1 else f"{count} {what}s"
+
+
+def _modules(results: Sequence[CaseResult]) -> str:
+    names = {
+        name.strip()
+        for r in results
+        for name in r.reason.removeprefix(MISSING_MODULE_PREFIX).split(" (", 1)[0].split(",")
+    }
+    return ", ".join(sorted(names - {""}))
+
+
+def _gaps(verdict: Verdict) -> list[str]:
+    """What the results do not prove, in the words of the verdict line."""
+    gaps = []
+    if verdict.missing_modules:
+        missing = verdict.missing_modules
+        gaps.append(f"missing modules: {_n(len(missing), 'case')} skipped ({_modules(missing)})")
+    if verdict.no_gpu:
+        gaps.append(
+            f"no GPU: {_n(len(verdict.no_gpu), 'GPU case')} skipped; "
+            f"pins verified in {_n(verdict.pins_verified, 'environment')}"
+        )
+    return gaps
+
+
+def verdict_line(verdict: Verdict) -> str:
+    """`SIGNED OFF: 7 pass (flaky: block)`; `NOT SIGNED OFF: 1 fail, ...` when the results say
+    something is wrong; `NOT SIGNED OFF — no GPU: 223 GPU cases skipped; pins verified in 7
+    environments (7 pass, 223 skip; flaky: block)` when they only leave cases unproven. Every line
+    starts with SIGNED OFF or NOT SIGNED OFF, and the first only when `signed_off`."""
     counts = ", ".join(f"{n} {k}" for k, n in verdict.counts.items()) or "no results"
-    head = "SIGNED OFF" if verdict.signed_off else "NOT SIGNED OFF"
-    out = [f"{head}: {counts} (flaky: {verdict.flaky_policy})"]
+    flaky = f"flaky: {verdict.flaky_policy}"
+    gaps = "; ".join(_gaps(verdict))
+    if verdict.signed_off:
+        return f"SIGNED OFF: {counts} ({flaky})"
+    if not gaps:
+        return f"NOT SIGNED OFF: {counts} ({flaky})"
+    if (
+        verdict.regressions
+        or verdict.errors
+        or verdict.blocking_transitions
+        or verdict.flaky_blocks
+    ):
+        return f"NOT SIGNED OFF: {counts} ({flaky}) — {gaps}"  # what is wrong comes first
+    return f"NOT SIGNED OFF — {gaps} ({counts}; {flaky})"
+
+
+def summary(verdict: Verdict, *, limit: int = 8) -> str:
+    """A one-screen summary: verdict line, then each list capped at `limit` lines."""
+    out = [verdict_line(verdict)]
     out += _section(
         "regressions (unexpected fail/crash/timeout)",
         [_line(r, r.ki_note) for r in sorted(verdict.regressions, key=_sort)],
@@ -272,6 +377,11 @@ def summary(verdict: Verdict, *, limit: int = 8) -> str:
     out += _section(
         "infra errors (environment/harness, not the product)",
         [_line(r) for r in verdict.errors],
+        limit,
+    )
+    out += _section(
+        "missing modules (the case environment lacks them; blocks sign-off)",
+        [_line(r) for r in sorted(verdict.missing_modules, key=_sort)],
         limit,
     )
     effect = "blocks sign-off" if verdict.flaky_policy == "block" else "does not block"
@@ -286,6 +396,12 @@ def summary(verdict: Verdict, *, limit: int = 8) -> str:
         for kind in _TITLES:
             rows = [_line(t.subject, t.note) for t in diff.of(kind)]
             out += _section(_TITLES[kind], rows, limit)
+    exit_code = "exit 1 (--require-gpu)" if verdict.require_gpu else "exit 0; --require-gpu: exit 1"
+    out += _section(
+        f"no GPU: skipped for want of a GPU or driver, not proven ({exit_code})",
+        [_line(r) for r in sorted(verdict.no_gpu, key=_sort)],
+        limit,
+    )
     out += _section(
         "notices: xpass (known issue did not reproduce — fixed?)",
         [_line(r, r.known_issue or "") for r in verdict.notices],

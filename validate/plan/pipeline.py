@@ -151,12 +151,20 @@ def _keep_verdict(command: str) -> str:
 _MERGE: Final = (
     f'args=""; for d in {RUNS}/*/; do args="$args --results $d"; done; echo "merging:$args"'
 )
-_REPORT_LINES: Final = (
-    _MERGE,
-    "$CUDNN_MATRIX report $args --format html --out compat.html || test $? -eq 1",
-    "$CUDNN_MATRIX report $args --format junit --out junit.xml || test $? -eq 1",
-    "$CUDNN_MATRIX report $args --out compat.md",
-)
+
+
+def _report_lines(groups: Sequence[JobGroup]) -> list[str]:
+    """The report job's lines. Where a runner declares GPUs (`gpus`, default 1), the sign-off
+    line has `--require-gpu`: a job that found no GPU there skipped its GPU cases, which must fail
+    the pipeline rather than pass it unproven. Runners that all declare `gpus = 0` (CPU-only) get
+    the default: NOT SIGNED OFF — no GPU, exit 0."""
+    gpu = any(g.runner.gpus > 0 for g in groups)
+    return [
+        _MERGE,
+        "$CUDNN_MATRIX report $args --format html --out compat.html || test $? -eq 1",
+        "$CUDNN_MATRIX report $args --format junit --out junit.xml || test $? -eq 1",
+        "$CUDNN_MATRIX report $args" + (" --require-gpu" if gpu else "") + " --out compat.md",
+    ]
 
 
 # --- GitLab -----------------------------------------------------------------------------------
@@ -205,7 +213,7 @@ def gitlab_pipeline(
                 f"{arch}: runner tags {', '.join(runner.tags)}; at most {runner.concurrency} at "
                 "once is the runner's `limit` (config.toml), GitLab has no per-job cap"
             )
-    doc["report"] = _gitlab_report(names)
+    doc["report"] = _gitlab_report(names, _report_lines(groups))
     if options.install:
         doc["default"] = {"before_script": [options.install]}
     return doc, notes
@@ -244,12 +252,12 @@ def _gitlab_job(
     return job
 
 
-def _gitlab_report(needs: Sequence[str]) -> dict[str, Any]:
+def _gitlab_report(needs: Sequence[str], lines: Sequence[str]) -> dict[str, Any]:
     """Runs only when every validate job succeeded (a job's infra failure is no sign-off)."""
     return {
         "stage": "report",
         "needs": [{"job": name, "artifacts": True} for name in needs],
-        "script": list(_REPORT_LINES),
+        "script": list(lines),
         "artifacts": {
             "when": "always",
             "paths": ["compat.md", "compat.html", "junit.xml", f"{RUNS}/"],
@@ -285,7 +293,7 @@ def github_workflow(
             )
             jobs[job_id] = _github_job(runner, chunk, options, job_id)
     needs = list(jobs)
-    jobs["report"] = _github_report(needs, options)
+    jobs["report"] = _github_report(needs, options, _report_lines(groups))
     doc: dict[str, Any] = {
         "name": "cudnn-matrix",
         "on": {"workflow_dispatch": None, "workflow_call": None},
@@ -345,7 +353,9 @@ def _github_install(options: PipelineOptions) -> list[dict[str, Any]]:
     return [{"name": "install", "shell": "bash", "run": options.install}] if options.install else []
 
 
-def _github_report(needs: Sequence[str], options: PipelineOptions) -> dict[str, Any]:
+def _github_report(
+    needs: Sequence[str], options: PipelineOptions, lines: Sequence[str]
+) -> dict[str, Any]:
     """Runs only when every validate job succeeded (a job's infra failure is no sign-off)."""
     return {
         "needs": list(needs),
@@ -354,7 +364,7 @@ def _github_report(needs: Sequence[str], options: PipelineOptions) -> dict[str, 
             {"uses": "actions/checkout@v4"},
             *_github_install(options),
             {"uses": "actions/download-artifact@v4", "with": {"path": RUNS}},
-            {"name": "report", "shell": "bash", "run": "\n".join(_REPORT_LINES)},
+            {"name": "report", "shell": "bash", "run": "\n".join(lines)},
             {
                 "uses": "actions/upload-artifact@v4",
                 "if": "always()",

@@ -1,4 +1,9 @@
-"""What a case needs (backend floor, archs, GPU, SM, modules), as data; unmet -> a SKIP reason."""
+"""What a case needs (backend floor, archs, GPU, SM, modules), as data; unmet -> a SKIP reason.
+
+A skip reason also says what kind of skip it is (`SkipKind`, `skip_kind`), for the sign-off: a
+skip for want of a GPU or driver, or of a module the case imports, leaves the case unproven; a
+declared requirement the cell does not meet (backend floor, arch, SM) is expected.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
+from validate._compat import StrEnum
 from validate.datafile import Key, TomlErrors, read_toml
 from validate.model.matrix import MATRIX_DIR
 from validate.model.order import version
@@ -21,14 +27,50 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CASES_TOML",
+    "MISSING_MODULE_PREFIX",
+    "NO_GPU_PREFIXES",
     "RequirementTable",
     "Requirements",
+    "SkipKind",
     "check",
     "missing_modules",
+    "skip_kind",
 ]
 
 #: Requirements of the cudnn-frontend sample notebooks (DOMAIN.md §5).
 DEFAULT_CASES_TOML: Final = MATRIX_DIR / "cases.toml"
+
+#: How every skip reason for want of a GPU or a driver starts: `check` (needs_gpu), the cells of
+#: an environment whose pins another cell checked (plan/host.py `gpu_skip_reason`, execute/local.py)
+#: and a script's own GPU probe (execute/resources/cases/repro_fusion_uid.py `_gpu_state`, which
+#: runs standalone and so spells them out; tests/unit/test_signoff_evidence.py keeps them in step).
+NO_GPU_PREFIXES: Final = (
+    "no NVIDIA driver",
+    "no NVIDIA GPU",
+    "no usable NVIDIA driver",
+    "no CUDA device",
+)
+#: How a skip for a module missing from the case environment starts (`check`, imports).
+MISSING_MODULE_PREFIX: Final = "needs module "
+
+
+class SkipKind(StrEnum):
+    """What a skip says about the evidence (judge/signoff.py reads it)."""
+
+    NO_GPU = "no_gpu"  # no GPU or driver here: the case's GPU part did not run
+    MISSING_MODULE = "missing_module"  # the case environment lacks a module the case imports
+    EXPECTED = "expected"  # a declared requirement unmet (backend, arch, SM), or the case said so
+
+
+def skip_kind(reason: str) -> SkipKind:
+    """The kind of a skip from its reason, which every writer starts with one of the prefixes
+    above (results stored before the kinds existed carry the same reasons)."""
+    if reason.startswith(NO_GPU_PREFIXES):
+        return SkipKind.NO_GPU
+    if reason.startswith(MISSING_MODULE_PREFIX):
+        return SkipKind.MISSING_MODULE
+    return SkipKind.EXPECTED
+
 
 _KEYS: Final = frozenset(
     {"min_backend", "archs", "needs_gpu", "min_sm", "imports", "exclusive", "source"}
@@ -155,7 +197,7 @@ def check(
 ) -> str | None:
     """The SKIP reason for the first unmet requirement, or None when all are met or unknowable."""
     if req.needs_gpu and not has_gpu:
-        return "no NVIDIA driver: case needs a GPU"
+        return f"{NO_GPU_PREFIXES[0]}: case needs a GPU"
     if req.archs and host_arch is not None and host_arch not in req.archs:
         return f"arch {host_arch} not in {', '.join(req.archs)}"
     sm = _sm_of(host_arch) if host_arch else None
@@ -166,5 +208,5 @@ def check(
         return f"needs cuDNN backend >= {req.min_backend}, cell has {backend_version}"
     need = sorted(set(req.imports) & missing)
     if need:
-        return f"needs module {', '.join(need)} (not importable in the case environment)"
+        return f"{MISSING_MODULE_PREFIX}{', '.join(need)} (not importable in the case environment)"
     return None

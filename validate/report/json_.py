@@ -17,6 +17,8 @@ Top-level object:
                 case's folder (as --link-base makes it) or null
 ``verdict``     {signed_off, exit_code, counts: {outcome: n}, regressions: [key], errors: [key],
                 notices: [key], flaky: [key], flaky_policy: block|warn, flaky_blocks: bool,
+                no_gpu: [key], missing_modules: [key], pins_verified: n, require_gpu: bool,
+                line: the verdict line,
                 baseline: null | {changed_axes: [axis],
                 transitions: [{kind, key, before, after, note}]}}; before/after are outcomes or null;
                 kind is new_failure, unsupported, new_error, new_pass, ki_fixed, still_failing, missing
@@ -31,6 +33,10 @@ Top-level object:
 
 ``verdict.flaky`` lists the results that passed on a re-run; they are in neither ``regressions``
 nor ``errors``. With ``flaky_policy`` block they withhold sign-off (``flaky_blocks`` true).
+``verdict.no_gpu`` lists the cases skipped for want of a GPU or driver: ``signed_off`` is false,
+``exit_code`` 0, or 1 with ``require_gpu``; ``pins_verified`` counts the environments whose pins a
+case process verified. ``verdict.missing_modules`` (skipped: a module missing from the case
+environment) withholds sign-off with exit 1.
 
 A result key is ``<cell_id>::<case>``. Readers must ignore unknown keys (additions keep v1).
 """
@@ -40,7 +46,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Final
 
-from validate.judge.signoff import passed_on_rerun
+from validate.judge.signoff import passed_on_rerun, verdict_line
 from validate.judge.suggest import spec_text
 from validate.report.ki_table import KI_LEGEND, KI_SYMBOLS
 from validate.report.model import cell_label, natural_key, result_key
@@ -91,6 +97,11 @@ def _verdict(verdict: Verdict) -> dict[str, Any]:
         "flaky": _keys(verdict.flaky),
         "flaky_policy": verdict.flaky_policy,
         "flaky_blocks": verdict.flaky_blocks,
+        "no_gpu": _keys(verdict.no_gpu),
+        "missing_modules": _keys(verdict.missing_modules),
+        "pins_verified": verdict.pins_verified,
+        "require_gpu": verdict.require_gpu,
+        "line": verdict_line(verdict),
         "baseline": baseline,
     }
 

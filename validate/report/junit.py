@@ -8,6 +8,10 @@ A flaky testcase (not a pass, then a pass on a re-run) carries the properties `f
 warn` it is a passed testcase holding a <flakyFailure> (or <flakyError>), as Maven Surefire writes
 reruns that passed, so Jenkins shows it as flaky and counts it as passed. Each <testsuite>
 carries the policy: property `flaky_policy` = `block` or `warn`.
+
+A skipped testcase that leaves its case unproven (judge/signoff.py) carries the property
+`skip_kind`: `no_gpu` (skipped for want of a GPU or driver) or `missing_module` (the case
+environment lacks a module it imports); a skip for a declared requirement carries none.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from validate.judge.known_issues import result_pins
 from validate.judge.signoff import passed_on_rerun
 from validate.judge.suggest import normal_arch
 from validate.model.axes import REGISTRY
-from validate.model.outcome import policy
+from validate.model.outcome import Outcome, policy
+from validate.plan.requirements import SkipKind, skip_kind
 from validate.report.model import cell_label
 from validate.textsafe import redact
 
@@ -96,6 +101,9 @@ def _testcase(parent: ET.Element, item: StoredResult, flaky: FlakyPolicy) -> str
             )
             ET.SubElement(case, "system-out").text = _text(item)
             return _COUNTERS[None]
+    if r.outcome is Outcome.SKIP and (kind := skip_kind(r.reason)) is not SkipKind.EXPECTED:
+        props = ET.SubElement(case, "properties")
+        ET.SubElement(props, "property", name="skip_kind", value=str(kind))
     match element:
         case "failure":
             ET.SubElement(case, "failure", message=reason, type=str(r.outcome)).text = _clean(

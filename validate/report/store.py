@@ -125,9 +125,11 @@ def build_report(
     link_base: Path | None = None,
     link_prefix: str | None = None,
     flaky: FlakyPolicy = "block",
+    require_gpu: bool = False,
 ) -> Report:
     """Tables + verdict for merged runs (and an optional baseline); `flaky` is the sign-off policy
-    for results that passed on a re-run, `link_prefix` the --link-base of evidence links. The
+    for results that passed on a re-run, `require_gpu` whether GPU cases skipped for want of a
+    GPU fail the exit code, `link_prefix` the --link-base of evidence links. The
     verdict judges the results against `known_issues` as the tables do, so a database given at
     report time (`--known-issues`) turns a failure it declares into xfail in the sign-off too."""
     judged = apply_known_issues(runs.results, known_issues)
@@ -135,7 +137,12 @@ def build_report(
         runs=runs,
         table=build_table(runs.items, pivot, known_issues),
         cases=build_case_matrix(runs.items),
-        verdict=decide(judged, None if baseline is None else baseline.results, flaky=flaky),
+        verdict=decide(
+            judged,
+            None if baseline is None else baseline.results,
+            flaky=flaky,
+            require_gpu=require_gpu,
+        ),
         ki_table=build_ki_table(runs.items, known_issues),
         known_issues=tuple(known_issues),
         baseline_runs=() if baseline is None else baseline.runs,
