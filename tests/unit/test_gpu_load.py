@@ -161,15 +161,21 @@ def test_beside_reports_the_most_jobs_and_load_that_ran_beside_a_job() -> None:
 def test_contention_names_what_was_shared_and_only_that() -> None:
     crowd = Beside(others=17, others_load=0.5, capacity=1.0)
     full = CaseUsage(gpu_busy=0.05, gpu_device=0.98, cpu_host=0.4, polls=9)
-    assert _contention(crowd, full, 0.1) == "17 other cases (GPU 98% busy)"
-    cpu = CaseUsage(gpu_device=None, cpu_host=0.93, polls=4)
-    assert _contention(Beside(others=1), cpu, 0.0) == "1 other case (CPU 93% busy)"
+    for timed_out in (True, False):
+        assert _contention(crowd, full, 0.1, timed_out=timed_out) == "17 other cases (GPU 98% busy)"
+    others = CaseUsage(gpu_busy=0.1, gpu_device=0.7, cpu_host=0.2, polls=9)  # 60% theirs
+    assert _contention(crowd, others, 0.1, timed_out=False) == "17 other cases (GPU 70% busy)"
+    cpu = CaseUsage(gpu_device=0.02, cpu_host=0.93, polls=4)
+    assert _contention(Beside(others=1), cpu, 0.0, timed_out=True) == "1 other case (CPU 93% busy)"
+    # busy cores slow a case down; they do not make its numbers wrong: a failure is judged as is
+    assert _contention(Beside(others=1), cpu, 0.0, timed_out=False) is None
     roomy = CaseUsage(gpu_busy=0.2, gpu_device=0.45, cpu_host=0.3, polls=9)
-    assert _contention(crowd, roomy, 0.1) is None  # room on the GPU and the CPUs
-    assert _contention(Beside(), full, 0.1) is None  # nothing beside it
-    assert _contention(crowd, None, 0.1) is None  # no poll saw it: nothing measured
+    assert _contention(crowd, roomy, 0.1, timed_out=True) is None  # room on the GPU and CPUs
+    assert _contention(Beside(), full, 0.1, timed_out=True) is None  # nothing beside it
+    assert _contention(crowd, None, 0.1, timed_out=True) is None  # no poll saw it
     over = Beside(others=3, others_load=0.95, capacity=1.0)
-    assert _contention(over, roomy, 0.2) == "3 other cases (expected GPU load 1.15 of 1)"
+    expected = "3 other cases (expected GPU load 1.15 of 1)"
+    assert _contention(over, roomy, 0.2, timed_out=False) == expected
 
 
 def test_the_sampler_averages_what_each_case_used() -> None:

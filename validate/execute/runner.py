@@ -15,6 +15,7 @@ import heapq
 import itertools
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -547,7 +548,8 @@ class _CaseRun:
         self.outcome, self.reason = _verdict(self.run1, self.target)
         self._outcomes[1] = str(self.outcome)
         if self.outcome in _CONTENDABLE and not self.case.requirements.exclusive:
-            shared = _contention(beside(), self._usage.get(1), self._gpu_load)
+            timed_out = self.outcome is Outcome.TIMEOUT
+            shared = _contention(beside(), self._usage.get(1), self._gpu_load, timed_out=timed_out)
             if shared is not None:
                 took = "timed out" if self.outcome is Outcome.TIMEOUT else "failed"
                 self._note = f"{took} at {self.run1.duration_s:.0f} s beside {shared}"
@@ -656,13 +658,17 @@ class _CaseRun:
         self._finish(result, usage, self._judged > 1 or self.case.requirements.exclusive)
 
 
-def _contention(shared: Beside, usage: CaseUsage | None, own_load: float) -> str | None:
+def _contention(
+    shared: Beside, usage: CaseUsage | None, own_load: float, *, timed_out: bool
+) -> str | None:
     """What the attempt shared beyond its own need, as the note names it ("3 other cases (GPU
     97% busy, CPU 91% busy)"); None where it had what it needed: no other case ran beside it, or
-    the GPU and the CPUs it was sampled on had room (the other cases' kernels kept the GPU
-    busy less than half the time, the GPU was not saturated, the CPUs were less than 85% busy,
-    and the pool's book had the summed expected load within the GPU's capacity). A case no poll
-    saw (shorter than a poll) had no measured contention: it is judged as it ran."""
+    the resources it was sampled on had room. The GPU had room when the other cases' kernels
+    kept it busy less than half the time, it was not saturated and the pool's book had the summed
+    expected load within its capacity. The host's CPUs count for a timeout only (a slower case
+    on busy cores is still right; a GPU shared with other kernels can give wrong numbers, e.g.
+    NaNs from concurrent kernels on Blackwell): they had room when less than 85% busy. A case no
+    poll saw (shorter than a poll) had no measured contention: it is judged as it ran."""
     if shared.others <= 0:
         return None
     found: list[str] = []
@@ -671,7 +677,7 @@ def _contention(shared: Beside, usage: CaseUsage | None, own_load: float) -> str
             usage.saturated() or (usage.gpu_others or 0.0) >= _GPU_OTHERS_BUSY
         ):
             found.append(f"GPU {usage.gpu_device:.0%} busy")
-        if usage.cpu_host is not None and usage.cpu_host >= _CPU_SATURATED:
+        if timed_out and usage.cpu_host is not None and usage.cpu_host >= _CPU_SATURATED:
             found.append(f"CPU {usage.cpu_host:.0%} busy")
     over = shared.capacity is not None and shared.others_load + own_load > shared.capacity
     if over:
@@ -739,7 +745,7 @@ class CaseBatch:
             estimate = self.history.estimate(case.name)
             options = self.options
             if estimate is not None and estimate * TIMEOUT_FLOOR > options.timeout_s:
-                options = replace(options, timeout_s=round(estimate * TIMEOUT_FLOOR, 1))
+                options = replace(options, timeout_s=float(math.ceil(estimate * TIMEOUT_FLOOR)))
             run = _CaseRun(case, self.target, options, self._finish, self._sampler, self.store)
             jobs.append(run.job(estimate, gpu, load))
         return jobs

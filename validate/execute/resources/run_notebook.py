@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -138,7 +139,7 @@ def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
     client = _StreamingClient(
         nb,
         km=km,
-        timeout=timeout,
+        timeout=math.ceil(timeout),  # nbclient's trait is an int: 317.2 s was refused at start
         startup_timeout=120,
         kernel_name="python3",
         resources={"metadata": {"path": str(nb_path.parent)}},
