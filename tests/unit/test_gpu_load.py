@@ -3,6 +3,7 @@ jobs, what ran beside a job, and the contention rule's reading of what a case sh
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -270,3 +271,30 @@ def test_a_running_job_counts_as_its_measured_load_when_that_is_more() -> None:
 
     assert order(0.95) == ["heavy", "heavy ended", "light"]  # 0.95 + 0.1 > 1: it waited
     assert order(0.01) == ["heavy", "light", "heavy ended"]  # 0.05 + 0.1: it ran beside
+
+
+def test_deferred_jobs_wait_for_the_exclusive_ones_which_run_back_to_back() -> None:
+    """The re-runs of a case judged alone queue after every alone re-run: else each exclusive
+    job would wait for the re-run before it to end, one after another."""
+    order: list[str] = []
+    pool = Pool(4, gpu_load=1.0)
+
+    def body(name: str, follow: tuple[Job, ...] = ()) -> tuple[Job, ...]:
+        order.append(name)
+        time.sleep(0.02)
+        return follow
+
+    def alone(i: int) -> tuple[Job, ...]:
+        rerun = Job(name=f"rerun{i}", run=lambda: body(f"rerun{i}"), estimate_s=5.0, defer=True)
+        return body(f"alone{i}", (rerun,))
+
+    jobs = [
+        Job(name=f"alone{i}", run=functools.partial(alone, i), estimate_s=5.0, exclusive=True)
+        for i in range(3)
+    ]
+    pool.submit([*jobs, Job(name="normal", run=lambda: body("normal"), estimate_s=1.0)])
+    pool.close()
+    pool.run()
+    assert order[0] == "normal"
+    assert order[1:4] == ["alone0", "alone1", "alone2"]
+    assert sorted(order[4:]) == ["rerun0", "rerun1", "rerun2"]

@@ -11,7 +11,8 @@ It also holds its `gpu_load` (its recorded GPU busy share, execute/slots.py) of 
 load bound, so the summed expected load of the running jobs stays within the GPU's capacity:
 heavy cases spread across the run instead of starting together. An `exclusive` job (a case that
 must have the GPU to itself, or a contended case's alone re-run) holds every slot and the whole
-GPU load: it runs with nothing beside it; such jobs queue after all others. `beside()` tells a
+GPU load: it runs with nothing beside it; such jobs queue after all others (and `defer` jobs
+after them, so that the exclusive jobs run back to back). `beside()` tells a
 job's thread how many jobs ran beside it so far and their summed load (the runner's contention
 rule). The queue's order is kept: a job that does not fit yet waits, and those behind it wait
 too (no job starves). Nothing here knows about results: jobs store their own (the store is thread-safe).
@@ -94,6 +95,9 @@ class Job:
     gpu_mib: float = 0.0  # GPU memory it holds while it runs (its recorded peak, or an estimate)
     gpu_load: float = 0.0  # GPU busy share it holds while it runs (recorded, or an estimate)
     exclusive: bool = False  # runs with no other job beside it (holds every slot and all load)
+    #: queued after the exclusive jobs too (the re-runs of a case judged by its alone re-run: run
+    #: between two exclusive jobs, each would hold the next one back)
+    defer: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +130,7 @@ class _Running:
 
 @dataclass
 class _State:
-    queue: list[tuple[bool, float, int, Job]] = field(default_factory=list)
+    queue: list[tuple[int, float, int, Job]] = field(default_factory=list)
     running: dict[int, _Running] = field(default_factory=dict)
     done: int = 0
     durations: list[float] = field(default_factory=list)
@@ -192,9 +196,11 @@ class Pool:
         self._changed()
 
     def _push(self, job: Job) -> None:
-        """Queue `job`: longest estimate first (unknown first), exclusive jobs after all others."""
+        """Queue `job`: longest estimate first (unknown first), exclusive jobs after all others,
+        deferred ones after those."""
         key = -(job.estimate_s if job.estimate_s is not None else float("inf"))
-        heapq.heappush(self._state.queue, (job.exclusive, key, next(self._seq), job))
+        tier = 2 if job.defer else int(job.exclusive)
+        heapq.heappush(self._state.queue, (tier, key, next(self._seq), job))
 
     def _need(self, job: Job) -> tuple[int, float, float]:
         """The slots, GPU memory and GPU load `job` holds while it runs (an exclusive job: all;

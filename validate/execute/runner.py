@@ -578,11 +578,12 @@ class _CaseRun:
             self.reason = self._note
         else:
             self._note += f"; {outcome} alone too ({run.duration_s:.0f} s)"
-        return self._judge()
+        return self._judge(defer=True)
 
-    def _judge(self) -> Sequence[Job]:
+    def _judge(self, *, defer: bool = False) -> Sequence[Job]:
         """The judged first attempt's re-runs (the API-log one, then --reruns) as follow-up jobs,
-        or the result now."""
+        or the result now. `defer`: after the alone re-run, they queue after the other cases'
+        alone re-runs (each exclusive one would otherwise wait for them to end)."""
         extra = 0
         if policy(self.outcome).rerun:
             extra = self.options.reruns + (1 if self.options.api_logs else 0)
@@ -599,6 +600,7 @@ class _CaseRun:
                 cases=0,
                 gpu_mib=self._gpu_mib,
                 gpu_load=self._gpu_load,
+                defer=defer,
             )
             for n in range(base + 1, base + 1 + extra)
         ]

@@ -1,0 +1,188 @@
+"""The contention issue's (#25) GPU figures from `bench/gpu_contention.sh` parts loop, m1 and m2.
+
+    python bench/gpu_contention_figures.py OUT_DIR [REFERENCE_RESULTS_DIR]
+
+Reads OUT_DIR/loop/loop.json and OUT_DIR/{m1,m2}/ (validate, resume, smi.csv), and optionally an
+earlier whole-matrix run's results folder to compare outcomes with. Prints and writes
+OUT_DIR/figures.json and OUT_DIR/figures.md:
+- each run's wall time (validate, plus resume where a device call's guard cut it) against 15 x the
+  loop over one cell (the loop was run for one cell: that product is an estimate);
+- its outcomes, timeouts, flaky verdicts, errors and contention notes (alone re-runs);
+- its verdicts on the loop's cell (backend 9.24.0.43, frontend 1.27.0) against the loop's, and
+  every timeout or flaky verdict of the run that the loop does not also show;
+- the GPU utilization nvidia-smi saw each second while it ran (smi.csv), beside the tool's own
+  NVML line;
+- outcome agreement with the reference run, per (backend, frontend, case).
+A figure whose parts are missing is reported as not measured, never filled in.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+LOOP_CELL = ("9.24.0.43", "1.27.0")
+
+
+def _rows(folder: Path) -> list[dict[str, Any]]:
+    path = folder / "results.jsonl"
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and "outcome" in row:
+            rows.append(row)
+    return rows
+
+
+def _seconds(path: Path) -> float | None:
+    return float(path.read_text()) if path.is_file() else None
+
+
+def _key(row: dict[str, Any]) -> tuple[str, str, str]:
+    cell = row.get("cell") or {}
+    return str(cell.get("cudnn")), str(cell.get("frontend")), str(row["case"])
+
+
+def _smi(path: Path) -> dict[str, float] | None:
+    values = []
+    if not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            values.append(float(parts[1].split()[0]))
+        except (IndexError, ValueError):
+            continue
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "seconds": len(values),
+        "mean_pct": round(sum(values) / len(values), 1),
+        "p95_pct": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+        "max_pct": ordered[-1],
+        "busy_seconds_ge_50pct": sum(v >= 50 for v in values),
+    }
+
+
+def _tool_lines(run: Path) -> list[str]:
+    lines = []
+    for name in ("validate.err", "resume.err"):
+        path = run / name
+        if path.is_file():
+            lines += [
+                f"{name}: {line}"
+                for line in path.read_text().splitlines()
+                if line.startswith(("slots:", "gpu utilization"))
+            ]
+    return lines
+
+
+def _run_figures(
+    run: Path, loop: dict[str, Any] | None, reference: dict[tuple[str, str, str], str]
+) -> dict[str, Any]:
+    rows = _rows(run / "validate")
+    wall = _seconds(run / "validate_wall_s")
+    resumed = _seconds(run / "resume_wall_s")
+    total = None if wall is None else round(wall + (resumed or 0.0), 1)
+    fig: dict[str, Any] = {
+        "results": len(rows),
+        "cells": len({_key(r)[:2] for r in rows}),
+        "wall_s": total,
+        "wall_parts_s": {"validate": wall, "resume": resumed},
+        "outcomes": dict(Counter(r["outcome"] for r in rows)),
+        "timeouts": [list(_key(r)) for r in rows if r["outcome"] == "timeout"],
+        "flaky": [
+            {"key": list(_key(r)), "attempts": r.get("attempts")} for r in rows if r.get("flaky")
+        ],
+        "errors": [{"key": list(_key(r)), "reason": r["reason"][:200]} for r in rows if r["outcome"] == "error"],
+        "contention": [
+            {"key": list(_key(r)), "outcome": r["outcome"], "note": r["contention"]}
+            for r in rows
+            if r.get("contention")
+        ],
+        "gpu_utilization_smi": _smi(run / "smi.csv"),
+        "tool_lines": _tool_lines(run),
+    }
+    if loop is not None and total is not None:
+        estimate = round(loop["total_s"] * fig["cells"], 1)
+        fig["loop_estimate_s"] = estimate
+        fig["ratio"] = round(total / estimate, 3)
+    if loop is not None:
+        mine = {r["case"]: r for r in rows if _key(r)[:2] == LOOP_CELL}
+        compare = []
+        for nb in loop["rows"]:
+            row = mine.get(nb["notebook"])
+            loop_ok = nb["rc"] == 0
+            tool = None if row is None else row["outcome"]
+            compare.append(
+                {
+                    "notebook": nb["notebook"],
+                    "loop": "ok" if loop_ok else "failed",
+                    "tool": tool,
+                    "agree": tool is not None and (tool == "pass") == loop_ok,
+                }
+            )
+        fig["loop_cell"] = {
+            "agree": sum(c["agree"] for c in compare),
+            "of": len(compare),
+            "disagree": [c for c in compare if not c["agree"]],
+        }
+    if reference:
+        both = [(k, r["outcome"]) for r in rows if (k := _key(r)) in reference]
+        same = [k for k, outcome in both if reference[k] == outcome]
+        fig["reference"] = {
+            "comparable": len(both),
+            "same": len(same),
+            "differ": [
+                {"key": list(k), "reference": reference[k], "now": outcome}
+                for k, outcome in both
+                if reference[k] != outcome
+            ],
+        }
+    return fig
+
+
+def main(out: Path, reference_dir: Path | None) -> int:
+    loop_path = out / "loop" / "loop.json"
+    loop = json.loads(loop_path.read_text()) if loop_path.is_file() else None
+    reference = {_key(r): r["outcome"] for r in _rows(reference_dir)} if reference_dir else {}
+    figures: dict[str, Any] = {
+        "loop": None
+        if loop is None
+        else {k: loop[k] for k in ("total_s", "notebooks", "ok", "set_e_would_stop_at")},
+        "reference": str(reference_dir) if reference_dir else None,
+    }
+    md = ["| run | wall | 15 x loop (est.) | ratio | timeouts | flaky | errors | alone re-runs |"]
+    md.append("|---|---|---|---|---|---|---|---|")
+    for name in ("m1", "m2"):
+        if not (out / name / "validate").is_dir():
+            figures[name] = "not measured"
+            md.append(f"| {name} | not measured | | | | | | |")
+            continue
+        fig = _run_figures(out / name, loop, reference)
+        figures[name] = fig
+        passed_alone = sum(c["outcome"] == "pass" for c in fig["contention"])
+        md.append(
+            f"| {name} | {fig['wall_s']} s | {fig.get('loop_estimate_s', '—')} s |"
+            f" {fig.get('ratio', '—')} | {len(fig['timeouts'])} | {len(fig['flaky'])} |"
+            f" {len(fig['errors'])} | {len(fig['contention'])} ({passed_alone} passed alone) |"
+        )
+    (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
+    (out / "figures.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) == 3 else None))
