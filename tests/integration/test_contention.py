@@ -129,7 +129,7 @@ def test_a_case_never_gets_a_timeout_below_three_times_its_recorded_duration(
     cold = _run(tmp_path / "cold", sleeper, jobs=1, timeout_s=0.5)
     assert cold["sleeps.py"].outcome is Outcome.TIMEOUT
     history = tmp_path / "durations.json"
-    history.write_text(json.dumps({"sleeps.py": 0.6}))  # 3 x 0.6 s = 1.8 s > its 1.5 s
+    history.write_text(json.dumps({"sleeps.py": 1.2}))  # 3 x 1.2 s = 3.6 s > its 1.5 s
     warm = _run(tmp_path / "warm", sleeper, jobs=1, timeout_s=0.5, history=history)
     assert warm["sleeps.py"].outcome is Outcome.PASS
 
