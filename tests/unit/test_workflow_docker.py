@@ -304,3 +304,34 @@ def test_a_run_folder_deleted_in_a_cell_stops_before_the_next_cell(tmp_path: Pat
     results = load_results([tmp_path / "run"])  # re-created, with the first cell's verdicts
     assert {(r.cell_id, r.outcome) for r in results} == {(cells[0].id, Outcome.ERROR)}
     assert len(results) == len(cases)
+
+
+class RecordingBuilder(FakeBuilder):
+    """FAKE: records what each spec was asked for."""
+
+    def __init__(self, images: set[str]) -> None:
+        super().__init__(images)
+        self.asked: list[dict[str, Any]] = []
+
+    def spec_for(self, cell: Cell, **kwargs: Any) -> _Spec:
+        self.asked.append({"cell": cell, **kwargs})
+        return _Spec(tag=f"cudnn-matrix/cell:{cell.frontend}-py{kwargs.get('python')}")
+
+
+def test_the_python_axis_reaches_the_image_as_images_build_gives_it(tmp_path: Path) -> None:
+    """A cell of the python axis gets its image's wheels for its Python (the executor fell back
+    to 3.11 where `images build` passed the cell's Python), and two cells that differ only in
+    Python are two environments."""
+    cells = [dataclasses.replace(CELLS[1], python=py) for py in ("3.12", "")]
+    builder = RecordingBuilder({LOCAL_BASE_IMAGE})
+    executor = FakeDocker(builder)
+    assert executor.env_key(cells[0], None) != executor.env_key(cells[1], None)  # type: ignore[arg-type]
+    config = ValidateConfig(executor="docker")
+    store = ResultStore(tmp_path / "results.jsonl")
+    plan = Plan(planned=cells, pruned=[])
+    run_cells(config, plan, cases_for(config), HostFacts(), store, "R", executor=executor)
+    assert [asked["python"] for asked in builder.asked] == ["3.12", "3.11"]
+    assert [s.target.image for s in executor.started] == [
+        "cudnn-matrix/cell:1.27.0-py3.12",
+        "cudnn-matrix/cell:1.27.0-py3.11",
+    ]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from tabulate import tabulate
 
 from validate.cli import add_selector_args, split_list
-from validate.env.images import LOCAL_BASE_IMAGE
+from validate.env.images import LOCAL_BASE_IMAGE, image_python
 from validate.model.axes import axis_named
 
 if TYPE_CHECKING:
@@ -23,7 +23,6 @@ __all__ = ["register"]
 
 logger = logging.getLogger(__name__)
 #: The Python the image wheels are fetched for when the cell has no python value.
-_IMAGE_PYTHON = "3.11"
 _LIST_COLUMNS = ("tag", "kind", "cudnn", "frontend", "cuda", "backend-source", "compat", "size_mb")
 
 
@@ -88,7 +87,7 @@ def _specs(args: argparse.Namespace, builder: ImageBuilder) -> list[ImageSpec]:
             backend=backend,
             frontend=frontend,
             base_image=args.base_image,
-            python=cell.python or _IMAGE_PYTHON,  # --python (the python axis) picks the wheels
+            python=image_python(cell),  # --python (the python axis) picks the wheels
             torch=args.torch,
         )
         specs.setdefault(spec.tag, spec)  # cells differing only in driver/arch share an image

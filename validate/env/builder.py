@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 from validate.env.images import (
     BACKEND_REPO,
     DEFAULT_BASE_IMAGE,
+    IMAGE_PYTHON,
     IMAGE_REPO,
     LABEL_PREFIX,
     LOCAL_BASE_IMAGE,
@@ -255,7 +256,7 @@ class ImageBuilder:
         backend: BackendSource | None = None,
         frontend: FrontendSource | None = None,
         base_image: str | None = None,
-        python: str = "3.11",
+        python: str = IMAGE_PYTHON,
         torch: str | None = None,
     ) -> ImageSpec:
         """The ImageSpec of a cell: the one place that decides each of its inputs.

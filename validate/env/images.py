@@ -42,6 +42,16 @@ LOCAL_BASE_IMAGE: Final = "cudnn-matrix/base:bookworm-py3"
 
 BackendKind = Literal["wheel", "libdir"]
 
+#: The Python of a cell image whose cell has no python axis value (the local base image's).
+IMAGE_PYTHON: Final = "3.11"
+
+
+def image_python(cell: Cell) -> str:
+    """The Python a cell's image is made for: its python axis value, else IMAGE_PYTHON. Both
+    `images build` and `validate --executor docker` ask here, so a cell gets one image from
+    either."""
+    return cell.python or IMAGE_PYTHON
+
 
 def repo_root() -> Path:
     """The checkout this package runs from (images/ and matrix/ live beside validate/)."""
