@@ -368,4 +368,5 @@ def cell_summary(results: Sequence[CaseResult], plan: Plan) -> str:
         note = reasons[0][:70] if len(reasons) == 1 and counts[Outcome.SKIP] == len(got) else ""
         rows.append([cell.id, *(getattr(cell, a) for a in axes), text, note])
     headers = ["cell", *axes, "outcomes", "note"]
-    return str(tabulate(rows, headers=headers, tablefmt="github"))
+    # versions as declared ("13.0", "580"), not as numbers tabulate would print "13" and right-align
+    return str(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
