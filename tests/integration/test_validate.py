@@ -221,6 +221,28 @@ def test_an_arch_no_rule_covers_is_one_warning_and_the_run_goes_on(
     assert cell["arch"] == "sm89"
 
 
+def test_the_progress_has_no_eta_on_a_cold_start_and_one_with_a_history(
+    wheelhouse: Path, tmp_path: Path
+) -> None:
+    """Issue #30 item 3: with no history (a fresh cache) the first progress line has no ETA (it
+    said `ETA 57:30` for a 30 s run); the next run reads the history the first wrote, and has one."""
+    base = _base_venv(wheelhouse, tmp_path / "base")
+    common = [
+        *["--cudnn", BACKEND, "--frontend", "1.27.0", *CELL, "--env", "current"],
+        *["--base-python", str(base), "--frontend-source", "current", "--case", "pin_check.py"],
+        *["--cache-dir", str(tmp_path / "cache")],
+    ]
+    firsts = []
+    for run in ("cold", "warm"):
+        proc = _validate(*common, "--results", str(tmp_path / run))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("cases: ")]
+        assert lines, proc.stderr
+        firsts.append(lines[0])
+    assert ", ETA " not in firsts[0], firsts
+    assert ", ETA " in firsts[1], firsts
+
+
 def test_a_cell_whose_environment_cannot_be_built_is_an_error_and_the_run_goes_on(
     wheelhouse: Path, env_cache: Path, tmp_path: Path
 ) -> None:
