@@ -133,10 +133,7 @@ class EnvSpec:
         A venv is made on the base interpreter behind `python` (`uv venv --python` and
         `python -m venv` alike), so the tool run from nox's venv (uv) and from a pip-installed
         venv (pip) over one CPython build the same environment and share one cache entry. A
-        cell with a python axis value runs on that CPython wherever it is found; a layered
-        environment keeps its base's path (in `base`: its packages are part of the pins)."""
-        if self.python_version:
-            return f"python {self.python_version}"
+        layered environment keeps its base's path in `base` (its packages are part of the pins)."""
         return _interpreter(self.python)
 
     @property
