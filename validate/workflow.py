@@ -209,11 +209,14 @@ def run_cells(
         executor.close()
 
 
-def _expected_s(history: History, parts: Sequence[tuple[Sequence[Case], int]]) -> float:
+def _expected_s(history: History, parts: Sequence[tuple[Sequence[Case], int]]) -> float | None:
     """Seconds of work the run's cases hold by the history (for the ETA); a case it does not
-    know counts as the mean of those it knows (30 s when it knows none)."""
+    know counts as the mean of those it knows. None when it knows none of them: no basis for
+    an ETA (the pool shows none until a case finishes)."""
+    if all(history.estimate(case.name) is None for cases, _ in parts for case in cases):
+        return None
     known = list(history.durations.values())
-    mean = sum(known) / len(known) if known else 30.0
+    mean = sum(known) / len(known)
     return sum(n * (history.estimate(case.name) or mean) for cases, n in parts for case in cases)
 
 
@@ -368,4 +371,5 @@ def cell_summary(results: Sequence[CaseResult], plan: Plan) -> str:
         note = reasons[0][:70] if len(reasons) == 1 and counts[Outcome.SKIP] == len(got) else ""
         rows.append([cell.id, *(getattr(cell, a) for a in axes), text, note])
     headers = ["cell", *axes, "outcomes", "note"]
-    return str(tabulate(rows, headers=headers, tablefmt="github"))
+    # versions as declared ("13.0", "580"), not as numbers tabulate would print "13" and right-align
+    return str(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))

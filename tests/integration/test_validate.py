@@ -20,6 +20,10 @@ pytestmark = pytest.mark.slow
 
 BACKEND, OTHER_BACKEND = "9.13.0.50", "9.12.0.46"  # both in the shared wheelhouse (conftest.py)
 CELL = ["--cuda", "13.0", "--driver", "580", "--arch", "sm90"]
+SM89_WARNING = (
+    "warning: --arch sm89: no rule covers it (default.toml declares sm80, sm90, sm100, sm120;"
+    " no rule in rules.toml selects it); the run goes on with it"
+)
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 
 
@@ -193,6 +197,50 @@ def test_dishonoured_pin_is_an_error(wheelhouse: Path, tmp_path: Path) -> None:
     assert "pin not honoured" in str(result["reason"])
     assert "9.13" in str(result["reason"])
     assert "9.12" in str(result["reason"])
+
+
+def test_an_arch_no_rule_covers_is_one_warning_and_the_run_goes_on(
+    wheelhouse: Path, tmp_path: Path
+) -> None:
+    """Issue #30 item 2: `--arch sm89` is in no matrix file and no rule selects it: one warning
+    line on stderr, then the run as usual (the pins verified, exit 0)."""
+    base = _base_venv(wheelhouse, tmp_path / "base")
+    run_dir = tmp_path / "run"
+    proc = _validate(
+        *["--cudnn", BACKEND, "--frontend", "1.27.0", "--cuda", "13.0", "--driver", "580"],
+        *["--arch", "sm89", "--env", "current", "--base-python", str(base)],
+        *["--frontend-source", "current", "--case", "pin_check.py", "--results", str(run_dir)],
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "no rule covers it" in line]
+    assert warned == [SM89_WARNING]
+    result = _results(run_dir)["pin_check.py"]
+    assert result["outcome"] == "pass", result
+    cell = result["cell"]
+    assert isinstance(cell, dict)
+    assert cell["arch"] == "sm89"
+
+
+def test_the_progress_has_no_eta_on_a_cold_start_and_one_with_a_history(
+    wheelhouse: Path, tmp_path: Path
+) -> None:
+    """Issue #30 item 3: with no history (a fresh cache) the first progress line has no ETA (it
+    said `ETA 57:30` for a 30 s run); the next run reads the history the first wrote, and has one."""
+    base = _base_venv(wheelhouse, tmp_path / "base")
+    common = [
+        *["--cudnn", BACKEND, "--frontend", "1.27.0", *CELL, "--env", "current"],
+        *["--base-python", str(base), "--frontend-source", "current", "--case", "pin_check.py"],
+        *["--cache-dir", str(tmp_path / "cache")],
+    ]
+    firsts = []
+    for run in ("cold", "warm"):
+        proc = _validate(*common, "--results", str(tmp_path / run))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("cases: ")]
+        assert lines, proc.stderr
+        firsts.append(lines[0])
+    assert ", ETA " not in firsts[0], firsts
+    assert ", ETA " in firsts[1], firsts
 
 
 def test_a_cell_whose_environment_cannot_be_built_is_an_error_and_the_run_goes_on(

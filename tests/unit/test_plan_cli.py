@@ -188,3 +188,62 @@ def test_python_selector_in_the_table_and_a_bad_value() -> None:
         "cudnn-matrix: error: --python: invalid python '3.x' "
         "(expected a CPython version like 3.12 or 3.12.4)"
     )
+
+
+UNDECLARED = "no rule covers it"
+SM89_WARNING = (
+    "warning: --arch sm89: no rule covers it (default.toml declares sm80, sm90, sm100, sm120;"
+    " no rule in rules.toml selects it); the run goes on with it"
+)
+
+
+def test_an_undeclared_platform_value_is_one_warning_and_the_plan_goes_on() -> None:
+    """Issue #30 item 2: `--arch sm89` (not in default.toml, and no rule selects it: the rules
+    select Blackwell archs, CUDA majors and forward compat) is planned, with one warning line."""
+    proc = _plan("--cudnn", "9.24.0.43", "--arch", "sm89", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [SM89_WARNING]
+    rows = json.loads(proc.stdout)
+    assert rows
+    assert {row["arch"] for row in rows} == {"sm89"}
+
+
+def test_only_the_values_neither_the_matrix_nor_a_rule_covers_are_warned_about() -> None:
+    """Declared values in another spelling (SM_90, 13 == 13.0), a CUDA a rule selects (14.0:
+    `cuda >= 13`), a forward-compat driver (the forward-compat rules select it): silent. CUDA
+    11.8 and driver 575: no rule selects them; one line each, in axis order."""
+    proc = _plan(
+        "--cudnn", "9.24.0.43", "--arch", "SM_90,sm100,sm89", "--cuda", "13,14.0,11.8",
+        "--driver", "580,fc-620@580,575", "--format", "json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert [line.split(":")[1] for line in lines] == [
+        " --cuda 11.8",
+        " --driver 575",
+        " --arch sm89",
+    ]
+    assert all(UNDECLARED in line for line in lines)
+    planned = json.loads(proc.stdout)
+    assert {row["arch"] for row in planned} == {"sm90", "sm100", "sm89"}
+
+
+def test_a_rule_that_selects_the_value_covers_it(tmp_path: Path) -> None:
+    rules = tmp_path / "ada_rules.toml"
+    rules.write_text(
+        "[[rule]]\n"
+        'name = "ada"\n'
+        'select = { arch = ["sm89"] }\n'
+        'when = { cuda = "<11.8" }\n'
+        'reason = "Ada ({arch}) needs CUDA >= 11.8"\n'
+        'cite = "a test"\n'
+        'source = "https://example.invalid/"\n'
+    )
+    args = ("--cudnn", "9.24.0.43", "--format", "json")
+    proc = _plan(*args, "--arch", "sm89", "--rules", str(rules))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    # the same rules file says nothing about sm75: named in the warning with the file's name
+    proc = _plan(*args, "--arch", "sm75", "--rules", str(rules))
+    assert "--arch sm75: no rule covers it" in proc.stderr
+    assert "no rule in ada_rules.toml selects it" in proc.stderr

@@ -11,7 +11,7 @@ import pytest
 
 from validate.env.target import ExecTarget
 from validate.execute.cases import cases_for, discover_cases
-from validate.execute.pool import YIELD_NICE, Job, Pool, yield_nice
+from validate.execute.pool import YIELD_NICE, Job, Pool, PoolStats, yield_nice
 from validate.execute.progress import pool_line, pool_progress
 from validate.execute.runner import RunOptions, run_cases
 from validate.model.results import ResultStore
@@ -191,7 +191,7 @@ def test_reruns_are_follow_up_jobs_and_all_attempts_are_kept(tmp_path: Path) -> 
 
 def test_progress_line_and_plain_rate() -> None:
     pool = Pool(3)
-    pool.expect(4)
+    pool.expect(4, 120.0)  # 4 cases the history puts at 120 s of work
     assert pool_line(pool.stats()) == "cases: 0 done, 0 running, 4 left, ETA 0:40 (3 slots)"
     lines: list[str] = []
 
@@ -208,6 +208,34 @@ def test_progress_line_and_plain_rate() -> None:
             show(pool.stats())
     printed = [line for line in lines if line.strip()]
     assert len(printed) == 2  # the first one, then only the last one at the end
+
+
+def test_no_eta_until_the_history_or_a_finished_case_gives_a_basis() -> None:
+    """Issue #30 item 3: a cold start (no history) showed `ETA 57:30` for a 30 s run, N cases
+    at a made-up 30 s each. Without a basis the line has no ETA; the first finished case is one."""
+    seen: list[PoolStats] = []
+    order: list[str] = []
+    pool = Pool(1, on_change=seen.append)
+    pool.expect(3)  # the cells announced while their environment is made: nothing known
+    assert pool.stats().eta_s is None
+    assert pool_line(pool.stats()) == "cases: 0 done, 0 running, 3 left (1 slots)"
+    pool.submit([_recording(order, name, None) for name in "abc"], announced=3)
+    _drain(pool)
+    assert order == ["a", "b", "c"]
+    before = [stats for stats in seen if stats.done == 0]
+    assert before
+    assert all(stats.eta_s is None for stats in before)
+    after = [stats for stats in seen if stats.done and (stats.left or stats.running)]
+    assert after
+    assert all(stats.eta_s is not None for stats in after)
+    assert ", ETA " in pool_line(after[0])
+    # the history is a basis from the start: an estimate for a queued job, or for announced cells
+    known = Pool(1)
+    known.submit([_recording(order, "d", 20.0), _recording(order, "e", None)])
+    assert known.stats().eta_s is not None
+    announced = Pool(1)
+    announced.expect(2, 50.0)
+    assert announced.stats().eta_s == 50.0
 
 
 def test_stop_counts_the_running_jobs_as_cut_not_done() -> None:
@@ -309,7 +337,7 @@ def test_terminal_progress_is_a_row_of_the_one_display() -> None:
     from validate.env import progress as env_progress
 
     pool = Pool(2)
-    pool.expect(3)
+    pool.expect(3, 90.0)
     with pool_progress(tty=True) as show:
         show(pool.stats())
         (act,) = env_progress._DISPLAY.open

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -115,7 +117,7 @@ class EnvSpec:
             "backend": self.backend.pin(),
             "frontend": self.frontend.pin(),
             "cuda_major": self.cuda_major,
-            "python": self.python,
+            "python": self._python_pin(),
             "extras": sorted(self.extras),
             "base": self.base,
             "backend_deps": self.backend_deps,
@@ -125,11 +127,46 @@ class EnvSpec:
             data["python_version"] = self.python_version
         return data
 
+    def _python_pin(self) -> str:
+        """The interpreter the environment runs on, not the path of the one that asked for it.
+
+        A venv is made on the base interpreter behind `python` (`uv venv --python` and
+        `python -m venv` alike), so the tool run from nox's venv (uv) and from a pip-installed
+        venv (pip) over one CPython build the same environment and share one cache entry. A
+        layered environment keeps its base's path in `base` (its packages are part of the pins)."""
+        return _interpreter(self.python)
+
     @property
     def hash(self) -> str:
-        """sha256 of all pins and the tool version: the cache key."""
+        """sha256 of all pins and the tool version: the cache key. The installer (uv or pip)
+        is not a pin: either one reuses the other's environments (the manifest names the one
+        that built it). Keys made before issue #30 hashed the tool's interpreter path: such an
+        entry is not found under its new key and is built once more (`envs prune` removes it)."""
         text = json.dumps(self.to_dict(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _interpreter(python: str) -> str:
+    """`implementation version base-prefix` of the interpreter a venv made from `python` runs
+    on (a venv's python stands for its base); `python` as given where it cannot be asked (a
+    version request such as "3.12", a path that is gone)."""
+    code = (
+        "import os, platform, sys; print(sys.implementation.name, platform.python_version(),"
+        " os.path.realpath(sys.base_prefix))"
+    )
+    if python == sys.executable:
+        return f"{sys.implementation.name} {platform.python_version()} {os.path.realpath(sys.base_prefix)}"
+    if os.sep not in python:
+        return python
+    try:
+        proc = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return python
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1] if proc.returncode == 0 and lines else python
 
 
 def current_env(expected_backend: str | None = None, python: Path | None = None) -> ExecTarget:

@@ -107,7 +107,7 @@ class PoolStats:
     done: int
     running: int
     left: int
-    eta_s: float | None
+    eta_s: float | None  # None: no basis for one yet (no history, nothing finished), or stopped
     slots: int
     cut: int = 0  # cases that were running when the pool was stopped (an interrupt)
     stopped: bool = False
@@ -379,11 +379,20 @@ class Pool:
             longest = max(max(work, default=0.0), longest)
             busy = work or state.running or state.pending
             eta = max((sum(work) + rest) / self.slots, longest) if busy else 0.0
+            # No ETA without a basis: a case finished in this run, or an estimate from the
+            # history. A cold start would show N x the 30 s default (57:30 for a 30 s run).
+            jobs = [*queued, *(r.job for r in state.running.values())]
+            based = (
+                not busy
+                or bool(state.durations)
+                or state.pending_s is not None
+                or any(j.estimate_s is not None for j in jobs)
+            )
             return PoolStats(
                 done=state.done,
                 running=0 if state.stopped else sum(r.job.cases for r in state.running.values()),
                 left=sum(j.cases for j in queued) + state.pending,
-                eta_s=None if state.stopped else eta,
+                eta_s=None if state.stopped or not based else eta,
                 slots=self.slots,
                 cut=state.cut,
                 stopped=state.stopped,

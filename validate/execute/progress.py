@@ -87,16 +87,18 @@ def _clock(seconds: float | None) -> str:
 
 
 def pool_line(stats: PoolStats) -> str:
-    """`cases: 12 done, 6 running, 30 left, ETA 4:10 (6 slots)`; once stopped (an interrupt)
+    """`cases: 12 done, 6 running, 30 left, ETA 4:10 (6 slots)`, without the ETA until there is
+    a basis for one (the history, or a case finished in this run); once stopped (an interrupt)
     `cases stopped: 12 done, 6 cut, 30 not started (6 slots)`."""
     if stats.stopped:
         return (
             f"cases stopped: {stats.done} done, {stats.cut} cut, {stats.left} not started "
             f"({stats.slots} slots)"
         )
+    eta = f", ETA {_clock(stats.eta_s)}" if stats.eta_s is not None else ""
     return (
-        f"cases: {stats.done} done, {stats.running} running, {stats.left} left, "
-        f"ETA {_clock(stats.eta_s)} ({stats.slots} slots)"
+        f"cases: {stats.done} done, {stats.running} running, {stats.left} left{eta} "
+        f"({stats.slots} slots)"
     )
 
 

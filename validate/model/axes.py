@@ -87,12 +87,18 @@ def _driver_version(text: str) -> Version:
 # --- per-kind behaviour -------------------------------------------------------------------------
 
 
-def _parse_version(text: str) -> str:
-    try:
-        return str(version(text))
-    except ValueError:  # InvalidVersion
-        msg = f"invalid version {text!r} (expected PEP 440, e.g. 9.24.0.43)"
-        raise ValueError(msg) from None
+def _version_parser(example: str) -> Callable[[str], str]:
+    """A version axis's parse: its error's example is that axis's own (`--frontend latest` says
+    e.g. 1.27.0, not a cuDNN version)."""
+
+    def parse(text: str) -> str:
+        try:
+            return str(version(text))
+        except ValueError:  # InvalidVersion
+            msg = f"invalid version {text!r} (expected PEP 440, e.g. {example})"
+            raise ValueError(msg) from None
+
+    return parse
 
 
 def _parse_driver(text: str) -> str:
@@ -174,7 +180,7 @@ def _version_axis(
         junit=junit,
         example=example,
         env=True,
-        parse=_parse_version,
+        parse=_version_parser(example),
         fields={name: "version"},
         facts=lambda text: {name: version(text)},
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import platform
 import string
 from dataclasses import dataclass, field
@@ -36,9 +37,16 @@ __all__ = [
     "cell_facts",
     "load_rules",
     "plan_cells",
+    "undeclared",
 ]
 
+log = logging.getLogger(__name__)
+
 DEFAULT_RULES: Final = MATRIX_DIR / "rules.toml"
+#: The platform axes whose selector values are checked against the data: a value there that no
+#: file knows is a plan the rules cannot judge. cudnn and frontend are products under test (their
+#: versions come from their sources); python is the interpreter found.
+_PLATFORM_AXES: Final = ("cuda", "driver", "arch")
 
 #: Condition fields a rule may test, and the axis each one is read from (the registry's fields).
 FIELDS: Final[Mapping[str, str]] = {f: axis.name for axis in REGISTRY for f in axis.fields}
@@ -397,11 +405,48 @@ def apply_rules(matrix: Matrix, rules: Sequence[Rule], *, python: Version | None
     return Plan(planned=planned, pruned=pruned)
 
 
+def _selects(rule: Rule, axis: str, value: str) -> bool:
+    """Whether the rule is about cells with this value: it has `select` conditions on the axis
+    and the value meets them all (its `when` only names the broken combination among those)."""
+    own = [c for c in rule.select if FIELDS[c.field] == axis]
+    facts = _axis_facts(axis, value)
+    return bool(own) and all(c.test(facts.get(c.field)) for c in own)
+
+
+def undeclared(matrix: Matrix, rules: Sequence[Rule], selectors: Selectors) -> list[str]:
+    """One line per platform value on the command line that no rule covers: the matrix file does
+    not declare it (in [axes] or an [[include]]) and no rule's `select` picks it. Such a cell is
+    planned and may pass, but nothing the project knows says it should: `--arch sm89` against a
+    matrix of sm80/sm90/sm100/sm120 whose rules select only Blackwell archs, CUDA majors and
+    forward compat."""
+    rules_file = (selectors.rules or DEFAULT_RULES).name
+    lines: list[str] = []
+    for axis in _PLATFORM_AXES:
+        same = axis_named(axis).same
+        declared = tuple(
+            dict.fromkeys([*matrix.values(axis), *(getattr(c, axis) for c in matrix.include)])
+        )
+        for value in selectors.values.get(axis, ()):
+            if any(d and same(d, value) for d in declared):
+                continue
+            if any(_selects(rule, axis, value) for rule in rules):
+                continue
+            lines.append(
+                f"warning: --{axis} {value}: no rule covers it ({matrix.path.name} declares "
+                f"{', '.join(d for d in declared if d)}; no rule in {rules_file} selects it); "
+                "the run goes on with it"
+            )
+    return lines
+
+
 def plan_cells(
     matrix: Matrix, rules: Sequence[Rule], selectors: Selectors, *, python: Version | None = None
 ) -> Plan:
     """Narrow the matrix by the selectors, apply the rules; a plan with no cell left is an error.
-    `python` is the base interpreter's version, for cells without a python value."""
+    `python` is the base interpreter's version, for cells without a python value. A platform
+    value no rule covers is a warning (`undeclared`), not an error: the run goes on."""
+    for line in undeclared(matrix, rules, selectors):
+        log.warning("%s", line)
     plan = apply_rules(selectors.narrow(matrix), rules, python=python)
     if not plan.planned:
         chosen = selectors.describe() or "no selectors"
