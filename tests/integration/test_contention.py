@@ -7,6 +7,7 @@ GPU: the shared resource the sampler sees is the host's CPUs (/proc/stat)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -59,6 +60,15 @@ BURNS_THEN_FAILS = (
 )
 
 
+#: Enough spinning cases to keep every core of this host busy (3 on CI's 2 cores).
+CROWD = max(3, (os.cpu_count() or 1) + 1)
+
+
+def _slow_copies(n: int) -> dict[str, str]:
+    """`n` copies of SLOW_UNDER_LOAD that wait for each other to start."""
+    return {f"slow_under_load_{i}.py": SLOW_UNDER_LOAD.replace("PEERS", str(n)) for i in range(n)}
+
+
 def _run(folder: Path, scripts: dict[str, str], **options: object) -> dict[str, CaseResult]:
     folder.mkdir()
     for name, body in scripts.items():
@@ -74,14 +84,13 @@ def _run(folder: Path, scripts: dict[str, str], **options: object) -> dict[str, 
 def test_cases_slow_only_under_load_pass_alone_with_a_note_and_are_not_flaky(
     tmp_path: Path,
 ) -> None:
-    slow = SLOW_UNDER_LOAD.replace("PEERS", "3")
-    scripts = {f"slow_under_load_{i}.py": slow for i in range(3)}
-    by = _run(tmp_path / "suite", scripts, jobs=3, timeout_s=3.0)
+    scripts = _slow_copies(CROWD)
+    by = _run(tmp_path / "suite", scripts, jobs=CROWD, timeout_s=3.0)
     for name in scripts:
         result = by[name]
         assert result.outcome is Outcome.PASS, (name, result.reason, result.tail)
         note = result.contention
-        assert note.startswith("timed out at 3 s beside 2 other cases (CPU "), note
+        assert note.startswith(f"timed out at 3 s beside {CROWD - 1} other cases (CPU "), note
         assert "passed alone in" in note
         assert result.reason == note
         assert not result.flaky
@@ -96,15 +105,15 @@ def test_cases_slow_only_under_load_pass_alone_with_a_note_and_are_not_flaky(
 def test_a_case_that_times_out_alone_too_keeps_its_verdict(tmp_path: Path) -> None:
     scripts = {
         "always_slow.py": "while True:\n    sum(range(20000))\n",
-        **{f"slow_under_load_{i}.py": SLOW_UNDER_LOAD.replace("PEERS", "2") for i in range(2)},
+        **_slow_copies(CROWD - 1),
     }
-    by = _run(tmp_path / "suite", scripts, jobs=3, timeout_s=3.0)
+    by = _run(tmp_path / "suite", scripts, jobs=CROWD, timeout_s=3.0)
     result = by["always_slow.py"]
     assert result.outcome is Outcome.TIMEOUT
-    assert result.contention.startswith("timed out at 3 s beside 2 other cases (CPU")
+    assert result.contention.startswith(f"timed out at 3 s beside {CROWD - 1} other cases (CPU")
     assert result.contention.endswith("timeout alone too (3 s)")
     assert result.attempts == ("timeout",)
-    assert all(by[f"slow_under_load_{i}.py"].outcome is Outcome.PASS for i in range(2))
+    assert all(by[name].outcome is Outcome.PASS for name in _slow_copies(CROWD - 1))
 
 
 def test_a_failure_beside_busy_cpus_is_judged_as_it_ran(tmp_path: Path) -> None:
@@ -112,14 +121,14 @@ def test_a_failure_beside_busy_cpus_is_judged_as_it_ran(tmp_path: Path) -> None:
     saturated (no GPU here) gets no alone re-run; only a timeout does."""
     scripts = {
         "burns_then_fails.py": BURNS_THEN_FAILS,
-        **{f"slow_under_load_{i}.py": SLOW_UNDER_LOAD.replace("PEERS", "2") for i in range(2)},
+        **_slow_copies(CROWD - 1),
     }
-    by = _run(tmp_path / "suite", scripts, jobs=3, timeout_s=4.0)
+    by = _run(tmp_path / "suite", scripts, jobs=CROWD, timeout_s=4.0)
     result = by["burns_then_fails.py"]
     assert result.outcome is Outcome.FAIL
     assert result.contention == ""
     assert not (Path(result.log_path).parent / "output.2.log").exists()
-    assert all(by[f"slow_under_load_{i}.py"].contention for i in range(2))  # those timed out
+    assert all(by[name].contention for name in _slow_copies(CROWD - 1))  # those timed out
 
 
 def test_a_case_never_gets_a_timeout_below_three_times_its_recorded_duration(
