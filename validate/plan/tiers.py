@@ -1,0 +1,193 @@
+"""Tiers: a named subset of the planned cells, e.g. a pull-request tier that covers every value pair.
+
+`cover = "pairs"` chooses planned cells so that every pair of values of two different axes that
+occurs in some planned cell occurs in at least one chosen cell: a covering array over the planned
+cells (not over the full product: pruned combinations need no cover). The choice is a greedy set
+cover with lazy gains (a cell's gain only falls as others are chosen, so a stale gain is an upper
+bound), seeded by the tier's `always` patterns. Every tie is broken by plan order, which comes from
+the files alone, so every host and every shard chooses the same cells.
+
+A lower bound on any cover: for each two axes, every chosen cell covers exactly one of their value
+pairs, so the cover has at least as many cells as the largest count of pairs of two axes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from validate.errors import MatrixError
+from validate.model.axes import AXES, axis_named
+from validate.plan.rules import Plan
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from validate.model.matrix import Cell, Matrix, Tier
+
+__all__ = ["TierChoice", "choose_pairs", "select_tier"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TierChoice:
+    """The cells a tier runs (in plan order), the planned cells it leaves out, and its coverage."""
+
+    name: str
+    cells: list[Cell]
+    left_out: list[Cell]
+    pairs: int  # value pairs that occur in the planned cells
+    covered: int  # of those, the pairs the chosen cells hold
+    lower_bound: int  # no pair cover of the planned cells has fewer cells
+
+    def summary(self, planned: int) -> str:
+        """The coverage line: "pr: 11 of 46 cells; 100 % of 212 value pairs (lower bound 9)"."""
+        if not self.left_out and not self.pairs:
+            return f"{self.name}: {len(self.cells)} of {planned} cells (all)"
+        pct = 100.0 if not self.pairs else 100.0 * self.covered / self.pairs
+        return (
+            f"{self.name}: {len(self.cells)} of {planned} cells; {pct:.0f} % of {self.pairs} "
+            f"value pairs (lower bound {self.lower_bound} cells)"
+        )
+
+    def plan(self, plan: Plan) -> Plan:
+        """The plan narrowed to the tier: the left-out cells are neither planned nor pruned."""
+        return Plan(planned=list(self.cells), pruned=list(plan.pruned))
+
+
+def _pair_ids(rows: Sequence[Sequence[int]], sizes: Sequence[int]) -> list[tuple[int, ...]]:
+    """Each row (value index per axis) as the ids of its value pairs; ids are dense per axis pair."""
+    offsets: list[tuple[int, int, int, int]] = []
+    base = 0
+    for i, j in itertools.combinations(range(len(sizes)), 2):
+        offsets.append((i, j, base, sizes[j]))
+        base += sizes[i] * sizes[j]
+    return [tuple(b + row[i] * n + row[j] for i, j, b, n in offsets) for row in rows]
+
+
+def choose_pairs(
+    rows: Sequence[Sequence[int]], seeds: Sequence[Sequence[int]] = ()
+) -> tuple[list[int], int, int, int]:
+    """Greedy pair cover of `rows` (each a tuple of value indices, one per axis).
+
+    `seeds` are lists of row indices: for each, the row among them that covers most new pairs is
+    chosen first (the `always` patterns). Returns (chosen row indices in the order chosen, the
+    number of distinct pairs, the lower bound)."""
+    if not rows:
+        return [], 0, 0
+    width = len(rows[0])
+    sizes = [max(r[a] for r in rows) + 1 for a in range(width)]
+    ids = _pair_ids(rows, sizes)
+    occurring = set(itertools.chain.from_iterable(ids))
+    per_axis_pair: dict[int, int] = {}
+    base = 0
+    for k, (i, j) in enumerate(itertools.combinations(range(width), 2)):
+        lo, hi = base, base + sizes[i] * sizes[j]
+        per_axis_pair[k] = sum(1 for p in occurring if lo <= p < hi)
+        base = hi
+    bound = max(per_axis_pair.values(), default=1 if rows else 0)
+    covered = bytearray(base or 1)
+
+    def gain(r: int) -> int:
+        return sum(1 for p in ids[r] if not covered[p])
+
+    chosen: list[int] = []
+    taken: set[int] = set()
+
+    def take(r: int) -> None:
+        chosen.append(r)
+        taken.add(r)
+        for p in ids[r]:
+            covered[p] = 1
+
+    for seed in seeds:
+        if seed and not any(r in taken for r in seed):
+            take(max(seed, key=lambda r: (gain(r), -r)))
+    left = len(occurring) - len({p for r in chosen for p in ids[r]})
+    heap = [(-len(ids[r]), r) for r in range(len(rows)) if r not in taken]
+    heapq.heapify(heap)
+    while left > 0 and heap:
+        _, r = heapq.heappop(heap)
+        now = gain(r)
+        if now == 0:
+            continue
+        if heap and -heap[0][0] > now:
+            heapq.heappush(heap, (-now, r))  # stale: someone else may gain more now
+            continue
+        take(r)
+        left -= now
+    return chosen, len(occurring), sum(covered), bound
+
+
+def _ordered(axis: str, values: set[str]) -> list[str]:
+    """The values oldest first by the axis's order (its key); unorderable ones by text."""
+    spec = axis_named(axis)
+    try:
+        return sorted(values, key=spec.sort_key)
+    except (TypeError, ValueError):
+        return sorted(values)
+
+
+def _matches(cell: Cell, pattern: Mapping[str, str], ends: Mapping[str, Mapping[str, str]]) -> bool:
+    for axis, want in pattern.items():
+        value = ends[axis].get(want, want)
+        if getattr(cell, axis) != value and not axis_named(axis).same(getattr(cell, axis), value):
+            return False
+    return True
+
+
+def select_tier(matrix: Matrix, plan: Plan, name: str) -> TierChoice:
+    """The cells of tier `name` of `matrix` among `plan`'s planned cells.
+
+    An undeclared tier, or an `always` pattern that no planned cell matches (the rules or the
+    selectors pruned it), is a MatrixError located at the declaration."""
+    tier = matrix.tiers.get(name)
+    if tier is None:
+        declared = ", ".join(sorted(matrix.tiers)) or "none"
+        msg = f"{matrix.tiers_where}: unknown tier {name!r} (declared: {declared})"
+        raise MatrixError(msg)
+    planned = list(plan.planned)
+    seeds = _seeds(tier, plan)
+    if tier.cover == "all":
+        return TierChoice(
+            name=name, cells=planned, left_out=[], pairs=0, covered=0, lower_bound=len(planned)
+        )
+    axes = [a for a in AXES if len({getattr(c, a) for c in planned}) > 1]
+    index = {a: {v: k for k, v in enumerate(dict.fromkeys(getattr(c, a) for c in planned))} for a in axes}
+    rows = [tuple(index[a][getattr(c, a)] for a in axes) for c in planned]
+    if len(axes) < 2:  # no pair of axes: a constant axis makes each value (or one cell) a pair
+        rows = [(*r, 0, 0)[:2] for r in rows]
+    picked, pairs, covered, bound = choose_pairs(rows, seeds)
+    keep = set(picked)
+    cells = [c for k, c in enumerate(planned) if k in keep]
+    return TierChoice(
+        name=name,
+        cells=cells,
+        left_out=[c for k, c in enumerate(planned) if k not in keep],
+        pairs=pairs,
+        covered=covered,
+        lower_bound=bound,
+    )
+
+
+def _seeds(tier: Tier, plan: Plan) -> list[list[int]]:
+    """Per `always` pattern, the planned cells (indices) that match it; none is an error."""
+    planned = plan.planned
+    seeds: list[list[int]] = []
+    for pattern, where in zip(tier.always, tier.always_where, strict=True):
+        ends = {
+            axis: dict(zip(("oldest", "newest"), (o[0], o[-1]), strict=True))
+            for axis in pattern
+            if (o := _ordered(axis, {getattr(c, axis) for c in planned} - {""}))
+        }
+        ends.update({a: {} for a in pattern if a not in ends})
+        hits = [k for k, c in enumerate(planned) if _matches(c, pattern, ends)]
+        if not hits:
+            shown = ", ".join(f"{a}={v}" for a, v in pattern.items())
+            pruned = next((r for c, r in plan.pruned if _matches(c, pattern, ends)), None)
+            why = f"the plan prunes it: {pruned}" if pruned else "no planned cell has these values"
+            msg = f"{where}: tier {tier.name!r}: always cell ({shown}) is not planned: {why}"
+            raise MatrixError(msg)
+        seeds.append(hits)
+    return seeds
