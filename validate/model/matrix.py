@@ -318,7 +318,10 @@ def _tiers(errors: TomlErrors, raw: object) -> dict[str, Tier]:
         key = Key.of("tiers", name)
         spec = {"cover": body} if isinstance(body, str) else body
         if not isinstance(spec, dict):
-            errors.add(key, f'expected a cover mode or a table {{ cover = ..., always = [...] }}, got {body!r}')
+            errors.add(
+                key,
+                f"expected a cover mode or a table {{ cover = ..., always = [...] }}, got {body!r}",
+            )
             continue
         for unknown in sorted(set(spec) - {"cover", "always"}):
             errors.add(key / unknown, "unknown key (expected cover, always)")

@@ -13,7 +13,7 @@ pairs, so the cover has at least as many cells as the largest count of pairs of 
 
 from __future__ import annotations
 
-import heapq
+import collections
 import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -56,75 +56,79 @@ class TierChoice:
         return Plan(planned=list(self.cells), pruned=list(plan.pruned))
 
 
-def _pair_ids(rows: Sequence[Sequence[int]], sizes: Sequence[int]) -> list[tuple[int, ...]]:
-    """Each row (value index per axis) as the ids of its value pairs; ids are dense per axis pair."""
-    offsets: list[tuple[int, int, int, int]] = []
+def _pair_columns(rows: Sequence[Sequence[int]], sizes: Sequence[int]) -> list[list[int]]:
+    """Per axis pair, the id of each row's value pair; ids are dense and disjoint across pairs."""
+    columns = [[r[a] for r in rows] for a in range(len(sizes))]
+    out: list[list[int]] = []
     base = 0
     for i, j in itertools.combinations(range(len(sizes)), 2):
-        offsets.append((i, j, base, sizes[j]))
-        base += sizes[i] * sizes[j]
-    return [tuple(b + row[i] * n + row[j] for i, j, b, n in offsets) for row in rows]
+        n = sizes[j]
+        out.append([base + x * n + y for x, y in zip(columns[i], columns[j], strict=True)])
+        base += sizes[i] * n
+    return out
 
 
 def choose_pairs(
     rows: Sequence[Sequence[int]], seeds: Sequence[Sequence[int]] = ()
 ) -> tuple[list[int], int, int, int]:
-    """Greedy pair cover of `rows` (each a tuple of value indices, one per axis).
+    """Greedy pair cover of `rows` (each a tuple of value indices, one per axis, at least two).
 
-    `seeds` are lists of row indices: for each, the row among them that covers most new pairs is
-    chosen first (the `always` patterns). Returns (chosen row indices in the order chosen, the
-    number of distinct pairs, the lower bound)."""
+    `seeds` are lists of row indices: for each, the row among them that covers most new pairs
+    (the first such) is chosen first: the `always` patterns. Returns the chosen row indices in
+    the order chosen, the number of distinct pairs, how many of them the chosen rows hold, and
+    the lower bound. Gains live in buckets (a gain is at most the number of axis pairs); a row
+    is re-counted when it reaches the top bucket and taken when its gain is still that high."""
     if not rows:
-        return [], 0, 0
+        return [], 0, 0, 0
     width = len(rows[0])
     sizes = [max(r[a] for r in rows) + 1 for a in range(width)]
-    ids = _pair_ids(rows, sizes)
-    occurring = set(itertools.chain.from_iterable(ids))
-    per_axis_pair: dict[int, int] = {}
-    base = 0
-    for k, (i, j) in enumerate(itertools.combinations(range(width), 2)):
-        lo, hi = base, base + sizes[i] * sizes[j]
-        per_axis_pair[k] = sum(1 for p in occurring if lo <= p < hi)
-        base = hi
-    bound = max(per_axis_pair.values(), default=1 if rows else 0)
-    covered = bytearray(base or 1)
+    columns = _pair_columns(rows, sizes)
+    bound = max(len(set(column)) for column in columns)
+    pairs = len(set(itertools.chain.from_iterable(columns)))
+    ids = list(zip(*columns, strict=True))
+    covered = bytearray(
+        sum(sizes[i] * sizes[j] for i, j in itertools.combinations(range(width), 2))
+    )
+    get = covered.__getitem__
 
     def gain(r: int) -> int:
-        return sum(1 for p in ids[r] if not covered[p])
+        return len(ids[r]) - sum(map(get, ids[r]))
 
     chosen: list[int] = []
-    taken: set[int] = set()
+    left = pairs
 
     def take(r: int) -> None:
+        nonlocal left
+        left -= gain(r)
         chosen.append(r)
-        taken.add(r)
         for p in ids[r]:
             covered[p] = 1
 
     for seed in seeds:
-        if seed and not any(r in taken for r in seed):
+        if seed and not set(seed) & set(chosen):
             take(max(seed, key=lambda r: (gain(r), -r)))
-    left = len(occurring) - len({p for r in chosen for p in ids[r]})
-    heap = [(-len(ids[r]), r) for r in range(len(rows)) if r not in taken]
-    heapq.heapify(heap)
-    while left > 0 and heap:
-        _, r = heapq.heappop(heap)
+    top = len(columns)
+    buckets: list[collections.deque[int]] = [collections.deque() for _ in range(top + 1)]
+    skip = set(chosen)
+    buckets[top].extend(r for r in range(len(rows)) if r not in skip)
+    while left > 0 and top > 0:
+        if not buckets[top]:
+            top -= 1
+            continue
+        r = buckets[top].popleft()
         now = gain(r)
-        if now == 0:
-            continue
-        if heap and -heap[0][0] > now:
-            heapq.heappush(heap, (-now, r))  # stale: someone else may gain more now
-            continue
-        take(r)
-        left -= now
-    return chosen, len(occurring), sum(covered), bound
+        if now == top:
+            take(r)
+        elif now:
+            buckets[now].append(r)  # gains only fall: it waits in its lower bucket
+    return chosen, pairs, sum(covered), bound
 
 
 def _ordered(axis: str, values: set[str]) -> list[str]:
     """The values oldest first by the axis's order (its key); unorderable ones by text."""
     spec = axis_named(axis)
     try:
-        return sorted(values, key=spec.sort_key)
+        return sorted(values, key=spec.sort_key)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return sorted(values)
 
@@ -154,7 +158,9 @@ def select_tier(matrix: Matrix, plan: Plan, name: str) -> TierChoice:
             name=name, cells=planned, left_out=[], pairs=0, covered=0, lower_bound=len(planned)
         )
     axes = [a for a in AXES if len({getattr(c, a) for c in planned}) > 1]
-    index = {a: {v: k for k, v in enumerate(dict.fromkeys(getattr(c, a) for c in planned))} for a in axes}
+    index = {
+        a: {v: k for k, v in enumerate(dict.fromkeys(getattr(c, a) for c in planned))} for a in axes
+    }
     rows = [tuple(index[a][getattr(c, a)] for a in axes) for c in planned]
     if len(axes) < 2:  # no pair of axes: a constant axis makes each value (or one cell) a pair
         rows = [(*r, 0, 0)[:2] for r in rows]
