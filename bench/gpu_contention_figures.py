@@ -103,11 +103,7 @@ def _run_figures(
         "flaky": [
             {"key": list(_key(r)), "attempts": r.get("attempts")} for r in rows if r.get("flaky")
         ],
-        "errors": [
-            {"key": list(_key(r)), "reason": r["reason"][:200]}
-            for r in rows
-            if r["outcome"] == "error"
-        ],
+        "errors": [{"key": list(_key(r)), "reason": r["reason"][:200]} for r in rows if r["outcome"] == "error"],
         "contention": [
             {"key": list(_key(r)), "outcome": r["outcome"], "note": r["contention"]}
             for r in rows
