@@ -44,7 +44,7 @@ from validate.plan.host import HostFacts, detect_host, python_version_of
 from validate.plan.rules import Plan, load_rules, plan_cells
 from validate.plan.shard import ShardSpec, assign, expected, read_durations
 from validate.plan.steps import Step, plan_steps
-from validate.plan.tiers import TierChoice, select_tier
+from validate.plan.tiers import TierChoice, apply_tier
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -65,20 +65,22 @@ def plan_stage(config: ValidateConfig) -> Plan:
     return tier_stage(config)[0]
 
 
-def tier_stage(config: ValidateConfig) -> tuple[Plan, TierChoice | None]:
-    """The plan narrowed to --tier, and the tier's choice (None without --tier). The tier is
-    chosen from the files and selectors alone, so every shard and Slurm task picks the same."""
+def tier_stage(config: ValidateConfig) -> tuple[Plan, TierChoice | None, list[Cell]]:
+    """The plan kept to --tier, the tier's choice (None without --tier), and the selected planned
+    cells the tier leaves out. The tier is chosen over the whole matrix from the files alone, so
+    every shard, CI job and Slurm task runs its part of the same cells."""
     selectors = config.selectors
     matrix, rules = load_matrix(selectors.matrix), load_rules(selectors.rules)
-    plan = plan_cells(matrix, rules, selectors, python=python_version_of(config.base_python))
+    python = python_version_of(config.base_python)
+    plan = plan_cells(matrix, rules, selectors, python=python)
     if config.tier is None:
-        return plan, None
-    choice = select_tier(matrix, plan, config.tier)
-    log.info("tier %s", choice.summary(len(plan.planned)))
-    return choice.plan(plan), choice
+        return plan, None, []
+    narrowed, left_out, choice = apply_tier(matrix, rules, plan, config.tier, python=python)
+    log.info("tier %s", choice.summary(len(choice.cells) + len(choice.left_out)))
+    return narrowed, choice, left_out
 
 
-def tier_record(choice: TierChoice | None) -> dict[str, Any] | None:
+def tier_record(choice: TierChoice | None, left_out: Sequence[Cell]) -> dict[str, Any] | None:
     """run.json's `tier`: which tier ran and the planned cells it left out (reports show them)."""
     if choice is None:
         return None
@@ -88,7 +90,7 @@ def tier_record(choice: TierChoice | None) -> dict[str, Any] | None:
         "pairs": choice.pairs,
         "covered": choice.covered,
         "lower_bound": choice.lower_bound,
-        "left_out": [{"id": c.id, **c.pins()} for c in choice.left_out],
+        "left_out": [{"id": c.id, **c.pins()} for c in left_out],
     }
 
 
@@ -339,7 +341,7 @@ def run(config: ValidateConfig) -> int:
         raise ConfigError(msg)
     # every input file (matrix, rules, cases and their cases.toml, known issues) is read and
     # checked before the run folder exists or a line is printed: bad input writes nothing
-    plan, tier = tier_stage(config)
+    plan, tier, left_out = tier_stage(config)
     cases = cases_stage(config)
     issues = load_known_issues(config.known_issues)
     sharded = shard_units(config, plan, cases)  # reads --durations
@@ -349,7 +351,7 @@ def run(config: ValidateConfig) -> int:
     meta_path = results_dir / "run.json"
     meta = provenance(config, host, plan, run_id)
     if tier is not None:
-        meta["tier"] = tier_record(tier)
+        meta["tier"] = tier_record(tier, left_out)
     if sharded is not None:
         meta["shard"] = sharded[1]
     if config.resume and meta_path.is_file():

@@ -173,3 +173,25 @@ def test_always_pruned_names_the_reason(tmp_path: Path) -> None:
     with pytest.raises(MatrixError, match=match) as excinfo:
         select_tier(matrix, plan, "pr")
     assert "not with the old backend" in str(excinfo.value)
+
+
+def test_a_selection_runs_its_part_of_the_one_tier() -> None:
+    """A CI job or Slurm group selects its arch/driver and gets exactly the tier's cells there."""
+    whole = json.loads(_plan_cli("--tier", "pr", "--format", "json").stdout)
+    part = _plan_cli("--tier", "pr", "--arch", "sm90", "--driver", "580", "--format", "json")
+    assert part.returncode == 0, part.stderr
+    want = [r for r in whole if r["arch"] == "sm90" and r["driver"] == "580"]
+    assert json.loads(part.stdout) == want
+    assert want
+
+
+def test_emitted_pipeline_jobs_run_the_tier(tmp_path: Path) -> None:
+    out = tmp_path / "ci.yml"
+    proc = _plan_cli("--tier", "pr", "--emit", "gitlab", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text(encoding="utf-8")
+    assert 'CUDNN_MATRIX_ARGS: "--tier pr"' in text
+    assert "# tier pr: " in text
+    assert "100 % of" in text
+    full = _plan_cli("--tier", "nightly", "--emit", "gitlab")
+    assert "--tier nightly" in full.stdout

@@ -153,12 +153,11 @@ def run(args: argparse.Namespace) -> int:
         plan = prune_without_runner(plan, runners)
     coverage, left_out = "", 0
     if args.tier is not None:
-        from validate.plan.tiers import select_tier
+        from validate.plan.tiers import apply_tier
 
-        choice = select_tier(matrix, plan, args.tier)
-        coverage = choice.summary(len(plan.planned))
-        left_out = len(choice.left_out)
-        plan = choice.plan(plan)
+        plan, out, choice = apply_tier(matrix, rules, plan, args.tier)
+        coverage = choice.summary(len(choice.cells) + len(choice.left_out))
+        left_out = len(out)
     if args.emit is not None and runners is not None:
         return _emit_pipeline(args, selectors, plan, runners, coverage)
     fmt: Format = "json" if args.format == "json" else "table"
@@ -196,7 +195,10 @@ def _emit_pipeline(
         msg = f"--emit {args.emit}: no cell is left to run ({'; '.join(reasons) or 'empty matrix'})"
         raise ConfigError(msg)
     forwarded = {a: v for a, v in selectors.values.items() if a not in _PER_JOB}
-    job_args = " ".join([*(f"--{a} {','.join(v)}" for a, v in forwarded.items()), args.job_args])
+    tier = [f"--tier {args.tier}"] if args.tier else []  # each job runs its part of the tier
+    job_args = " ".join(
+        [*(f"--{a} {','.join(v)}" for a, v in forwarded.items()), *tier, args.job_args]
+    )
     options = PipelineOptions(
         shards=args.shards,
         tool=args.tool,

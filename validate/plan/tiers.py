@@ -18,16 +18,20 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from validate.config import Selectors
 from validate.errors import MatrixError
 from validate.model.axes import AXES, axis_named
-from validate.plan.rules import Plan
+from validate.plan.rules import Plan, plan_cells
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from validate.model.matrix import Cell, Matrix, Tier
+    from packaging.version import Version
 
-__all__ = ["TierChoice", "choose_pairs", "select_tier"]
+    from validate.model.matrix import Cell, Matrix, Tier
+    from validate.plan.rules import Rule
+
+__all__ = ["TierChoice", "apply_tier", "choose_pairs", "select_tier"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,9 +55,20 @@ class TierChoice:
             f"value pairs (lower bound {self.lower_bound} cells)"
         )
 
-    def plan(self, plan: Plan) -> Plan:
-        """The plan narrowed to the tier: the left-out cells are neither planned nor pruned."""
-        return Plan(planned=list(self.cells), pruned=list(plan.pruned))
+    def narrow(self, plan: Plan) -> tuple[Plan, list[Cell]]:
+        """`plan` (a selection of the matrix) kept to the tier's cells, and the planned cells of
+        `plan` it leaves out (neither planned nor pruned: reports show them as not run)."""
+        chosen = set(self.cells)
+        keep = [c for c in plan.planned if c in chosen]
+        if not keep:
+            msg = (
+                f"tier {self.name!r}: none of its {len(self.cells)} cells is in this selection "
+                f"({len(plan.planned)} planned cells; a tier is chosen over the whole matrix)"
+            )
+            raise MatrixError(msg)
+        return Plan(planned=keep, pruned=list(plan.pruned)), [
+            c for c in plan.planned if c not in chosen
+        ]
 
 
 def _pair_columns(rows: Sequence[Sequence[int]], sizes: Sequence[int]) -> list[list[int]]:
@@ -139,6 +154,24 @@ def _matches(cell: Cell, pattern: Mapping[str, str], ends: Mapping[str, Mapping[
         if getattr(cell, axis) != value and not axis_named(axis).same(getattr(cell, axis), value):
             return False
     return True
+
+
+def apply_tier(
+    matrix: Matrix,
+    rules: Sequence[Rule],
+    plan: Plan,
+    name: str,
+    *,
+    python: Version | None = None,
+) -> tuple[Plan, list[Cell], TierChoice]:
+    """`plan` (the selectors' plan of `matrix`) kept to tier `name`, the cells it leaves out, and
+    the choice. The tier is chosen over the whole matrix's plan, whatever the selectors: a CI
+    job or Slurm group that selects its arch and environment runs exactly its part of the one
+    tier, and every host chooses the same cells."""
+    whole = plan_cells(matrix, rules, Selectors(), python=python)
+    choice = select_tier(matrix, whole, name)
+    narrowed, left_out = choice.narrow(plan)
+    return narrowed, left_out, choice
 
 
 def select_tier(matrix: Matrix, plan: Plan, name: str) -> TierChoice:
