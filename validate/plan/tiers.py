@@ -13,7 +13,6 @@ pairs, so the cover has at least as many cells as the largest count of pairs of 
 
 from __future__ import annotations
 
-import collections
 import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -91,52 +90,58 @@ def choose_pairs(
     `seeds` are lists of row indices: for each, the row among them that covers most new pairs
     (the first such) is chosen first: the `always` patterns. Returns the chosen row indices in
     the order chosen, the number of distinct pairs, how many of them the chosen rows hold, and
-    the lower bound. Gains live in buckets (a gain is at most the number of axis pairs); a row
-    is re-counted when it reaches the top bucket and taken when its gain is still that high."""
+    the lower bound.
+
+    Each row's gain (its pairs not yet covered) is kept exact: covering a pair lowers the gain
+    of the rows that hold it (an index pair -> rows), so the work is one step per (row, pair).
+    Rows wait in buckets by gain; a row whose gain fell since it was filed moves down when it
+    reaches the top, and the first row found at the top gain is taken."""
     if not rows:
         return [], 0, 0, 0
     width = len(rows[0])
     sizes = [max(r[a] for r in rows) + 1 for a in range(width)]
     columns = _pair_columns(rows, sizes)
     bound = max(len(set(column)) for column in columns)
-    pairs = len(set(itertools.chain.from_iterable(columns)))
+    total = sum(sizes[i] * sizes[j] for i, j in itertools.combinations(range(width), 2))
+    rows_of: list[list[int]] = [[] for _ in range(total)]
+    for column in columns:
+        for r, p in enumerate(column):
+            rows_of[p].append(r)
+    pairs = sum(1 for holders in rows_of if holders)
     ids = list(zip(*columns, strict=True))
-    covered = bytearray(
-        sum(sizes[i] * sizes[j] for i, j in itertools.combinations(range(width), 2))
-    )
-    get = covered.__getitem__
-
-    def gain(r: int) -> int:
-        return len(ids[r]) - sum(map(get, ids[r]))
-
+    gain = [len(columns)] * len(rows)
+    covered = bytearray(total)
     chosen: list[int] = []
     left = pairs
 
     def take(r: int) -> None:
         nonlocal left
-        left -= gain(r)
         chosen.append(r)
         for p in ids[r]:
-            covered[p] = 1
+            if not covered[p]:
+                covered[p] = 1
+                left -= 1
+                for q in rows_of[p]:
+                    gain[q] -= 1
 
     for seed in seeds:
         if seed and not set(seed) & set(chosen):
-            take(max(seed, key=lambda r: (gain(r), -r)))
+            take(max(seed, key=lambda r: (gain[r], -r)))
     top = len(columns)
-    buckets: list[collections.deque[int]] = [collections.deque() for _ in range(top + 1)]
+    buckets: list[list[int]] = [[] for _ in range(top + 1)]
     skip = set(chosen)
-    buckets[top].extend(r for r in range(len(rows)) if r not in skip)
+    buckets[top] = [r for r in reversed(range(len(rows))) if r not in skip]  # pop(): plan order
     while left > 0 and top > 0:
-        if not buckets[top]:
+        bucket = buckets[top]
+        if not bucket:
             top -= 1
             continue
-        r = buckets[top].popleft()
-        now = gain(r)
-        if now == top:
+        r = bucket.pop()
+        if gain[r] == top:
             take(r)
-        elif now:
-            buckets[now].append(r)  # gains only fall: it waits in its lower bucket
-    return chosen, pairs, sum(covered), bound
+        elif gain[r]:
+            buckets[gain[r]].append(r)  # gains only fall: it waits in its lower bucket
+    return chosen, pairs, pairs - left, bound
 
 
 def _ordered(axis: str, values: set[str]) -> list[str]:
