@@ -132,6 +132,7 @@ class ValidateConfig:
     shard: str | None = None  # --shard i/n (plan.shard.ShardSpec): this run's part of the units
     durations: Path | None = None  # --durations: case seconds for --shard (default: history)
     argv: tuple[str, ...] = ()
+    tier: str | None = None  # --tier: only the cells of this [tiers] entry (plan.tiers)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; `from_dict(to_dict())` gives an equal config."""

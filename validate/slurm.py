@@ -46,7 +46,14 @@ from validate.plan.rules import Plan
 from validate.plan.runners import Runners, load_runners, prune_without_runner
 from validate.plan.shard import Unit, assign, read_durations
 from validate.report.model import RunInfo, merge_runs
-from validate.workflow import cases_stage, cell_summary, plan_stage, provenance
+from validate.workflow import (
+    cases_stage,
+    cell_summary,
+    plan_stage,
+    provenance,
+    tier_record,
+    tier_stage,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -631,7 +638,8 @@ def run(
         # every input file is read and checked before the run folder exists: bad input writes
         # nothing (the tasks read the known issues again on their nodes)
         runners = load_runners(runners_path, executors=tuple(EXECUTORS))
-        plan = prune_without_runner(plan_stage(config), runners)
+        tiered, tier, left_out = tier_stage(config)  # --tier: the groups run their part of it
+        plan = prune_without_runner(tiered, runners)
         cases_stage(config)  # bad cases are bad input now, not in every task
         load_known_issues(config.known_issues)
         run_id, claimed = claim_run_dir(given)  # without --results: a fresh folder of its own
@@ -639,6 +647,8 @@ def run(
         config = replace(config, results_dir=run_dir, resume=False)
         run_dir.mkdir(parents=True, exist_ok=True)
         meta = provenance(config, detect_host(), plan, run_id)
+        if tier is not None:
+            meta["tier"] = tier_record(tier, left_out)
         write_json(run_dir / "run.json", meta)
         state = _submit(config, run_dir, runners, shards, plan)
     _wait(run_dir, state, queue_timeout)

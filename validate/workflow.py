@@ -44,6 +44,7 @@ from validate.plan.host import HostFacts, detect_host, python_version_of
 from validate.plan.rules import Plan, load_rules, plan_cells
 from validate.plan.shard import ShardSpec, assign, expected, read_durations
 from validate.plan.steps import Step, plan_steps
+from validate.plan.tiers import TierChoice, apply_tier
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -59,11 +60,38 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def plan_stage(config: ValidateConfig) -> Plan:
-    """Planned and pruned cells for the selectors; the rules read the base python's version for
-    cells without a python value (the interpreter their environments are made from)."""
+    """Planned and pruned cells for the selectors (and --tier); the rules read the base python's
+    version for cells without a python value (the interpreter their environments are made from)."""
+    return tier_stage(config)[0]
+
+
+def tier_stage(config: ValidateConfig) -> tuple[Plan, TierChoice | None, list[Cell]]:
+    """The plan kept to --tier, the tier's choice (None without --tier), and the selected planned
+    cells the tier leaves out. The tier is chosen over the whole matrix from the files alone, so
+    every shard, CI job and Slurm task runs its part of the same cells."""
     selectors = config.selectors
     matrix, rules = load_matrix(selectors.matrix), load_rules(selectors.rules)
-    return plan_cells(matrix, rules, selectors, python=python_version_of(config.base_python))
+    python = python_version_of(config.base_python)
+    plan = plan_cells(matrix, rules, selectors, python=python)
+    if config.tier is None:
+        return plan, None, []
+    narrowed, left_out, choice = apply_tier(matrix, rules, plan, config.tier, python=python)
+    log.info("tier %s", choice.summary(len(choice.cells) + len(choice.left_out)))
+    return narrowed, choice, left_out
+
+
+def tier_record(choice: TierChoice | None, left_out: Sequence[Cell]) -> dict[str, Any] | None:
+    """run.json's `tier`: which tier ran and the planned cells it left out (reports show them)."""
+    if choice is None:
+        return None
+    return {
+        "name": choice.name,
+        "cells": len(choice.cells),
+        "pairs": choice.pairs,
+        "covered": choice.covered,
+        "lower_bound": choice.lower_bound,
+        "left_out": [{"id": c.id, **c.pins()} for c in left_out],
+    }
 
 
 def cases_stage(config: ValidateConfig) -> list[Case]:
@@ -316,7 +344,7 @@ def run(config: ValidateConfig) -> int:
         raise ConfigError(msg)
     # every input file (matrix, rules, cases and their cases.toml, known issues) is read and
     # checked before the run folder exists or a line is printed: bad input writes nothing
-    plan = plan_stage(config)
+    plan, tier, left_out = tier_stage(config)
     cases = cases_stage(config)
     issues = load_known_issues(config.known_issues)
     sharded = shard_units(config, plan, cases)  # reads --durations
@@ -325,6 +353,8 @@ def run(config: ValidateConfig) -> int:
     results_dir.mkdir(parents=True, exist_ok=True)
     meta_path = results_dir / "run.json"
     meta = provenance(config, host, plan, run_id)
+    if tier is not None:
+        meta["tier"] = tier_record(tier, left_out)
     if sharded is not None:
         meta["shard"] = sharded[1]
     if config.resume and meta_path.is_file():

@@ -574,3 +574,48 @@ def test_a_partition_slurm_refuses_is_one_line_and_leaves_nothing_queued(
     ]
     assert len(submitted) == 1, err
     assert set(cluster.settled_state(submitted[0]).values()) == {"CANCELLED"}
+
+
+TIER_MATRIX = f"""\
+[axes]
+cudnn = ["{BACKEND}"]
+frontend = ["{FRONTEND}"]
+cuda = ["12.9", "13.0"]
+driver = ["570", "580"]
+arch = ["sm80", "sm90"]
+
+[tiers]
+pr = {{ cover = "pairs", always = [{{ cuda = "newest", driver = "newest", arch = "newest" }}] }}
+"""
+
+
+def test_slurm_tier_runs_exactly_the_tier_in_every_group(
+    cluster: Cluster, base_python: Path, tmp_path: Path
+) -> None:
+    """Each runner group (arch) runs its part of the one tier: the same cells as `plan --tier`."""
+    (tmp_path / "matrix.toml").write_text(TIER_MATRIX)
+    command = [sys.executable, "-m", "validate", "plan", "--matrix", "matrix.toml"]
+    plan = subprocess.run(
+        [*command, "--tier", "pr", "--format=json"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    tier_ids = {row["id"] for row in json.loads(plan.stdout)}
+    runners = tmp_path / "runners.toml"
+    runners.write_text(RUNNERS.format(time="00:10:00"))
+    args = ["--matrix", "matrix.toml", "--tier", "pr", "--env", "current"]
+    args += ["--base-python", str(base_python), "--frontend-source", "current"]
+    args += ["--cases", str(SCRIPTS / "pass_script.py"), "--executor", "slurm"]
+    run_dir = tmp_path / "slurm-run"
+    args += ["--runners", str(runners), "--results", str(run_dir)]
+    rc, out, err = _finish(_tool(cluster, *args, cwd=tmp_path))
+    assert rc == 0, out + err
+    assert {cell for cell, _ in _results(run_dir)} == tier_ids
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["tier"]["name"] == "pr"
+    assert meta["tier"]["left_out"]  # the pair cover leaves some planned cell out
+    assert not tier_ids & {c["id"] for c in meta["tier"]["left_out"]}

@@ -229,6 +229,16 @@ def add_selector_args(parser: argparse.ArgumentParser) -> None:
         )
 
 
+def add_tier_arg(parser: argparse.ArgumentParser) -> None:
+    """`--tier NAME`: only the cells of a tier declared in the matrix's [tiers] (plan/tiers.py)."""
+    parser.add_argument(
+        "--tier",
+        metavar="NAME",
+        help="run/show only the cells of this tier of the matrix's [tiers] (e.g. pr: a cover of "
+        "every value pair); default: every planned cell",
+    )
+
+
 def build_parser(command: str | None = None) -> OneLineParser:
     """The parser; with `command` (a known sub-command name) only that sub-command is added."""
     parser = OneLineParser(

@@ -12,6 +12,7 @@ from validate.cli import (
     add_require_gpu_option,
     add_run_options,
     add_selector_args,
+    add_tier_arg,
     positive,
     split_list,
     writable_dir,
@@ -40,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 def add_validate_args(parser: argparse.ArgumentParser) -> None:
     """The flags of `validate` (bisect takes the same ones for its probes)."""
     add_selector_args(parser)
+    add_tier_arg(parser)
     what = parser.add_argument_group("cases")
     what.add_argument(
         "--cases",
@@ -247,6 +249,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         shard=args.shard,
         durations=args.durations,
         argv=tuple(argv if argv is not None else sys.argv[1:]),
+        tier=args.tier,
     )
 
 

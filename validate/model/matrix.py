@@ -27,6 +27,7 @@ __all__ = [
     "Driver",
     "Exclude",
     "Matrix",
+    "Tier",
     "expand",
     "load_matrix",
     "parse_value",
@@ -50,7 +51,11 @@ def _matrix_dir() -> Path:
 MATRIX_DIR: Final = _matrix_dir()
 DEFAULT_MATRIX: Final = MATRIX_DIR / "default.toml"
 
-_TOP_KEYS: Final = frozenset({"axes", "include", "exclude"})
+_TOP_KEYS: Final = frozenset({"axes", "include", "exclude", "tiers"})
+#: How a tier picks its cells: every planned cell, or a covering array of the value pairs.
+COVER_MODES: Final = ("all", "pairs")
+#: The words an `always` entry may give instead of a version: the first/last by the axis's order.
+_ENDS: Final = ("oldest", "newest")
 #: The file-level `python = "3.12"` of earlier matrices: nothing ran it; the python axis replaced it.
 _OLD_PYTHON: Final = (
     'the file-level python is gone: declare the axis in [axes], e.g. python = ["3.12"] (the'
@@ -115,6 +120,21 @@ class Exclude:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Tier:
+    """A `[tiers]` entry: a named subset of the planned cells (plan/tiers.py chooses it).
+
+    `always` holds patterns, one table of axis = value each ("newest"/"oldest" or a version); an
+    axis a pattern leaves out is free, and the tier holds at least one planned cell per pattern.
+    `where` is ``file:line`` of the entry, `always_where` the same per pattern, for messages."""
+
+    name: str
+    cover: str
+    always: tuple[Mapping[str, str], ...] = ()
+    where: str = ""
+    always_where: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Matrix:
     """A loaded matrix file: the declared axes, extra cells and excluded patterns."""
 
@@ -123,6 +143,9 @@ class Matrix:
     include: tuple[Cell, ...] = ()
     exclude: tuple[Exclude, ...] = ()
     include_reasons: Mapping[Cell, str] = field(default_factory=dict)
+    tiers: Mapping[str, Tier] = field(default_factory=dict)
+    #: ``file:line`` of the [tiers] table (or the file), for an unknown --tier.
+    tiers_where: str = ""
 
     def values(self, axis: str) -> tuple[str, ...]:
         """The declared values; an optional axis the matrix leaves out has the one value ""."""
@@ -253,6 +276,71 @@ def _excludes(errors: TomlErrors, raw: object) -> tuple[Exclude, ...]:
     return tuple(out)
 
 
+def _where(errors: TomlErrors, key: Key) -> str:
+    line = errors.line_of(key)
+    return f"{errors.path}:{line}" if line else str(errors.path)
+
+
+def _always(errors: TomlErrors, key: Key, raw: object) -> tuple[dict[str, str], ...]:
+    """`always = [{ cudnn = "newest", frontend = "1.32.0" }, ...]`: values parsed as the axis's."""
+    if not isinstance(raw, list):
+        errors.add(key, f"expected a list of tables of axis = value, got {raw!r}")
+        return ()
+    out: list[dict[str, str]] = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict) or not entry:
+            errors.add(key / i, f"expected a table of axis = value, got {entry!r}")
+            continue
+        pins: dict[str, str] = {}
+        for axis, value in entry.items():
+            if axis not in AXES:
+                errors.add(key / i / axis, f"unknown axis (known: {', '.join(AXES)})")
+            elif value in _ENDS:
+                pins[axis] = value
+            else:
+                try:
+                    pins[axis] = parse_value(axis, value)
+                except ValueError as exc:
+                    errors.add(key / i / axis, f"{exc} (or one of {', '.join(_ENDS)})")
+        out.append(pins)
+    return tuple(out)
+
+
+def _tiers(errors: TomlErrors, raw: object) -> dict[str, Tier]:
+    """`[tiers]`: `name = "all"` or `name = { cover = "pairs"|"all", always = [...] }`."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        errors.add(Key.of("tiers"), f"expected a table of tiers, got {raw!r}")
+        return {}
+    out: dict[str, Tier] = {}
+    for name, body in raw.items():
+        key = Key.of("tiers", name)
+        spec = {"cover": body} if isinstance(body, str) else body
+        if not isinstance(spec, dict):
+            errors.add(
+                key,
+                f"expected a cover mode or a table {{ cover = ..., always = [...] }}, got {body!r}",
+            )
+            continue
+        for unknown in sorted(set(spec) - {"cover", "always"}):
+            errors.add(key / unknown, "unknown key (expected cover, always)")
+        cover = spec.get("cover", "all")
+        if cover not in COVER_MODES:
+            where = key if isinstance(body, str) else key / "cover"
+            errors.add(where, f"unknown cover mode {cover!r} (expected {' or '.join(COVER_MODES)})")
+            continue
+        always = _always(errors, key / "always", spec.get("always", []))
+        out[name] = Tier(
+            name=name,
+            cover=str(cover),
+            always=always,
+            where=_where(errors, key),
+            always_where=tuple(_where(errors, key / "always" / i) for i in range(len(always))),
+        )
+    return out
+
+
 def load_matrix(path: Path | None = None) -> Matrix:
     """Load and check a matrix file (default: the embedded `matrix/default.toml`)."""
     path = path or DEFAULT_MATRIX
@@ -279,6 +367,7 @@ def load_matrix(path: Path | None = None) -> Matrix:
     for axis in (a for a in AXES if a in _OPTIONAL and a in axes):
         includes = _spread(includes, axis, axes[axis].values)
     excludes = _excludes(errors, data.get("exclude"))
+    tiers = _tiers(errors, data.get("tiers"))
     errors.raise_if_any()
     return Matrix(
         path=path,
@@ -286,4 +375,6 @@ def load_matrix(path: Path | None = None) -> Matrix:
         include=tuple(includes),
         exclude=excludes,
         include_reasons=includes,
+        tiers=tiers,
+        tiers_where=_where(errors, Key.of("tiers")),
     )

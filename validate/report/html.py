@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 from validate.judge.signoff import summary
 from validate.model.outcome import policy
 from validate.report.case_matrix import MATRIX_LEGEND
-from validate.report.ki_table import KI_LEGEND, KI_SYMBOLS, KIState
+from validate.report.ki_table import KI_SYMBOLS, KIState
 from validate.report.model import cell_label, result_key
 from validate.report.text import LEGEND, provenance_lines
 
@@ -37,6 +37,7 @@ _KI_COLOURS: Final = {
     KIState.FIXED: "#34d058",
     KIState.NOT_REPRODUCED: "#c8e1ff",
     KIState.NOT_COVERED: "#ffffff",
+    KIState.NOT_RUN: "#e1e4e8",
 }
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px;color:#24292e;background:#fafbfc}
@@ -157,7 +158,7 @@ def _ki_section(ki: KITable) -> str:
     legend = "".join(
         f'<span class="sw" style="background:{_KI_COLOURS[state]}"></span>'
         f"{html.escape(KI_SYMBOLS[state] + ' ' + text)}"
-        for state, text in KI_LEGEND
+        for state, text in ki.legend_items()
     )
     return (
         f'{scope}<table class="matrix known-issues"><thead><tr>{head}</tr></thead><tbody>'

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from validate.judge.signoff import passed_on_rerun, verdict_line
 from validate.judge.suggest import spec_text
-from validate.report.ki_table import KI_LEGEND, KI_SYMBOLS
+from validate.report.ki_table import KI_SYMBOLS
 from validate.report.model import cell_label, natural_key, result_key
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "known_issues": [_ki(row) for row in report.ki_table.rows],
         "known_issue_states": [
             {"state": str(state), "symbol": KI_SYMBOLS[state], "meaning": meaning}
-            for state, meaning in KI_LEGEND
+            for state, meaning in report.ki_table.legend_items()
         ],
         "results": [
             {

@@ -8,6 +8,8 @@ outside_range   reproduced with the issue's symptom where its range, frontends o
 fixed           passed, at or after `fixed_in` (frontend and arch inside the declared ones)
 not_reproduced  passed (anywhere else)
 not_covered     no case the issue names ran to an outcome there (absent, skipped, harness error)
+not_run         no case ran there because the tier that ran left the cells out (run.json
+                tier.left_out): never "not reproduced", and no evidence for a range
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from validate.model.order import natural_key, parse_version, value_key
 from validate.report.model import result_key
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Collection, Mapping, Sequence
 
     from validate.judge.known_issues import KnownIssue
     from validate.report.model import StoredResult
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KI_LEGEND",
     "KI_SYMBOLS",
+    "NOT_RUN_LEGEND",
     "KIColumn",
     "KIState",
     "KITable",
@@ -47,6 +50,7 @@ class KIState(StrEnum):
     FIXED = "fixed"
     NOT_REPRODUCED = "not_reproduced"
     NOT_COVERED = "not_covered"
+    NOT_RUN = "not_run"
 
 
 KI_SYMBOLS: Final[Mapping[KIState, str]] = {
@@ -55,6 +59,7 @@ KI_SYMBOLS: Final[Mapping[KIState, str]] = {
     KIState.FIXED: "✓",
     KIState.NOT_REPRODUCED: "○",
     KIState.NOT_COVERED: "—",
+    KIState.NOT_RUN: "·",
 }
 _WORDS: Final[Mapping[KIState, str]] = {
     KIState.AFFECTED: "affected",
@@ -62,6 +67,7 @@ _WORDS: Final[Mapping[KIState, str]] = {
     KIState.FIXED: "fixed",
     KIState.NOT_REPRODUCED: "not reproduced",
     KIState.NOT_COVERED: "",
+    KIState.NOT_RUN: "not run",
 }
 #: (state, what it means) in legend order.
 KI_LEGEND: Final[tuple[tuple[KIState, str], ...]] = (
@@ -77,6 +83,8 @@ KI_LEGEND: Final[tuple[tuple[KIState, str], ...]] = (
     (KIState.NOT_REPRODUCED, "not reproduced: a case the issue names ran and passed"),
     (KIState.NOT_COVERED, "not covered: no case the issue names ran there"),
 )
+#: Shown in the legend only where a tier left cells out (older tables keep their legend).
+NOT_RUN_LEGEND: Final = (KIState.NOT_RUN, "not run: the tier that ran left these cells out")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,19 +163,27 @@ class KITable:
             if c.state is KIState.OUTSIDE
         ]
 
+    def legend_items(self) -> tuple[tuple[KIState, str], ...]:
+        """KI_LEGEND, and the not-run entry where some cell was not run."""
+        if any(c.state is KIState.NOT_RUN for r in self.rows for c in r.cells):
+            return (*KI_LEGEND, NOT_RUN_LEGEND)
+        return KI_LEGEND
+
     def legend(self) -> str:
-        return " · ".join(f"{KI_SYMBOLS[s]} {text}" for s, text in KI_LEGEND)
+        return " · ".join(f"{KI_SYMBOLS[s]} {text}" for s, text in self.legend_items())
 
 
 def _cases(keys: Sequence[str]) -> list[str]:
     return sorted({k.split("::", 1)[-1] for k in keys}, key=natural_key)
 
 
-def _columns(items: Sequence[StoredResult]) -> tuple[tuple[KIColumn, ...], tuple[str, ...]]:
+def _columns(
+    items: Sequence[StoredResult], not_run: Collection[tuple[str, str, str]] = ()
+) -> tuple[tuple[KIColumn, ...], tuple[str, ...]]:
     seen = {
         (p["backend"] or "?", p["frontend"] or "?", normal_arch(p["arch"]) or "?")
         for p in (result_pins(item.result) for item in items)
-    }
+    } | set(not_run)
     keys = sorted(seen, key=lambda k: [value_key(v) for v in k])
     show_fe = len({k[1] for k in keys}) > 1
     show_arch = len({k[2] for k in keys}) > 1
@@ -183,7 +199,9 @@ def _columns(items: Sequence[StoredResult]) -> tuple[tuple[KIColumn, ...], tuple
     return tuple(columns), tuple(common)
 
 
-def _cell(ki: KnownIssue, column: KIColumn, items: Sequence[StoredResult]) -> KITableCell:
+def _cell(
+    ki: KnownIssue, column: KIColumn, items: Sequence[StoredResult], *, left_out: bool = False
+) -> KITableCell:
     pins = {"backend": column.cudnn, "frontend": column.frontend, "arch": column.arch}
     why = ki.out_of_range(pins)
     bad, good = [], []
@@ -204,9 +222,8 @@ def _cell(ki: KnownIssue, column: KIColumn, items: Sequence[StoredResult]) -> KI
             note=why or "",
         )
     if not good:
-        return KITableCell(
-            column=column, state=KIState.NOT_COVERED, evidence=(), in_declared_range=inside
-        )
+        state = KIState.NOT_RUN if left_out else KIState.NOT_COVERED
+        return KITableCell(column=column, state=state, evidence=(), in_declared_range=inside)
     fixed_in = parse_version(ki.fixed_in or "")
     version = parse_version(column.cudnn)
     fixed = (
@@ -219,9 +236,16 @@ def _cell(ki: KnownIssue, column: KIColumn, items: Sequence[StoredResult]) -> KI
     return KITableCell(column=column, state=state, evidence=tuple(good), in_declared_range=inside)
 
 
-def build_ki_table(items: Sequence[StoredResult], known_issues: Sequence[KnownIssue]) -> KITable:
-    """One row per known issue over the backend x frontend x arch columns the results hold."""
-    columns, common = _columns(items)
+def build_ki_table(
+    items: Sequence[StoredResult],
+    known_issues: Sequence[KnownIssue],
+    not_run: Sequence[Mapping[str, str]] = (),
+) -> KITable:
+    """One row per known issue over the backend x frontend x arch columns the results hold, and
+    those of `not_run`: the pins of planned cells a tier left out (no result). A column where no
+    case the issue names ran to an outcome and some cell was left out is "not run"."""
+    skipped = {(p["cudnn"], p["frontend"], normal_arch(p["arch"])) for p in not_run}
+    columns, common = _columns(items, skipped)
     by_column: dict[tuple[str, str, str], list[StoredResult]] = {}
     for item in items:
         p = result_pins(item.result)
@@ -231,7 +255,13 @@ def build_ki_table(items: Sequence[StoredResult], known_issues: Sequence[KnownIs
         KITableRow(
             issue=ki,
             cells=tuple(
-                _cell(ki, c, by_column.get((c.cudnn, c.frontend, c.arch), [])) for c in columns
+                _cell(
+                    ki,
+                    c,
+                    by_column.get((c.cudnn, c.frontend, c.arch), []),
+                    left_out=(c.cudnn, c.frontend, c.arch) in skipped,
+                )
+                for c in columns
             ),
         )
         for ki in known_issues

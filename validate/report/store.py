@@ -116,6 +116,22 @@ def load_known_issue_db(path: Path | None, runs: Sequence[RunInfo] = ()) -> tupl
     return tuple(load_known_issues(path))
 
 
+def not_run(runs: RunSet) -> list[dict[str, str]]:
+    """The pins of the planned cells a tier left out (run.json tier.left_out) that no merged
+    run has a result for: the reports show them as not run, never as not reproduced."""
+    ran = {item.result.cell_id for item in runs.items}
+    out: dict[str, dict[str, str]] = {}
+    for run in runs.runs:
+        tier = run.meta.get("tier")
+        left = tier.get("left_out") if isinstance(tier, dict) else None
+        for cell in left if isinstance(left, list) else []:
+            if isinstance(cell, dict) and cell.get("id") not in ran:
+                pins = {k: str(v) for k, v in cell.items()}
+                if all(k in pins for k in ("cudnn", "frontend", "arch")):
+                    out.setdefault(pins["id"], pins)
+    return list(out.values())
+
+
 def build_report(
     runs: RunSet,
     *,
@@ -143,7 +159,7 @@ def build_report(
             flaky=flaky,
             require_gpu=require_gpu,
         ),
-        ki_table=build_ki_table(runs.items, known_issues),
+        ki_table=build_ki_table(runs.items, known_issues, not_run(runs)),
         known_issues=tuple(known_issues),
         baseline_runs=() if baseline is None else baseline.runs,
         link_base=link_base,

@@ -153,10 +153,20 @@ def _fact(value: Any) -> str:
     return str(value)
 
 
+def _tier_fact(tier: Mapping[str, Any]) -> str:
+    """`pr: 5 cells ran; 1 planned cell left out (not run): aa2ac32aea` (ids: the first 20)."""
+    left = [str(c.get("id")) for c in tier.get("left_out") or [] if isinstance(c, dict)]
+    shown = ", ".join(left[:20]) + (f" and {len(left) - 20} more" if len(left) > 20 else "")
+    text = f"{tier.get('name')}: {tier.get('cells')} cells ran"
+    return text + (f"; {len(left)} planned cells left out (not run): {shown}" if left else "")
+
+
 def provenance_lines(run: RunInfo) -> list[str]:
     """One line per provenance fact recorded in a run's run.json."""
     meta: Mapping[str, Any] = run.meta
     facts = [f"{key}: {_fact(meta[key])}" for key in _PROVENANCE_KEYS if meta.get(key)]
+    if isinstance(meta.get("tier"), dict):
+        facts.append(f"tier: {_tier_fact(meta['tier'])}")
     return [f"run `{run.run_id}` ({run.path})", *(f"  {fact}" for fact in facts)]
 
 
