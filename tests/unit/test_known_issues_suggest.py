@@ -242,3 +242,14 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert "missing.toml: no such file" in err
     assert "Traceback" not in err
+
+
+def test_cells_a_tier_left_out_do_not_narrow_a_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A PR tier ran only 9.24.0.43 of the declared range (9.21 and 9.22 were left out, not run):
+    no result is no evidence, so the lower bound is not tightened to what ran (#28)."""
+    rc, out = _suggest(tmp_path, capsys, [[("9.24.0.43", FE, "sm90", B)]], backend=">=9.20,<9.25")
+    assert rc == 0, out
+    assert out.startswith("no known issue is contradicted by the evidence (1 issue(s), 1 result(s)")
+    assert "[[issue]]" not in out  # nothing suggested: the range stays as declared
