@@ -134,13 +134,22 @@ def test_a_failure_beside_busy_cpus_is_judged_as_it_ran(tmp_path: Path) -> None:
 def test_a_case_never_gets_a_timeout_below_three_times_its_recorded_duration(
     tmp_path: Path,
 ) -> None:
-    sleeper = {"sleeps.py": "import time\ntime.sleep(1.5)\nprint('VERDICT pass')\n"}
-    cold = _run(tmp_path / "cold", sleeper, jobs=1, timeout_s=0.5)
-    assert cold["sleeps.py"].outcome is Outcome.TIMEOUT
+    """The floor is 3x the last run that ended on its own, as the tool recorded it; a run cut by
+    its timeout is no duration to multiply (a case that always hangs kept its --timeout; before,
+    its limit grew 3x with every run)."""
     history = tmp_path / "durations.json"
-    history.write_text(json.dumps({"sleeps.py": 1.2}))  # 3 x 1.2 s = 3.6 s > its 1.5 s
+    sleeper = {"sleeps.py": "import time\ntime.sleep(1.5)\nprint('VERDICT pass')\n"}
+    cold = _run(tmp_path / "cold", sleeper, jobs=1, timeout_s=0.5, history=history)
+    assert cold["sleeps.py"].outcome is Outcome.TIMEOUT
+    roomy = _run(tmp_path / "roomy", sleeper, jobs=1, timeout_s=30.0, history=history)
+    assert roomy["sleeps.py"].outcome is Outcome.PASS  # now on record: about 1.5 s
     warm = _run(tmp_path / "warm", sleeper, jobs=1, timeout_s=0.5, history=history)
-    assert warm["sleeps.py"].outcome is Outcome.PASS
+    assert warm["sleeps.py"].outcome is Outcome.PASS  # its limit: 3 x ~1.5 s, not 0.5 s
+    hangs = {"hangs.py": "import time\ntime.sleep(60)\n"}
+    for attempt in range(3):
+        ran = _run(tmp_path / f"hang{attempt}", hangs, jobs=1, timeout_s=0.5, history=history)
+        assert ran["hangs.py"].outcome is Outcome.TIMEOUT
+        assert ran["hangs.py"].duration_s < 1.4, attempt  # 0.5 s each time, never 1.5, 4.5
 
 
 def test_a_notebook_gets_the_timeout_floor_too(tmp_path: Path) -> None:
@@ -165,7 +174,7 @@ def test_a_notebook_gets_the_timeout_floor_too(tmp_path: Path) -> None:
     }
     (folder / "sleeps.ipynb").write_text(json.dumps(nb))
     history = tmp_path / "durations.json"
-    history.write_text(json.dumps({"sleeps.ipynb": 0.7}))
+    history.write_text(json.dumps({"sleeps.ipynb": 0.7, "#finished_s": {"sleeps.ipynb": 0.7}}))
     target = ExecTarget(python=Path(sys.executable), cell_id="c1")
     for name, options in {
         "floor": {"timeout_s": 1.0, "history": history},

@@ -166,9 +166,10 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
         default=600.0,
         metavar="S",
         help="per-case limit in seconds (notebooks: per cell, +30s start-up); the whole process "
-        "group is killed. A case the duration history knows never gets less than 3x its "
-        "recorded duration. A case that fails or times out while it shared its GPU or the "
-        "host's CPUs beyond its need runs once more alone before it is judged (default: 600)",
+        "group is killed. A case the duration history knows never gets less than 3x the "
+        "duration of its last run that ended on its own (not by a timeout). A case that times "
+        "out while it shared its GPU or the host's CPUs beyond its need, or fails while it "
+        "shared its GPU, runs once more alone before it is judged (default: 600)",
     )
     group.add_argument(
         "--reruns",

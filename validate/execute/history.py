@@ -25,10 +25,14 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from pathlib import Path
 
-__all__ = ["BUSY_KEY", "GPU_KEY", "History"]
+__all__ = ["BUSY_KEY", "FINISHED_KEY", "GPU_KEY", "History"]
 
 GPU_KEY: Final = "#gpu_peak_mib"
 BUSY_KEY: Final = "#gpu_busy"
+#: The durations of runs that ended on their own (not cut by a timeout): what the timeout floor is
+#: a multiple of. A timed-out run's duration is its limit, not its need: a floor of 3x that grew
+#: 3x with every run of a case that always hangs.
+FINISHED_KEY: Final = "#finished_s"
 
 
 @dataclass
@@ -39,7 +43,9 @@ class History:
     durations: dict[str, float] = field(default_factory=dict)
     gpu_mib: dict[str, float] = field(default_factory=dict)
     gpu_busy: dict[str, float] = field(default_factory=dict)
+    finished: dict[str, float] = field(default_factory=dict)
     _new_s: dict[str, float] = field(default_factory=dict, repr=False)
+    _new_finished: dict[str, float] = field(default_factory=dict, repr=False)
     _new_mib: dict[str, float] = field(default_factory=dict, repr=False)
     _new_busy: dict[str, tuple[float, bool]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -47,8 +53,8 @@ class History:
     @classmethod
     def load(cls, path: Path | None) -> History:
         """The history at `path`; empty when there is none or it is unreadable."""
-        durations, gpu, busy = _read(path)
-        return cls(path=path, durations=durations, gpu_mib=gpu, gpu_busy=busy)
+        durations, gpu, busy, finished = _read(path)
+        return cls(path=path, durations=durations, gpu_mib=gpu, gpu_busy=busy, finished=finished)
 
     def estimate(self, name: str) -> float | None:
         """Seconds the case took last time (None: never ran here)."""
@@ -63,6 +69,10 @@ class History:
         """The median busy share of the cases on record (None: none recorded): what a case the
         history does not know is expected to load its GPU with."""
         return _median(self.gpu_busy.values())
+
+    def finished_estimate(self, name: str) -> float | None:
+        """Seconds the case took the last time it ended on its own (None: it never did here)."""
+        return self.finished.get(name)
 
     def busy_estimate(self, name: str) -> float | None:
         """The case's GPU busy share on record (0..1; None: never measured)."""
@@ -80,12 +90,15 @@ class History:
         *,
         gpu_busy: float | None = None,
         saturated: bool = False,
+        timed_out: bool = False,
     ) -> None:
         """What one case took now (thread-safe; written by `save`). `gpu_busy`: its busy share;
         `saturated`: measured while its GPU was full (then it never lowers the share on
-        record)."""
+        record); `timed_out`: cut by its limit (not a duration the timeout floor may use)."""
         with self._lock:
             self._new_s[name] = round(duration_s, 2)
+            if not timed_out:
+                self._new_finished[name] = round(duration_s, 2)
             if gpu_mib is not None:
                 self._new_mib[name] = round(gpu_mib, 1)
             if gpu_busy is not None:
@@ -95,11 +108,14 @@ class History:
         """Merge what was recorded into the file (re-read first: another run may have written)."""
         with self._lock:
             new_s, new_mib, new_busy = dict(self._new_s), dict(self._new_mib), dict(self._new_busy)
+            new_finished = dict(self._new_finished)
         if self.path is None or not new_s:
             return
-        durations, gpu, busy = _read(self.path)
+        durations, gpu, busy, finished = _read(self.path)
         durations.update(new_s)
         gpu.update(new_mib)
+        finished.update(new_finished)
+        self.finished.update(finished)
         for name, (share, saturated) in new_busy.items():
             old = busy.get(name)
             busy[name] = max(share, old) if saturated and old is not None else share
@@ -111,6 +127,8 @@ class History:
             data[GPU_KEY] = dict(sorted(gpu.items()))
         if busy:
             data[BUSY_KEY] = dict(sorted(busy.items()))
+        if finished:
+            data[FINISHED_KEY] = dict(sorted(finished.items()))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(data, indent=0), encoding="utf-8")
@@ -133,18 +151,22 @@ def _median(values: Iterable[float]) -> float | None:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def _read(path: Path | None) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+_Read = tuple[dict[str, float], dict[str, float], dict[str, float], dict[str, float]]
+
+
+def _read(path: Path | None) -> _Read:
     if path is None or not path.is_file():
-        return {}, {}, {}
+        return {}, {}, {}, {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}, {}, {}
+        return {}, {}, {}, {}
     if not isinstance(data, dict):
-        return {}, {}, {}
-    gpu, busy = data.get(GPU_KEY), data.get(BUSY_KEY)
+        return {}, {}, {}, {}
+    gpu, busy, finished = data.get(GPU_KEY), data.get(BUSY_KEY), data.get(FINISHED_KEY)
     return (
         _numbers(data),
         _numbers(gpu) if isinstance(gpu, dict) else {},
         {k: min(1.0, v) for k, v in _numbers(busy).items()} if isinstance(busy, dict) else {},
+        _numbers(finished) if isinstance(finished, dict) else {},
     )

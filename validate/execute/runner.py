@@ -736,7 +736,8 @@ class CaseBatch:
         """One job per case left to run, longest first by the history; on a GPU host each holds
         its recorded GPU peak (4 GiB unknown) of the pool's GPU budget and its recorded busy
         share of the pool's GPU load (`default_gpu_load` unknown). A case the history knows never
-        gets a timeout below TIMEOUT_FLOOR times its recorded duration."""
+        gets a timeout below TIMEOUT_FLOOR times the duration of its last run that ended on its
+        own (a timed-out run's is its limit, not its need)."""
         jobs = []
         for case in _longest_first(self.todo, self.history.durations):
             gpu = load = 0.0
@@ -746,8 +747,9 @@ class CaseBatch:
                 load = busy if busy is not None else default_gpu_load(self.history)
             estimate = self.history.estimate(case.name)
             options = self.options
-            if estimate is not None and estimate * TIMEOUT_FLOOR > options.timeout_s:
-                options = replace(options, timeout_s=float(math.ceil(estimate * TIMEOUT_FLOOR)))
+            took = self.history.finished_estimate(case.name)  # a run that ended on its own
+            if took is not None and took * TIMEOUT_FLOOR > options.timeout_s:
+                options = replace(options, timeout_s=float(math.ceil(took * TIMEOUT_FLOOR)))
             run = _CaseRun(case, self.target, options, self._finish, self._sampler, self.store)
             jobs.append(run.job(estimate, gpu, load))
         return jobs
@@ -763,6 +765,7 @@ class CaseBatch:
                 usage.peak_mib if usage is not None else None,
                 gpu_busy=usage.gpu_busy if usage is not None else None,
                 saturated=usage is not None and usage.saturated() and not alone,
+                timed_out=result.outcome is Outcome.TIMEOUT,
             )
         with self._lock:
             self.results.append(result)
