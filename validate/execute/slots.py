@@ -328,7 +328,8 @@ class UsageSampler:
                 continue
             device = self._device_busy(handles) if self.measures_gpu else None
             busy = self._process_busy(handles) if self._nvml is not None else None
-            self.record(self._processes(handles) if self.measures_gpu else (), busy, device, cpu)
+            processes = self._processes(handles) if self.measures_gpu else ()
+            self.record(processes, busy, device, cpu, live)
 
     def _cpu_busy(self) -> float | None:
         now = _cpu_times()
@@ -401,12 +402,14 @@ class UsageSampler:
         busy: Iterable[tuple[int, float]] | None = None,
         device: float | None = None,
         cpu: float | None = None,
+        live: Mapping[int, int] | None = None,
     ) -> None:
         """One poll: `processes` (pid, MiB held) summed per case (by the process's session),
         peaks kept; `busy` (pid, SM busy 0..1) summed per case (None: not given per process,
         then `device` is split among the cases holding memory); `device` the GPU's and `cpu` the
-        host's utilization now, counted for every live case."""
-        live = self._sessions()
+        host's utilization now, counted for every live case. `live`: the sessions the poll
+        already read (None: read them now)."""
+        live = self._sessions() if live is None else live
         cases = set(live.values())
         used = _per_case(processes, live)
         shares = _per_case(busy, live) if busy is not None else None
