@@ -224,9 +224,12 @@ def test_ten_thousand_cells_emit_as_one_job_each(tmp_path: Path) -> None:
     assert len(parts) == 3 * 13  # 2 500 = 12 x 200 + 100
 
 
-def test_the_readmes_parent_job_is_valid_gitlab_ci() -> None:
-    """The parent job users copy into .gitlab-ci.yml: valid, and it triggers the emitted child."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+def test_the_documented_parent_job_is_valid_gitlab_ci() -> None:
+    """The parent job users copy into .gitlab-ci.yml (docs/runners.md, linked from the README):
+    valid, and it triggers the emitted child."""
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "runners.md").read_text(
+        encoding="utf-8"
+    )
     block = readme.split("<!-- parent-job:", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     doc = yaml.safe_load(block)
     assert _schema_errors(doc, "gitlab-ci.json") == []
