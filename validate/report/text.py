@@ -295,4 +295,4 @@ def render_terminal(report: Report, width: int) -> str:
         ),
         "",
     ]
-    return fit("\n".join(out), width) + "\n"
+    return fit("\n".join(out), width) + "\n\n"
