@@ -148,6 +148,14 @@ def _esc(value: object) -> str:
     return html.escape(str(value))
 
 
+def _code(text: str) -> str:
+    """Escaped text whose `backticked` spans (Markdown in shared legend strings) are <code>."""
+    parts = html.escape(text).split("`")
+    if len(parts) % 2 == 0:  # an odd backtick: leave the text as it is
+        return html.escape(text)
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 # -- the data block --------------------------------------------------------------------------------
 
 
@@ -418,7 +426,7 @@ def _ki_section(ki: KITable) -> str:
     outside = f"<p>Reproduced outside the declared range:</p><ul>{outside}</ul>" if outside else ""
     legend = "".join(
         f'<span class="sw" style="background:{_KI_COLOURS[state]}"></span>'
-        f"{html.escape(KI_SYMBOLS[state] + ' ' + text)}"
+        f"{_code(KI_SYMBOLS[state] + ' ' + text)}"
         for state, text in ki.legend_items()
     )
     return (
@@ -467,7 +475,10 @@ def _signoff(verdict: Verdict) -> str:
     lines = summary(verdict).splitlines()[1:]
     if not lines:
         return "<p>Nothing to list.</p>"
-    return f"<details open><summary>{len(lines)} lines</summary><pre>{_esc(chr(10).join(lines))}</pre></details>"
+    return (
+        f"<details open><summary>what the verdict rests on ({len(lines)} lines)</summary>"
+        f"<pre>{_esc(chr(10).join(lines))}</pre></details>"
+    )
 
 
 def _run_facts(run: RunInfo, role: str = "run") -> str:
@@ -488,13 +499,24 @@ def _runs(report: Report) -> str:
     return "".join(parts)
 
 
+def _where(meta: Mapping[str, Any]) -> list[str]:
+    """The GPU, driver and start of a run, from run.json (`gpu`/`driver`, else what `host` probed)."""
+    found = meta.get("host")
+    host: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    listed = host.get("gpus")
+    gpus: list[Any] = listed if isinstance(listed, list) else []
+    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})
+    gpu = (
+        meta.get("gpu") or ", ".join(names) or ("no GPU" if host.get("has_driver") is False else "")
+    )
+    driver = meta.get("driver") or host.get("driver_version")
+    when = meta.get("date") or meta.get("started_at")
+    return [str(v) for v in (gpu, f"driver {driver}" if driver else "", when) if v]
+
+
 def _subtitle(report: Report) -> str:
     """One line under the title: the runs and where they ran (the full facts are at the bottom)."""
-    bits = []
-    for run in report.runs.runs:
-        meta = run.meta
-        where = ", ".join(str(meta[k]) for k in ("gpu", "date", "started_at") if meta.get(k))
-        bits.append(f"run {run.run_id}" + (f" ({where})" if where else ""))
+    bits = [" · ".join([f"run {run.run_id}", *_where(run.meta)]) for run in report.runs.runs]
     return f'<p class="sub">{_esc("; ".join(bits))} · <a href="#runs">run details</a></p>'
 
 
