@@ -25,7 +25,10 @@ from typing import Any
 
 import pytest
 
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult
 from validate.report import render
+from validate.report.model import RunInfo, merge_runs
 from validate.report.store import build_report, load_known_issue_db, load_runs
 
 pytestmark = pytest.mark.browser
@@ -341,3 +344,45 @@ def test_top_of_the_page_in_a_1400_window(tmp_path: Path, runs: tuple[str, ...])
     colour = (0xFF, 0xEE, 0xF0) if proc.returncode == 1 else (0xFF, 0xF5, 0xB1)
     _, _, pixels = _png_pixels(png)
     assert Counter(pixels)[bytes(colour)] > 5000, colour
+
+
+@pytest.mark.usefixtures("chromium")
+def test_a_grid_too_wide_either_way_is_split_into_tables_that_fit(tmp_path: Path) -> None:
+    """20 backends x 15 frontend/arch columns fit 1,400 px neither as pivoted nor transposed: the
+    page splits the columns over several tables, each within the window, every cell once."""
+    results = [
+        CaseResult(
+            case="a.py",
+            outcome=Outcome.FAIL if n % 3 else Outcome.PASS,
+            reason="x",
+            cell={
+                "cudnn": f"9.{n}.0.1",
+                "frontend": fe,
+                "cuda": "13.0",
+                "driver": "580",
+                "arch": arch,
+            },
+            cell_id=f"{n}-{fe}-{arch}",
+        )
+        for n in range(10, 30)
+        for fe in ("1.26.0", "1.27.0", "1.32.0")
+        for arch in ("sm80", "sm90", "sm100", "sm103", "sm120")
+    ]
+    report = build_report(merge_runs([(RunInfo(run_id="wide", path=tmp_path), results)]))
+    page = tmp_path / "wide.html"
+    page.write_text(render(report, "html"), encoding="utf-8")
+    browser, _ = _load(page, tmp_path, width=1400)
+    try:
+        layout = json.loads(browser.evaluate(_LAYOUT))
+        keys = browser.evaluate(
+            "Array.from(document.querySelectorAll('#grid td.cell'), td => td.dataset.cell)"
+        )
+        errors = browser.console_errors()
+    finally:
+        browser.close()
+    assert errors == []
+    assert len(layout["tablesRight"]) > 1
+    assert max(layout["tablesRight"]) <= 1400
+    assert layout["gridScroll"] <= layout["gridClient"]
+    assert layout["pageScroll"] <= 1400
+    assert sorted(keys) == sorted({f"{r}:{c}" for r in range(20) for c in range(15)})
