@@ -258,10 +258,19 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
         )
         assert "pin not honoured" in clicked
         assert browser.evaluate("document.querySelectorAll('td.cell').length") == 16
+        # each result is collapsed; its environment, put back together from the shared parts
+        shown = browser.evaluate(
+            "var r = document.querySelector('#detail > details');"
+            "var pre = r.querySelectorAll('details > pre'); [r.open, pre[pre.length - 1].textContent]"
+        )
         errors = browser.console_errors()
     finally:
         browser.close()
     assert errors == []
+    error = next(i.result for i in runs.items if i.result.outcome == "error")
+    assert shown[0] is False
+    assert error.env
+    assert json.loads(shown[1]) == json.loads(json.dumps(dict(error.env), default=str))
     width, height, pixels = _png_pixels(png)
     assert (width, height) == (1280, 900)
     colours = Counter(pixels)
