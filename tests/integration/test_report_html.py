@@ -16,6 +16,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import time
 import zlib
 from collections import Counter
@@ -24,12 +25,21 @@ from typing import Any
 
 import pytest
 
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult
 from validate.report import render
+from validate.report.model import RunInfo, merge_runs
 from validate.report.store import build_report, load_known_issue_db, load_runs
 
 pytestmark = pytest.mark.browser
 
-EXAMPLE = Path(__file__).parents[1] / "resources" / "runs" / "example"
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "tests" / "resources" / "runs" / "example"
+#: A real CPU-only run (`validate --cudnn 9.24.0.43` on a machine without a driver: 13 cells of one
+#: backend, every GPU case skipped): the wide grid, one row by thirteen columns.
+CPU_RUN = REPO / "tests" / "resources" / "runs" / "cpu"
+#: The committed GPU run(s) reports/compat.* are rendered from.
+DOCS_RUNS = tuple((REPO / "reports" / "DOCS_RUNS").read_text(encoding="utf-8").split())
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 _TIMEOUT = 60.0
 
@@ -120,13 +130,13 @@ class _Chromium:
                 return event
         raise TimeoutError(method)
 
-    def open(self, url: str) -> None:
+    def open(self, url: str, width: int = 1280, height: int = 900) -> None:
         target = self.send("Target.createTarget", {"url": "about:blank"}, page=False)["targetId"]
         attach = {"targetId": target, "flatten": True}
         self.session = self.send("Target.attachToTarget", attach, page=False)["sessionId"]
         for domain in ("Runtime", "Log", "Page"):
             self.send(f"{domain}.enable")
-        metrics = {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+        metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
         self.send("Emulation.setDeviceMetricsOverride", metrics)
         self.send("Page.navigate", {"url": url})
         self.wait_event("Page.loadEventFired")
@@ -210,10 +220,10 @@ def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     return width, height, pixels
 
 
-def _load(page: Path, tmp_path: Path) -> tuple[_Chromium, bytes]:
+def _load(page: Path, tmp_path: Path, width: int = 1280) -> tuple[_Chromium, bytes]:
     browser = _Chromium(tmp_path / "profile")
     try:
-        browser.open(page.resolve().as_uri())
+        browser.open(page.resolve().as_uri(), width=width)
         return browser, browser.screenshot()
     except BaseException:
         browser.close()
@@ -248,10 +258,19 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
         )
         assert "pin not honoured" in clicked
         assert browser.evaluate("document.querySelectorAll('td.cell').length") == 16
+        # each result is collapsed; its environment, put back together from the shared parts
+        shown = browser.evaluate(
+            "var r = document.querySelector('#detail > details');"
+            "var pre = r.querySelectorAll('details > pre'); [r.open, pre[pre.length - 1].textContent]"
+        )
         errors = browser.console_errors()
     finally:
         browser.close()
     assert errors == []
+    error = next(i.result for i in runs.items if i.result.outcome == "error")
+    assert shown[0] is False
+    assert error.env
+    assert json.loads(shown[1]) == json.loads(json.dumps(dict(error.env), default=str))
     width, height, pixels = _png_pixels(png)
     assert (width, height) == (1280, 900)
     colours = Counter(pixels)
@@ -279,3 +298,100 @@ def test_harness_sees_console_errors_and_blank_pages(tmp_path: Path) -> None:
     assert any("missingFunction is not defined" in e for e in errors)
     _, _, pixels = _png_pixels(png)
     assert len(Counter(pixels)) == 1  # nothing drawn: the blank check would fail this page
+
+
+#: What the layout test reads from the page at 1400 x 900, before any scrolling.
+_LAYOUT = """JSON.stringify({
+  scrollY: window.scrollY,
+  verdict: document.getElementById("verdict").getBoundingClientRect().toJSON(),
+  verdictText: document.getElementById("verdict").firstChild.textContent,
+  band: document.getElementById("ki-band").getBoundingClientRect().toJSON(),
+  bandLines: Array.from(document.querySelectorAll("#ki-band li"), li => li.textContent),
+  gridScroll: document.getElementById("grid").scrollWidth,
+  gridClient: document.getElementById("grid").clientWidth,
+  tablesRight: Array.from(document.querySelectorAll("#grid table"), t => t.getBoundingClientRect().right),
+  pageScroll: document.documentElement.scrollWidth,
+  notes: document.querySelector("ul.notes").textContent,
+  openCases: document.querySelectorAll("details[open] table.cases").length,
+  order: ["verdict", "ki-band", "grid"].map(id => document.getElementById(id).getBoundingClientRect().top)
+})"""
+
+
+@pytest.mark.usefixtures("chromium")
+@pytest.mark.parametrize("runs", [DOCS_RUNS, (str(CPU_RUN),)], ids=["committed-gpu", "cpu"])
+def test_top_of_the_page_in_a_1400_window(tmp_path: Path, runs: tuple[str, ...]) -> None:
+    """The real CLI renders the page; at 1400 x 900 the verdict banner and the known-issue band are
+    in the first viewport (above the grid), the grid fits the width, footnotes are whole and the
+    case matrix is collapsed."""
+    page = tmp_path / "compat.html"
+    argv = [sys.executable, "-m", "validate", "report", "--format", "html", "--out", str(page)]
+    argv += [a for run in runs for a in ("--results", run)]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    assert proc.returncode in (0, 1), proc.stderr
+    verdict_line = next(line for line in proc.stderr.splitlines() if "SIGNED OFF" in line)
+    browser, png = _load(page, tmp_path, width=1400)
+    try:
+        layout = json.loads(browser.evaluate(_LAYOUT))
+        errors = browser.console_errors()
+    finally:
+        browser.close()
+    assert errors == []
+    assert layout["scrollY"] == 0
+    assert layout["verdictText"] == verdict_line
+    for part in ("verdict", "band"):
+        assert layout[part]["top"] >= 0, part
+        assert layout[part]["bottom"] <= 900, part
+    assert layout["order"] == sorted(layout["order"])  # banner, then band, then grid
+    issues = load_known_issue_db(None, load_runs([REPO / r for r in runs]).runs)
+    assert [line.split(":", 1)[0] for line in layout["bandLines"]] == [ki.id for ki in issues]
+    assert layout["gridScroll"] <= layout["gridClient"] <= 1400
+    assert max(layout["tablesRight"]) <= 1400
+    assert layout["pageScroll"] <= 1400
+    assert "…" not in layout["notes"]
+    assert layout["openCases"] == 0
+    # the banner's colour is on screen: red when blocked, amber when only the GPU is missing
+    colour = (0xFF, 0xEE, 0xF0) if proc.returncode == 1 else (0xFF, 0xF5, 0xB1)
+    _, _, pixels = _png_pixels(png)
+    assert Counter(pixels)[bytes(colour)] > 5000, colour
+
+
+@pytest.mark.usefixtures("chromium")
+def test_a_grid_too_wide_either_way_is_split_into_tables_that_fit(tmp_path: Path) -> None:
+    """20 backends x 15 frontend/arch columns fit 1,400 px neither as pivoted nor transposed: the
+    page splits the columns over several tables, each within the window, every cell once."""
+    results = [
+        CaseResult(
+            case="a.py",
+            outcome=Outcome.FAIL if n % 3 else Outcome.PASS,
+            reason="x",
+            cell={
+                "cudnn": f"9.{n}.0.1",
+                "frontend": fe,
+                "cuda": "13.0",
+                "driver": "580",
+                "arch": arch,
+            },
+            cell_id=f"{n}-{fe}-{arch}",
+        )
+        for n in range(10, 30)
+        for fe in ("1.26.0", "1.27.0", "1.32.0")
+        for arch in ("sm80", "sm90", "sm100", "sm103", "sm120")
+    ]
+    report = build_report(merge_runs([(RunInfo(run_id="wide", path=tmp_path), results)]))
+    page = tmp_path / "wide.html"
+    page.write_text(render(report, "html"), encoding="utf-8")
+    browser, _ = _load(page, tmp_path, width=1400)
+    try:
+        layout = json.loads(browser.evaluate(_LAYOUT))
+        keys = browser.evaluate(
+            "Array.from(document.querySelectorAll('#grid td.cell'), td => td.dataset.cell)"
+        )
+        errors = browser.console_errors()
+    finally:
+        browser.close()
+    assert errors == []
+    assert len(layout["tablesRight"]) > 1
+    assert max(layout["tablesRight"]) <= 1400
+    assert layout["gridScroll"] <= layout["gridClient"]
+    assert layout["pageScroll"] <= 1400
+    assert sorted(keys) == sorted({f"{r}:{c}" for r in range(20) for c in range(15)})

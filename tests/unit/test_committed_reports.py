@@ -16,7 +16,9 @@ DOCS_RUNS = REPO / "reports" / "DOCS_RUNS"
 DOCS_LINK_BASE = ("--link-base", "../")
 
 
-@pytest.mark.parametrize(("fmt", "name"), [("md", "compat.md"), ("rst", "compat.rst")])
+@pytest.mark.parametrize(
+    ("fmt", "name"), [("md", "compat.md"), ("rst", "compat.rst"), ("html", "compat.html")]
+)
 def test_committed_table_is_a_fresh_render(tmp_path: Path, fmt: str, name: str) -> None:
     noxfile = (REPO / "noxfile.py").read_text(encoding="utf-8")
     assert f"DOCS_LINK_BASE = {DOCS_LINK_BASE!r}".replace("'", '"') in noxfile

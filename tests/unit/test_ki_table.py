@@ -13,7 +13,7 @@ from validate.judge.known_issues import KnownIssue, Symptom
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult
 from validate.report import Report, render
-from validate.report.ki_table import KIState
+from validate.report.ki_table import KIState, ki_bands
 from validate.report.model import RunInfo, merge_runs
 from validate.report.store import build_report
 
@@ -193,3 +193,67 @@ def test_a_database_given_at_report_time_judges_the_verdict_too() -> None:
     judged = build_report(runs, known_issues=[KI])
     assert judged.verdict.counts.get(Outcome.XFAIL) == 1
     assert judged.verdict.signed_off
+
+
+def _band(results: list[CaseResult]) -> str:
+    (band,) = ki_bands(_report(results).ki_table)
+    return band.text
+
+
+def test_band_says_where_it_reproduced_and_where_it_was_fixed() -> None:
+    """One line per issue from the evidence, not from the declaration: the backends it reproduced
+    on (a span of consecutive backends seen), the frontends and archs, the first newer backend
+    where its cases passed, and where no newer result backs that fix."""
+    assert _band(RESULTS) == (
+        "KI-9: affected 9.24.0.43 with frontend 1.27.0 on sm90, sm100; fixed in 9.24.1.1 "
+        "(no newer result for fe 1.27.0 on sm90); outside the declared range "
+        "(cuDNN >=9.24,<9.25 · sm100 · fixed in 9.25.0)"
+    )
+    crashes = [_result("repro.py", Outcome.CRASH, v, "sm100") for v in ("9.24.0.43", "9.24.1.1")]
+    inside = [*crashes, _result("repro.py", Outcome.PASS, "9.25.1.1", "sm100")]
+    assert (
+        _band(inside)
+        == "KI-9: affected 9.24.0.43\N{EN DASH}9.24.1.1 with frontend 1.27.0 on sm100; fixed in 9.25.1.1"
+    )
+
+
+def test_band_never_claims_more_than_the_evidence() -> None:
+    # a passing backend between two that reproduce: a list, not a span
+    gap = [
+        _result("repro.py", Outcome.CRASH, "9.24.0.43", "sm100"),
+        _result("repro.py", Outcome.PASS, "9.24.1.1", "sm100"),
+        _result("repro.py", Outcome.CRASH, "9.24.2.1", "sm100"),
+    ]
+    assert "affected 9.24.0.43, 9.24.2.1 with" in _band(gap)
+    # two archs named, but one of the backends passed on one of them
+    mixed = [
+        _result("repro.py", Outcome.CRASH, "9.24.0.43", "sm100"),
+        _result("repro.py", Outcome.CRASH, "9.24.1.1", "sm120"),
+        _result("repro.py", Outcome.PASS, "9.24.1.1", "sm100"),
+    ]
+    assert "on sm100, sm120 (not in every combination: see the table)" in _band(mixed)
+    newest = [_result("repro.py", Outcome.CRASH, "9.24.0.43", "sm100")]
+    assert _band(newest).endswith("not fixed in any backend run (9.24.0.43 is the newest)")
+    later_skip = [*newest, _result("repro.py", Outcome.SKIP, "9.25.1.1", "sm100")]
+    assert _band(later_skip).endswith("no backend after 9.24.0.43 ran its cases")
+
+
+@pytest.mark.parametrize(
+    ("results", "words"),
+    [
+        (
+            [_result("repro.py", Outcome.SKIP, "9.24.0.43", "sm100")],
+            "not covered: no case it names",
+        ),
+        (
+            [_result("repro.py", Outcome.PASS, "9.19.0.56", "sm100")],
+            "not reproduced: its cases passed in 1 of 1 columns",
+        ),
+        (
+            [_result("repro.py", Outcome.PASS, "9.25.1.1", "sm100")],
+            "not reproduced; its cases passed from 9.25.1.1 on (fixed in 9.25.0)",
+        ),
+    ],
+)
+def test_band_where_it_did_not_reproduce(results: list[CaseResult], words: str) -> None:
+    assert _band(results).startswith(f"KI-9: {words}")

@@ -116,6 +116,38 @@ def test_html_escapes_script_in_results() -> None:
     assert page.count("<script") == 2
 
 
+def test_html_footnotes_are_whole() -> None:
+    """The md table cuts a footnote's reason at 110 characters ("…"); the page shows it whole."""
+    reason = "graph not supported: " + "a very long backend message, " * 8 + "the end"
+    skip = CaseResult(case="x.py", outcome=Outcome.SKIP, reason=reason)
+    runs = merge_runs([(RunInfo(run_id="r", path=Path()), [skip])])
+    report = build_report(runs)
+    assert "…" in render(report, "md").split("- [1] skip: ", 1)[1].splitlines()[0]
+    notes = render(report, "html").split('<ul class="notes">', 1)[1].split("</ul>", 1)[0]
+    assert f"[1] skip: {reason} (1 result)" in notes
+    assert "…" not in notes
+
+
+def test_html_environments_are_stored_once_and_read_back_whole() -> None:
+    """Each result's environment is a list of interned parts (the results of a cell share most of
+    theirs); put back together as the page's script does, every one equals the stored one."""
+    report = _example()
+    page = render(report, "html")
+    data = json.loads(page.split('id="report-data">', 1)[1].split("</script>", 1)[0])
+    parts = data["env_parts"]
+    for item, result in zip(report.runs.items, data["results"], strict=True):
+        env: dict[str, object] = {}
+        for n in result["env"]:
+            path, value = parts[n]
+            at = env
+            for key in path[:-1]:
+                at = at.setdefault(key, {})  # type: ignore[assignment]
+            at[path[-1]] = value
+        assert env == json.loads(json.dumps(dict(item.result.env), default=str))
+    assert any(r["env"] for r in data["results"])
+    assert len(parts) < sum(len(r["env"]) for r in data["results"])  # shared parts held once
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_renders_a_merged_pair(fmt: str) -> None:
     base = load_runs([EXAMPLE])

@@ -4,11 +4,17 @@ Reads stored results only, so a report can be re-rendered at any time without re
 is the sign-off verdict (validate.judge.signoff): 0 when every outcome matches its expectation, 1 when
 there are regressions or infra errors; 2 for bad input. Results whose GPU cases were skipped for want
 of a GPU are NOT SIGNED OFF — no GPU, exit 0, or 1 with --require-gpu.
+
+On a terminal (stdout a TTY, no --out, no --format) it prints what fits the terminal's width: the
+per-cell table (one line per cell where the table is wider), its footnotes, one line per known
+issue, and the verdict once; the case x cell matrix goes to files only. Piped, stdout is the
+Markdown report and stderr the verdict.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -106,10 +112,17 @@ def _handle(args: argparse.Namespace) -> int:
         flaky=args.flaky,
         require_gpu=args.require_gpu,
     )
-    text = render(report, _format(args))
-    if out is None:
-        sys.stdout.write(text)
+    # a terminal gets what fits it (the per-cell summary, footnotes, known issues; the verdict
+    # once, below); the wide case x cell matrix goes to files only (--out, `nox -s report`)
+    width = shutil.get_terminal_size().columns
+    if out is None and not args.format and sys.stdout.isatty():
+        from validate.report.text import render_terminal
+
+        sys.stdout.write(render_terminal(report, width))
+    elif out is None:
+        sys.stdout.write(render(report, _format(args)))
     else:
+        text = render(report, _format(args))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
         log.info("wrote %s", out)
@@ -118,7 +131,12 @@ def _handle(args: argparse.Namespace) -> int:
 
         written = write_bug_reports(bug_report_items(report, baseline), Path(args.bug_reports))
         log.info("wrote %d bug report(s) to %s", len(written), args.bug_reports)
-    print(summary(report.verdict), file=sys.stderr)
+    verdict = summary(report.verdict)
+    if sys.stderr.isatty():
+        from validate.report.text import fit
+
+        verdict = fit(verdict, width)
+    print(verdict, file=sys.stderr)
     return report.verdict.exit_code
 
 
@@ -149,9 +167,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="where stored runs live (default: %(default)s)",
     )
     parser.add_argument(
-        "--format", choices=FORMATS, help="output format (default: from --out suffix, else md)"
+        "--format",
+        choices=FORMATS,
+        help="output format (default: from --out suffix, else md; on a terminal without --out, a "
+        "summary that fits it)",
     )
-    parser.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write here instead of stdout (on a terminal, stdout gets a summary that fits it)",
+    )
     parser.add_argument(
         "--baseline",
         action="append",

@@ -24,7 +24,7 @@ from validate.model.order import natural_key, parse_version, value_key
 from validate.report.model import result_key
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping, Sequence
+    from collections.abc import Collection, Iterable, Mapping, Sequence
 
     from validate.judge.known_issues import KnownIssue
     from validate.report.model import StoredResult
@@ -33,12 +33,14 @@ __all__ = [
     "KI_LEGEND",
     "KI_SYMBOLS",
     "NOT_RUN_LEGEND",
+    "KIBand",
     "KIColumn",
     "KIState",
     "KITable",
     "KITableCell",
     "KITableRow",
     "build_ki_table",
+    "ki_bands",
 ]
 
 
@@ -171,6 +173,118 @@ class KITable:
 
     def legend(self) -> str:
         return " · ".join(f"{KI_SYMBOLS[s]} {text}" for s, text in self.legend_items())
+
+
+#: States that say the issue reproduced in a column, and those that say its cases ran and passed.
+_REPRODUCED: Final = frozenset({KIState.AFFECTED, KIState.OUTSIDE})
+_PASSED: Final = frozenset({KIState.FIXED, KIState.NOT_REPRODUCED})
+
+
+@dataclass(frozen=True, kw_only=True)
+class KIBand:
+    """One known issue in one line of words, from the evidence of its row (the HTML page's band
+    under the verdict, the terminal report): where it reproduced, and from which backend on its
+    cases passed. `state` is the row's headline: outside_range or affected where it reproduced
+    (outside wins), else fixed / not_reproduced where its cases passed, else not_run / not_covered."""
+
+    issue: KnownIssue
+    state: KIState
+    words: str  # what the evidence says, after the issue's id
+    declared: str  # the database's own range (KITableRow.declared), to set beside the evidence
+
+    @property
+    def text(self) -> str:
+        return f"{self.issue.id}: {self.words}"
+
+
+def _span(values: Sequence[str], seen: Sequence[str]) -> str:
+    """`first EN DASH last` (9.22.0.52 to 9.24.0.43) when `values` are a run of consecutive `seen`
+    values, else a list."""
+    if len(values) == 1:
+        return values[0]
+    first, last = seen.index(values[0]), seen.index(values[-1])
+    if list(seen[first : last + 1]) == list(values):
+        return f"{values[0]}\N{EN DASH}{values[-1]}"
+    return ", ".join(values)
+
+
+def _ordered(values: Iterable[str]) -> list[str]:
+    return sorted(set(values), key=value_key)
+
+
+def _band(row: KITableRow) -> KIBand:
+    ki, cells = row.issue, row.cells
+    hit = [c for c in cells if c.state in _REPRODUCED]
+    ran = [c for c in cells if c.state in _REPRODUCED | _PASSED]
+    if not hit:
+        passed = [c for c in cells if c.state in _PASSED]
+        fixed = _ordered(c.column.cudnn for c in passed if c.state is KIState.FIXED)
+        if fixed:
+            text = f"not reproduced; its cases passed from {fixed[0]} on (fixed in {ki.fixed_in})"
+            state = KIState.FIXED
+        elif passed:
+            text = f"not reproduced: its cases passed in {len(passed)} of {len(cells)} columns"
+            state = KIState.NOT_REPRODUCED
+        elif any(c.state is KIState.NOT_RUN for c in cells):
+            text, state = "not run: the tier that ran left its cells out", KIState.NOT_RUN
+        else:
+            text, state = "not covered: no case it names ran here", KIState.NOT_COVERED
+        return KIBand(issue=ki, state=state, words=text, declared=row.declared)
+    backends = _ordered(c.column.cudnn for c in hit)
+    fes = _ordered(c.column.frontend for c in hit)
+    archs = sorted({c.column.arch for c in hit}, key=natural_key)
+    all_fes = _ordered(c.column.frontend for c in cells)
+    parts = [f"affected {_span(backends, _ordered(c.column.cudnn for c in ran))}"]
+    if len(all_fes) > 1 and fes == all_fes:
+        parts.append("with every frontend")
+    elif fes == [f for f in all_fes if value_key(f) >= value_key(fes[0])] and len(fes) > 1:
+        parts.append(f"with frontend ≥ {fes[0]}")
+    else:
+        parts.append(f"with frontend {', '.join(fes)}")
+    parts.append(f"on {', '.join(archs)}")
+    text = " ".join(parts)
+    # the words claim every backend x frontend x arch they name: say so where one of them passed
+    inside = [
+        c
+        for c in cells
+        if c.column.frontend in fes
+        and c.column.arch in archs
+        and value_key(backends[0]) <= value_key(c.column.cudnn) <= value_key(backends[-1])
+    ]
+    if any(c.state in _PASSED for c in inside):
+        text += " (not in every combination: see the table)"
+    later = [
+        c
+        for c in cells
+        if c.column.frontend in fes
+        and c.column.arch in archs
+        and value_key(c.column.cudnn) > value_key(backends[-1])
+    ]
+    passed_later = _ordered(c.column.cudnn for c in later if c.state in _PASSED)
+    if passed_later:
+        text += f"; fixed in {passed_later[0]}"
+        # say where no newer result backs the fix: a combination that reproduced, never passed later
+        done = {(c.column.frontend, c.column.arch) for c in later if c.state in _PASSED}
+        open_ = sorted(
+            {(c.column.frontend, c.column.arch) for c in hit} - done,
+            key=lambda k: (value_key(k[0]), natural_key(k[1])),
+        )
+        if open_:
+            text += f" (no newer result for {', '.join(f'fe {f} on {a}' for f, a in open_)})"
+    elif later:
+        text += f"; no backend after {backends[-1]} ran its cases"
+    else:
+        text += f"; not fixed in any backend run ({backends[-1]} is the newest)"
+    outside = any(c.state is KIState.OUTSIDE for c in hit)
+    if outside:
+        text += f"; outside the declared range ({row.declared})"
+    state = KIState.OUTSIDE if outside else KIState.AFFECTED
+    return KIBand(issue=ki, state=state, words=text, declared=row.declared)
+
+
+def ki_bands(ki: KITable) -> list[KIBand]:
+    """One KIBand per row, in database order."""
+    return [_band(row) for row in ki.rows]
 
 
 def _cases(keys: Sequence[str]) -> list[str]:

@@ -93,8 +93,9 @@ class Footnote:
 
     index: int
     kind: Literal["skip", "error"]
-    reason: str
+    reason: str  # the first line, cut at _MAX_REASON (the key results share)
     count: int
+    full: str = ""  # the first result's whole reason (the HTML page shows it uncut)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,13 +168,14 @@ def build_table(
     col_keys = sorted({c for _, c in groups}, key=lambda k: [value_key(v) for v in k])
     notes: dict[tuple[str, str], int] = {}
     note_counts: Counter[tuple[str, str]] = Counter()
+    note_full: dict[tuple[str, str], str] = {}
     cells: dict[tuple[tuple[str, ...], tuple[str, ...]], TableCell] = {}
     for row in row_keys:
         for col in col_keys:
             group = groups.get((row, col))
             if group:
                 cells[(row, col)] = _cell(
-                    [g.result for g in group], known_issues, notes, note_counts
+                    [g.result for g in group], known_issues, notes, note_counts, note_full
                 )
     footnotes = tuple(
         Footnote(
@@ -181,6 +183,7 @@ def build_table(
             kind="skip" if kind == "skip" else "error",
             reason=reason,
             count=note_counts[(kind, reason)],
+            full=note_full[(kind, reason)],
         )
         for (kind, reason), i in notes.items()
     )
@@ -198,6 +201,7 @@ def _cell(
     known_issues: Sequence[KnownIssue],
     notes: dict[tuple[str, str], int],
     note_counts: Counter[tuple[str, str]],
+    note_full: dict[tuple[str, str], str],
 ) -> TableCell:
     counts = Counter(str(r.outcome) for r in results)
     statuses = Counter(_segment_of(r) for r in results)
@@ -207,6 +211,7 @@ def _cell(
             key = (status, _short(r.reason))
             index = notes.setdefault(key, len(notes) + 1)
             note_counts[key] += 1
+            note_full.setdefault(key, r.reason.strip() or key[1])
             if index not in marks[key[0]]:
                 marks[key[0]].append(index)
     affected, fixed = _known_issue_flags(results, known_issues)

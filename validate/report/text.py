@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
 from validate.judge.signoff import summary
 from validate.report.case_matrix import MATRIX_LEGEND
+from validate.report.ki_table import KIState, ki_bands
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -22,11 +24,14 @@ if TYPE_CHECKING:
 __all__ = [
     "LEGEND",
     "case_matrix_lines",
+    "fit",
     "ki_lines",
     "ki_table_text",
+    "provenance_facts",
     "provenance_lines",
     "render_markdown",
     "render_rst",
+    "render_terminal",
     "table_text",
 ]
 
@@ -161,12 +166,18 @@ def _tier_fact(tier: Mapping[str, Any]) -> str:
     return text + (f"; {len(left)} planned cells left out (not run): {shown}" if left else "")
 
 
+def provenance_facts(run: RunInfo) -> list[tuple[str, str]]:
+    """(name, value) per provenance fact recorded in a run's run.json, in a fixed order."""
+    meta: Mapping[str, Any] = run.meta
+    facts = [(key, _fact(meta[key])) for key in _PROVENANCE_KEYS if meta.get(key)]
+    if isinstance(meta.get("tier"), dict):
+        facts.append(("tier", _tier_fact(meta["tier"])))
+    return facts
+
+
 def provenance_lines(run: RunInfo) -> list[str]:
     """One line per provenance fact recorded in a run's run.json."""
-    meta: Mapping[str, Any] = run.meta
-    facts = [f"{key}: {_fact(meta[key])}" for key in _PROVENANCE_KEYS if meta.get(key)]
-    if isinstance(meta.get("tier"), dict):
-        facts.append(f"tier: {_tier_fact(meta['tier'])}")
+    facts = [f"{key}: {value}" for key, value in provenance_facts(run)]
     return [f"run `{run.run_id}` ({run.path})", *(f"  {fact}" for fact in facts)]
 
 
@@ -221,3 +232,67 @@ def render_rst(report: Report) -> str:
     out += ["Sign-off", "--------", "", "::", ""]
     out += [f"   {line}" for line in summary(report.verdict).splitlines()]
     return "\n".join(out) + "\n"
+
+
+def fit(text: str, width: int) -> str:
+    """Every line of `text` wrapped to `width` columns (never cut: a wrapped line goes on indented
+    under its own start), for a terminal whose width is known."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip())]
+        indent = (lead + "    ")[: max(0, min(len(lead) + 4, width // 3))]
+        out += textwrap.wrap(
+            line.strip(),
+            width=width,
+            initial_indent=lead[: width // 3],
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        ) or [""]
+    return "\n".join(out)
+
+
+def _cell_list(table: CompatTable) -> list[str]:
+    """The table as one line per non-empty cell (`9.24.0.43 · fe 1.26.0 / sm80: ✓ 2 · 18 skip`):
+    what a terminal shows where the grid is wider than it."""
+    cols = table.headers()[len(table.pivot.rows) :]
+    lines = []
+    for row in table.row_keys:
+        for col, header in zip(table.col_keys, cols, strict=True):
+            cell = table.cell(row, col)
+            if cell.status != "empty":
+                lines.append(f"{' / '.join(row)} · {header}: {cell.text}")
+    return lines
+
+
+def render_terminal(report: Report, width: int) -> str:
+    """What `report` prints on a terminal: the per-cell summary (the compatibility table, or one
+    line per cell where the table is wider than the terminal), its footnotes and one line per
+    known issue, each within `width` columns. The case x cell matrix and the known-issue table go
+    to files only (--out); the verdict is printed once, by the caller."""
+    table = report.table
+    out = [f"results: {', '.join(str(run.path) for run in report.runs.runs)}", ""]
+    grid = table_text(table).split("\n\n", 1)[0]
+    if max(map(len, grid.splitlines()), default=0) <= width:
+        out += [grid, ""]
+    else:
+        out += [*_cell_list(table), ""]
+    out += [f"- {note}" for note in table.footnote_lines()]
+    bands = ki_bands(report.ki_table)
+    shown = [band.text for band in bands if band.state is not KIState.NOT_COVERED]
+    quiet = [band.issue.id for band in bands if band.state is KIState.NOT_COVERED]
+    if quiet:
+        shown.append(f"{', '.join(quiet)}: not covered: no case they name ran here")
+    if shown:
+        out += ["", "Known issues:", *(f"- {line}" for line in shown)]
+    out += [
+        "",
+        (
+            "The case x cell matrix, the known-issue table and the evidence links: --out FILE "
+            "(.md, .html, .rst, .json, .junit.xml)."
+        ),
+        "",
+    ]
+    return fit("\n".join(out), width) + "\n\n"
