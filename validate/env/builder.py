@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 from validate.env.images import (
     BACKEND_REPO,
     DEFAULT_BASE_IMAGE,
-    IMAGE_PYTHON,
+    IMAGE_DEFAULTS,
     IMAGE_REPO,
     LABEL_PREFIX,
     LOCAL_BASE_IMAGE,
@@ -29,6 +29,7 @@ from validate.env.images import (
 from validate.env.progress import Activity, activity
 from validate.env.wheelhouse import Wheelhouse, default_wheelhouse, link
 from validate.errors import ConfigError, DockerError, ImageBuildError
+from validate.model.matrix import env_pins
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -256,16 +257,18 @@ class ImageBuilder:
         backend: BackendSource | None = None,
         frontend: FrontendSource | None = None,
         base_image: str | None = None,
-        python: str = IMAGE_PYTHON,
         torch: str | None = None,
     ) -> ImageSpec:
         """The ImageSpec of a cell: the one place that decides each of its inputs.
 
         `images build` and `validate --executor docker` both call it with their flags, so a cell
-        gets one tag from either. Wheels come from the wheelhouse (fetched when missing), the base
-        from `base_image_for` (`base_image` is --base-image, None to choose), forward
-        compatibility (cuda-compat-<major>-<minor>) from the cell's driver pin.
+        gets one tag from either. The pins are the cell's env pins (`env_pins(cell,
+        IMAGE_DEFAULTS)`: its python axis picks the wheels' Python), the wheels come from the
+        wheelhouse (fetched when missing), the base from `base_image_for` (`base_image` is
+        --base-image, None to choose), forward compatibility (cuda-compat-<major>-<minor>) from
+        the cell's driver pin.
         """
+        python = env_pins(cell, IMAGE_DEFAULTS)["python"]
         libdir = backend.libdir() if backend is not None and backend.kind == "libdir" else None
         backend_wheel = None
         if libdir is None:
@@ -289,7 +292,6 @@ class ImageBuilder:
             backend_wheel=backend_wheel,
             backend_libdir=libdir,
             base_image=base_image_for(cell, base_image, self),
-            python=python,
             torch=torch,
             compat=compat_for(cell),
         )

@@ -6,20 +6,25 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Literal
 
 from packaging.version import Version
 
 from validate import __version__
 from validate.errors import ConfigError
-from validate.model.matrix import Driver
+from validate.model.matrix import Driver, env_pins
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from validate.model.matrix import Cell
 
 __all__ = [
     "BACKEND_REPO",
     "DEFAULT_BASE_IMAGE",
+    "IMAGE_DEFAULTS",
+    "IMAGE_PYTHON",
     "IMAGE_REPO",
     "LABEL_PREFIX",
     "LOCAL_BASE_IMAGE",
@@ -44,13 +49,9 @@ BackendKind = Literal["wheel", "libdir"]
 
 #: The Python of a cell image whose cell has no python axis value (the local base image's).
 IMAGE_PYTHON: Final = "3.11"
-
-
-def image_python(cell: Cell) -> str:
-    """The Python a cell's image is made for: its python axis value, else IMAGE_PYTHON. Both
-    `images build` and `validate --executor docker` ask here, so a cell gets one image from
-    either."""
-    return cell.python or IMAGE_PYTHON
+#: An image is always made for some Python: `env_pins(cell, IMAGE_DEFAULTS)` are an image's pins,
+#: for `images build` and `validate --executor docker` alike (ImageSpec.for_cell, docker env_key).
+IMAGE_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({"python": IMAGE_PYTHON})
 
 
 def repo_root() -> Path:
@@ -145,16 +146,25 @@ class ImageSpec:
         backend_wheel: str | None = None,
         backend_libdir: Path | None = None,
         base_image: str | None = None,
-        python: str = "3.11",
         torch: str | None = None,
         compat: str | None = None,
     ) -> ImageSpec:
-        """Spec for a planned cell; the backend is a wheel file name or a library folder."""
-        base = base_image or DEFAULT_BASE_IMAGE.format(cuda=cell.cuda)
+        """Spec for a planned cell; the backend is a wheel file name or a library folder. The
+        image's pins are the cell's env pins, with IMAGE_PYTHON where the cell has no Python."""
+        pins = env_pins(cell, IMAGE_DEFAULTS)
+        cudnn, frontend, cuda, python = (
+            pins.pop(a) for a in ("cudnn", "frontend", "cuda", "python")
+        )
+        if (
+            pins
+        ):  # an axis marked `env` that no ImageSpec field installs: cells would share an image
+            msg = f"ImageSpec.for_cell: env axes {', '.join(pins)} do not reach the image"
+            raise NotImplementedError(msg)
+        base = base_image or DEFAULT_BASE_IMAGE.format(cuda=cuda)
         return cls(
-            cudnn=cell.cudnn,
-            frontend=cell.frontend,
-            cuda=cell.cuda,
+            cudnn=cudnn,
+            frontend=frontend,
+            cuda=cuda,
             base_image=base,
             python=python,
             backend_source="libdir" if backend_libdir is not None else "wheel",
