@@ -1,29 +1,26 @@
-"""A frontend git checkout built into a wheel, without network where its pieces are on the host.
+"""What building a frontend checkout into a wheel needs, found before anything is compiled.
 
 cudnn-frontend's `python/CMakeLists.txt` fetches dlpack (and, unless told otherwise, pybind11)
 from GitHub at configure time. It has switches to use installed copies instead
 (`CUDNN_FRONTEND_USE_SYSTEM_DLPACK`, `CUDNN_FRONTEND_FETCH_PYBINDS_IN_CMAKE`); its `setup.py`
-passes none of them through, so they are set here in a CMake toolchain file named by the
-`CMAKE_TOOLCHAIN_FILE` environment variable (read by CMake >= 3.21 for a new build folder).
+passes none of them through, so the plan sets them in the lines of a CMake toolchain file that
+the build (env/frontend_build.py) names by the `CMAKE_TOOLCHAIN_FILE` environment variable
+(read by CMake >= 3.21 for a new build folder).
 
-`plan_build` looks at the checkout and the host before anything is compiled and names every
-missing piece in one line: system dlpack (Debian's libdlpack-dev), the `[build-system]`
-requirements (pybind11, cmake, ninja, setuptools ...) in the wheelhouse, cuDNN headers, CUDA
-toolkit headers, a C++ compiler. A checkout without `python/CMakeLists.txt` (any other Python
-package) needs only its build requirements.
+`plan_build` looks at the checkout and the host and names every missing piece in one line:
+system dlpack (Debian's libdlpack-dev), the `[build-system]` requirements (pybind11, cmake,
+ninja, setuptools ...) in the wheelhouse, cuDNN headers, CUDA toolkit headers, a C++ compiler.
+A checkout without `python/CMakeLists.txt` (any other Python package) needs only its build
+requirements.
 """
 
 from __future__ import annotations
 
 import email.parser
 import hashlib
-import json
-import logging
 import os
 import re
-import shlex
 import shutil
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -40,26 +37,22 @@ from packaging.utils import (
 )
 
 from validate._compat import tomllib
-from validate.env.progress import Activity, Streamed, activity, ninja_line, run_streamed
 from validate.errors import EnvBuildError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Sequence
 
     from packaging.version import Version
 
-    from validate.env.sources import BackendSource, FrontendSource
+    from validate.env.sources import BackendSource
 
 __all__ = [
     "CUDA_ROOTS",
     "DLPACK_DIRS",
     "BuildPlan",
-    "build_frontend_wheel",
-    "compile_causes",
+    "missing_requirements",
     "plan_build",
 ]
-
-log = logging.getLogger(__name__)
 
 #: pip's build requirements for a project without [build-system] (PEP 518's default).
 _DEFAULT_REQUIRES: Final = ("setuptools>=40.8.0",)
@@ -80,11 +73,6 @@ _PACKAGE_VERSION_RE: Final = re.compile(r'set\(PACKAGE_VERSION "([^"]+)"\)')
 CUDA_ROOTS: Final = (Path("/usr/local/cuda"),)
 _CUDA_ENV: Final = ("CUDAToolkit_ROOT", "CUDA_PATH", "CUDA_HOME")
 _CUDA_VERSION_RE: Final = re.compile(r"^#define\s+CUDA_VERSION\s+(\d+)", re.MULTILINE)
-_MISSING_HEADER_RE: Final = re.compile(
-    r"^(?P<where>\S+?):(?P<line>\d+):\d+: fatal error: (?P<header>\S+): No such file or directory"
-)
-#: Lines of a failed `pip wheel` worth quoting: the cause sits mid-log, the traceback at the end.
-_BUILD_CAUSE: Final = re.compile(r"CMake Error|fatal:|error:|Could not|not found", re.IGNORECASE)
 
 
 @dataclass(kw_only=True)
@@ -573,152 +561,3 @@ def plan_build(
             "C++ compiler: none of $CXX, c++, g++, clang++ on PATH; install g++ (apt-get install g++)"
         )
     return plan
-
-
-def compile_causes(output: str, work: Path, plan: BuildPlan) -> list[str]:
-    """Missing-header errors of a failed compile as one line each: the header, who includes it,
-    where it was looked for, and the wheel that would bring it."""
-    lines: list[str] = []
-    for line in output.splitlines():
-        match = _MISSING_HEADER_RE.search(line.strip())
-        if match is None:
-            continue
-        header, where = match["header"], Path(match["where"])
-        with_line = (
-            f"{where.relative_to(work) if where.is_relative_to(work) else where}:{match['line']}"
-        )
-        looked = (
-            ", ".join(str(p) for p in [*plan.cuda_include, *plan.include_dirs])
-            or "no CUDA include folder"
-        )
-        hint = ""
-        if header.startswith("nvrtc"):
-            wheel = "nvidia-cuda-nvrtc" + (
-                "" if (plan.cuda_major or 13) >= 13 else f"-cu{plan.cuda_major}"
-            )
-            hint = f"; put the {wheel} wheel for CUDA {plan.cuda_major or '?'} in the wheelhouse or install the toolkit's nvrtc headers"
-        text = (
-            f"CUDA header {header}: not found (included from {with_line}; looked in {looked}){hint}"
-        )
-        if text not in lines:
-            lines.append(text)
-    return lines
-
-
-def _toolchain_file(plan: BuildPlan, folder: Path) -> Path | None:
-    if not plan.toolchain:
-        return None
-    lines = list(plan.toolchain)
-    if previous := os.environ.get("CMAKE_TOOLCHAIN_FILE"):  # the user's own comes first
-        lines.insert(0, f'include("{previous}")')
-    path = folder / "offline.cmake"
-    path.write_text(
-        "# written by cudnn-matrix: build the frontend with installed pieces\n"
-        + "\n".join(lines)
-        + "\n"
-    )
-    return path
-
-
-def _run_logged(
-    argv: Sequence[str],
-    sink: Path,
-    act: Activity,
-    env: Mapping[str, str] | None = None,
-    parse: Callable[[str, Activity], None] | None = None,
-) -> Streamed:
-    with sink.open("a", encoding="utf-8") as out:
-        return run_streamed(argv, act, parse, env=env, log_file=out)
-
-
-def build_frontend_wheel(
-    source: FrontendSource,
-    cache_dir: Path,
-    *,
-    python: str = sys.executable,
-    wheelhouse: Path | None = None,
-    backend: BackendSource | None = None,
-) -> Path:
-    """Build a git checkout's commit into a wheel once; later calls return the cached wheel.
-
-    With a wheelhouse it builds without network (`pip wheel --no-index`, system dlpack); a
-    missing piece is an EnvBuildError naming each one, before anything is compiled.
-    """
-    assert source.kind == "git"
-    assert source.path is not None
-    assert source.commit is not None
-    target = cache_dir / "frontend-wheels" / source.commit
-    wheels = sorted(target.glob("*.whl"))
-    if wheels:
-        return wheels[0]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    build_log = target.parent / f"{source.commit}.log"
-    build_log.write_text("")
-    short = source.commit[:12]
-    with (
-        tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp,
-        activity(f"frontend wheel {short}") as act,
-    ):
-        work, out = Path(tmp) / "src", Path(tmp) / "wheels"
-        git_steps = [
-            ["git", "clone", "--quiet", "--shared", "--no-checkout", str(source.path), str(work)],
-            ["git", "-C", str(work), "checkout", "--quiet", source.commit],
-            ["git", "-C", str(work), "submodule", "update", "--init", "--recursive", "--quiet"],
-        ]
-        for argv in git_steps:
-            act.update(f"git {argv[3] if argv[1] == '-C' else argv[1]}")
-            proc = _run_logged(argv, build_log, act)
-            if proc.returncode != 0:
-                tail = proc.tail(6)
-                msg = f"building the frontend at {short} failed: {shlex.join(argv)}\n{tail}"
-                raise EnvBuildError(msg)
-        plan = plan_build(
-            work, commit=source.commit, cache=target.parent, wheelhouse=wheelhouse, backend=backend
-        )
-        if plan.missing:
-            raise EnvBuildError(plan.error(source.commit))
-        env = {**os.environ, **plan.env}
-        if toolchain := _toolchain_file(plan, Path(tmp)):
-            env["CMAKE_TOOLCHAIN_FILE"] = str(toolchain)
-        if plan.include_dirs:
-            cpath = [str(p) for p in plan.include_dirs]
-            env["CPATH"] = os.pathsep.join([*cpath, *filter(None, [os.environ.get("CPATH")])])
-        argv = [python, "-m", "pip", "wheel", "-v", "--no-deps", "--disable-pip-version-check"]
-        argv += [*plan.pip_args, "--wheel-dir", str(out), str(work)]
-        log.info(
-            "building frontend %s@%s into a wheel%s (log: %s)",
-            source.path,
-            short,
-            f": {'; '.join(plan.notes)}" if plan.notes else "",
-            build_log,
-        )
-        act.update("pip wheel")
-        proc = _run_logged(argv, build_log, act, env, ninja_line)
-        if proc.returncode != 0:
-            output = proc.output
-            if causes := compile_causes(output, work, plan):
-                names = ", ".join(c.split(":", 1)[0] for c in causes)
-                msg = "\n".join(
-                    [f"building the frontend at {short} failed: missing {names}", *causes]
-                )
-                raise EnvBuildError(msg + f"\nfull log: {build_log}")
-            lines = output.strip().splitlines()
-            found = [ln.strip() for ln in lines if _BUILD_CAUSE.search(ln)][:6]
-            tail = "\n".join([*found, *lines[-6:]])
-            msg = f"building the frontend at {short} failed: {shlex.join(argv)}\n{tail}\nfull log: {build_log}"
-            raise EnvBuildError(msg)
-        built = sorted(out.glob("*.whl"))
-        if not built:
-            msg = f"pip wheel of {source.path}@{short} produced no wheel"
-            raise EnvBuildError(msg)
-        staged = target.with_name(
-            f".{source.commit}.{hashlib.sha256(tmp.encode()).hexdigest()[:8]}"
-        )
-        staged.mkdir()
-        shutil.move(str(built[0]), staged / built[0].name)
-        (staged / "build.json").write_text(json.dumps({"notes": plan.notes}, indent=2) + "\n")
-        try:
-            staged.rename(target)
-        except OSError:  # another process finished first: keep its wheel
-            shutil.rmtree(staged, ignore_errors=True)
-    return min(target.glob("*.whl"))
