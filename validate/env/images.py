@@ -1,4 +1,8 @@
-"""ImageSpec: what goes into a cell's container image, and its content-addressed tag and labels."""
+"""ImageSpec: what goes into a cell's container image, and its content-addressed tag and labels.
+
+`spec_for` decides every input of a cell's image (pins, wheels, base, forward compatibility);
+env/builder.py builds what it decides.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from packaging.version import Version
 
@@ -18,6 +22,8 @@ from validate.model.matrix import Driver, env_pins
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from validate.env.sources import BackendSource, FrontendSource
+    from validate.env.wheelhouse import Wheelhouse
     from validate.model.matrix import Cell
 
 __all__ = [
@@ -28,10 +34,13 @@ __all__ = [
     "IMAGE_REPO",
     "LABEL_PREFIX",
     "LOCAL_BASE_IMAGE",
+    "HoldsImages",
     "ImageSpec",
+    "base_image_for",
     "compat_for",
     "dockerfile_path",
     "repo_root",
+    "spec_for",
 ]
 
 #: Repository part of every cell image tag; `images list|prune` only ever touch this repository.
@@ -268,3 +277,71 @@ class ImageSpec:
             f"{p}.compat": self.compat or "",
             f"{p}.digest": self.digest,
         }
+
+
+class HoldsImages(Protocol):
+    """What base_image_for asks of the daemon (ImageBuilder)."""
+
+    def image_exists(self, tag: str) -> bool: ...
+
+
+def base_image_for(cell: Cell, base_image: str | None, builder: HoldsImages) -> str:
+    """The base of a cell's image, for `images build` and `validate --executor docker` alike.
+
+    `base_image` (--base-image) when given; else NVIDIA's CUDA image when the daemon holds it or
+    holds no local base; else the local base (`nox -s base_image`, a host with no registry).
+    """
+    if base_image:
+        return base_image
+    nvidia = DEFAULT_BASE_IMAGE.format(cuda=cell.cuda)
+    if builder.image_exists(nvidia) or not builder.image_exists(LOCAL_BASE_IMAGE):
+        return nvidia
+    return LOCAL_BASE_IMAGE
+
+
+def spec_for(
+    cell: Cell,
+    wheels: Wheelhouse,
+    daemon: HoldsImages,
+    *,
+    backend: BackendSource | None = None,
+    frontend: FrontendSource | None = None,
+    base_image: str | None = None,
+    torch: str | None = None,
+) -> ImageSpec:
+    """The ImageSpec of a cell: the one place that decides each of its inputs.
+
+    `images build` and `validate --executor docker` both call it (through ImageBuilder.spec_for)
+    with their flags, so a cell gets one tag from either. The pins are the cell's env pins
+    (`env_pins(cell, IMAGE_DEFAULTS)`: its python axis picks the wheels' Python), the wheels
+    come from the wheelhouse (fetched when missing), the base from `base_image_for` (`base_image`
+    is --base-image, None to choose; `daemon` says which images it holds), forward compatibility
+    (cuda-compat-<major>-<minor>) from the cell's driver pin.
+    """
+    python = env_pins(cell, IMAGE_DEFAULTS)["python"]
+    libdir = backend.libdir() if backend is not None and backend.kind == "libdir" else None
+    backend_wheel = None
+    if libdir is None:
+        if backend is not None and backend.kind == "wheel" and backend.path is not None:
+            backend_wheel = wheels.add_wheel(backend.path)
+        elif backend is None or backend.kind == "pypi":
+            backend_wheel = wheels.fetch_backend(cell.cudnn, cell.cuda)
+        else:
+            msg = f"backend source {backend.describe()} cannot go into an image; use a wheel or folder"
+            raise ConfigError(msg)
+    if frontend is not None and frontend.kind == "wheel" and frontend.path is not None:
+        frontend_wheel = wheels.add_wheel(frontend.path)
+    elif frontend is None or frontend.kind == "pypi":
+        frontend_wheel = wheels.fetch_frontend(cell.frontend, python)
+    else:
+        msg = f"frontend source {frontend.describe()} cannot go into an image; build a wheel first"
+        raise ConfigError(msg)
+    return ImageSpec.for_cell(
+        cell,
+        frontend_wheel=frontend_wheel,
+        backend_wheel=backend_wheel,
+        backend_libdir=libdir,
+        base_image=base_image_for(cell, base_image, daemon),
+        torch=torch,
+        compat=compat_for(cell),
+    )
