@@ -40,9 +40,15 @@ def main() -> int:
     builder = ImageBuilder(wheelhouse=args.wheelhouse, network="none")
     specs: list[ImageSpec] = [
         builder.spec_for(
-            Cell(cudnn=args.cudnn, frontend=fe, cuda=args.cuda, driver="580", arch="sm90"),
+            Cell(
+                cudnn=args.cudnn,
+                frontend=fe,
+                cuda=args.cuda,
+                driver="580",
+                arch="sm90",
+                python=args.python,  # the python axis picks the image's Python
+            ),
             base_image=args.base_image,
-            python=args.python,
         )
         for fe in (first, second)
     ]

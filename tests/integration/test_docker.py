@@ -80,10 +80,7 @@ def builder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImageBuilder]:
 
 @pytest.fixture(scope="session")
 def specs(builder: ImageBuilder) -> dict[str, ImageSpec]:
-    return {
-        fe: builder.spec_for(_cell(fe), base_image=LOCAL_BASE_IMAGE, python="3.11")
-        for fe in FRONTENDS
-    }
+    return {fe: builder.spec_for(_cell(fe), base_image=LOCAL_BASE_IMAGE) for fe in FRONTENDS}
 
 
 def _remove(builder: ImageBuilder, specs: dict[str, ImageSpec]) -> None:
@@ -228,7 +225,7 @@ def test_build_failure_is_image_build_error_with_log_tail(
 ) -> None:
     # a missing base no longer reaches the build (test_missing_base_is_one_line): a base whose
     # first RUN step fails makes the build itself fail
-    broken = builder.spec_for(_cell("1.26.0"), base_image=empty_image, python="3.11")
+    broken = builder.spec_for(_cell("1.26.0"), base_image=empty_image)
     with pytest.raises(
         ImageBuildError, match=r"^building cudnn-matrix/(backend|cell):\w+ .* failed: "
     ) as info:

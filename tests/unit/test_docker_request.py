@@ -6,20 +6,29 @@ of `POST /containers/create` is the part we own, and it is asserted exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 import pytest
 
 from validate.config import ValidateConfig
+from validate.env.builder import ImageBuilder
+from validate.env.sources import Sources
 from validate.errors import ConfigError
-from validate.execute import EXECUTORS, ExecTarget, pick_executor
+from validate.execute import EXECUTORS, ExecTarget, RunContext, pick_executor
 from validate.execute.docker import DockerExecutor, container_config
 from validate.execute.incontainer import payload, read_payload
 from validate.model.matrix import Cell
+from validate.model.results import ResultStore
+from validate.plan.host import HostFacts
+from validate.plan.steps import Step
+
+if TYPE_CHECKING:
+    from validate.env.images import ImageSpec
 
 CELL = Cell(cudnn="9.24.0.43", frontend="1.27.0", cuda="13.0", driver="580", arch="sm100")
 
@@ -66,9 +75,11 @@ def _request(tmp_path: Path, gpus: tuple[int, ...] | None = None) -> _Request:
     )
 
 
-def _send(client: Any, request: _Request, *, gpu: bool) -> dict[str, Any]:
+def _send(
+    client: Any, request: _Request, *, gpu: bool, executor: DockerExecutor | None = None
+) -> dict[str, Any]:
     bodies: list[dict[str, Any]] = client.bodies
-    executor = DockerExecutor(client=client, gpu=gpu)
+    executor = executor or DockerExecutor(client=client, gpu=gpu)
     with (
         pytest.raises(_Sent),
         executor.container(CELL, request.target, request.config, request.results_dir),
@@ -149,3 +160,48 @@ def test_pick_executor_names() -> None:
     with pytest.raises(ConfigError, match="--executor: unknown executor 'podman'"):
         pick_executor("podman")
     assert pick_executor("docker").name == "docker"
+
+
+class _NoBuild(ImageBuilder):
+    """FAKE build step only (no daemon): the spec is real, `ensure` returns its tag."""
+
+    def ensure(self, spec: ImageSpec, *, log_path: Path | None = None) -> str:  # noqa: ARG002
+        return spec.tag
+
+
+@pytest.mark.parametrize(("python", "wheel_python"), [("3.12", "cp312"), ("", "cp311")])
+def test_python_picks_the_image_the_container_runs(
+    client: Any, tmp_path: Path, python: str, wheel_python: str
+) -> None:
+    """`--python 3.12`: the step's image is the one made for Python 3.12 (its frontend wheel for
+    cp312), and that is the image the container is created from; a cell without a Python gets
+    the image default (3.11). The docker path once built every image for 3.11."""
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    for name in (
+        "nvidia_cudnn_cu13-9.24.0.43-py3-none-manylinux_2_27_x86_64.whl",
+        "nvidia_cudnn_frontend-1.27.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "nvidia_cudnn_frontend-1.27.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+    ):
+        (wheelhouse / name).write_bytes(b"")
+    builder = _NoBuild(wheelhouse=wheelhouse, cache_dir=tmp_path / "ctx")
+    executor = DockerExecutor(client=client, gpu=False, builder=builder)
+    request = _request(tmp_path)
+    config = dataclasses.replace(
+        request.config, base_image="nvidia/cuda:13.0.0-runtime-ubuntu24.04", wheelhouse=wheelhouse
+    )
+    run = RunContext(
+        config=config,
+        host=HostFacts(),
+        run_id="R",
+        sources=Sources(),
+        store=ResultStore(request.results_dir / "results.jsonl"),
+    )
+    cell = dataclasses.replace(CELL, python=python)
+    target = executor.prepare(Step(key=executor.env_key(cell, run), cells=(cell,)), run)
+    assert isinstance(target, ExecTarget), target
+    spec = builder.spec_for(cell, base_image=config.base_image)
+    assert spec.python == (python or "3.11")
+    assert spec.frontend_wheel.startswith(f"nvidia_cudnn_frontend-1.27.0-{wheel_python}-")
+    body = _send(client, dataclasses.replace(request, target=target), gpu=False, executor=executor)
+    assert body["Image"] == target.image == spec.tag

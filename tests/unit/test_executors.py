@@ -8,6 +8,7 @@ the real executors run real cases in test_local_executor.py and the docker tests
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import subprocess
 import sys
@@ -18,12 +19,14 @@ import pytest
 
 import validate.workflow
 from validate.config import Selectors, ValidateConfig
+from validate.env.sources import Sources
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS, ExecTarget, Executor, RunContext, resolve_executor
 from validate.execute.records import now_stamp
+from validate.model.axes import AXES, REGISTRY
 from validate.model.matrix import Cell, Driver
 from validate.model.outcome import Outcome
-from validate.model.results import CaseResult
+from validate.model.results import CaseResult, ResultStore
 from validate.plan.host import GpuInfo, HostFacts
 from validate.plan.steps import plan_steps
 
@@ -208,6 +211,44 @@ def test_docker_steps_follow_the_image_pins() -> None:
     compat = _cell("1.27.0", "sm90", driver="fc-610@580")
     assert Driver.parse(compat.driver).forward_compat
     assert docker.env_key(compat, run) not in keys  # type: ignore[arg-type]
+
+
+#: Another value of each axis (driver 570: a branch, not forward compatibility).
+_OTHER = {
+    "cudnn": "9.25.1.1",
+    "frontend": "1.32.0",
+    "cuda": "12.9",
+    "driver": "570",
+    "arch": "sm100",
+    "python": "3.12",
+}
+
+
+@pytest.mark.parametrize("python", ["", "3.13"])
+@pytest.mark.parametrize("name", sorted(EXECUTORS))
+def test_every_executor_keys_environments_by_the_env_axes(
+    name: str, python: str, tmp_path: Path
+) -> None:
+    """One environment key (model.matrix.env_pins) for every registered executor: a cell that
+    differs only in an axis the registry marks `env` needs another environment, one that differs
+    only in another axis shares it. (The docker executor's hand-made key once left python out.)"""
+    assert set(_OTHER) == set(AXES), "give a new axis another value here"
+    run = RunContext(
+        config=ValidateConfig(),
+        host=HostFacts(),
+        run_id="R",
+        sources=Sources(),
+        store=ResultStore(tmp_path / "results.jsonl"),
+    )
+    base = dataclasses.replace(_cell("1.27.0", "sm90"), python=python)
+    executor = EXECUTORS[name]()
+    try:
+        for axis in REGISTRY:
+            other = dataclasses.replace(base, **{axis.name: _OTHER[axis.name]})
+            differs = executor.env_key(other, run) != executor.env_key(base, run)
+            assert differs is axis.env, f"{name}: {axis.name} (env={axis.env})"
+    finally:
+        executor.close()
 
 
 def test_config_crosses_as_one_json_object() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from validate.cli import EXIT_CODES, build_parser
+from validate.model.axes import REGISTRY, parse_value
 
 
 def _commands(
@@ -42,3 +43,27 @@ def test_the_readme_has_the_same_exit_codes() -> None:
     in_readme = re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)
     in_help = re.findall(r"^  (\d+) ", EXIT_CODES, flags=re.MULTILINE)
     assert in_readme == in_help
+
+
+@pytest.mark.parametrize("axis", [a.name for a in REGISTRY])
+def test_an_axis_flag_shows_the_example_its_refusal_names(axis: str) -> None:
+    """`--frontend latest` was refused with a cuDNN version as its example: each axis flag's
+    --help example and its one-line refusal name the same value, a valid value of that axis and
+    of no other version axis (a frontend example is not a cuDNN one)."""
+    helps = {
+        action.help
+        for parser in _commands().values()
+        for action in parser._actions
+        if f"--{axis}" in action.option_strings and action.help and "e.g." in action.help
+    }
+    assert helps, f"no command shows an example for --{axis}"
+    examples = {str(text).rsplit("e.g. ", 1)[1].rstrip(")") for text in helps}
+    assert len(examples) == 1, examples
+    (example,) = examples
+    assert parse_value(axis, example) == example
+    with pytest.raises(ValueError, match=r"'latest' \(") as refused:
+        parse_value(axis, "latest")
+    if axis != "python":  # its refusal has a fixed CPython example ("like 3.12 or 3.12.4")
+        assert example in str(refused.value)
+    others = {a.example for a in REGISTRY if a.name != axis}
+    assert example not in others

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
+
 from validate.cli import build_parser
 from validate.cli.images import _specs
 from validate.config import Selectors, ValidateConfig
@@ -32,7 +34,10 @@ if TYPE_CHECKING:
 
 WHEELS = (
     "nvidia_cudnn_cu13-9.24.0.43-py3-none-manylinux_2_27_x86_64.whl",
-    "nvidia_cudnn_frontend-1.27.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+    *(
+        f"nvidia_cudnn_frontend-1.27.0-cp{v}-cp{v}-manylinux_2_28_x86_64.whl"
+        for v in (311, 312, 313)
+    ),
 )
 BASE = "nvidia/cuda:13.0.0-runtime-ubuntu24.04"
 #: a normal cell and a forward-compat one (user-mode driver 610 on kernel-mode 580)
@@ -75,20 +80,20 @@ class NoContainer(DockerExecutor):
         return ExecResult(kind="runner", returncode=0)
 
 
-def test_cli_and_docker_path_give_each_cell_one_spec(tmp_path: Path) -> None:
+def _both_paths(tmp_path: Path, select: list[str]) -> tuple[dict[str, ImageSpec], ...]:
+    """The specs `images build` gives the selected cells, and those the docker path asks for."""
     wheelhouse = tmp_path / "wheelhouse"
     wheelhouse.mkdir()
     for name in WHEELS:
         (wheelhouse / name).write_bytes(b"")
     builder = RecordingBuilder(wheelhouse)
     args = build_parser().parse_args(
-        ["images", "build", *SELECT, "--base-image", BASE, "--wheelhouse", str(wheelhouse)]
+        ["images", "build", *select, "--base-image", BASE, "--wheelhouse", str(wheelhouse)]
     )
     cli = {spec.tag: spec for spec in _specs(args, builder)}
 
     selectors = Selectors.from_args(args)
     plan = plan_cells(load_matrix(selectors.matrix), load_rules(selectors.rules), selectors)
-    assert sorted(cell.driver for cell in plan.planned) == ["580", "fc-610@580"]
     run_cells(
         ValidateConfig(base_image=BASE, wheelhouse=wheelhouse),
         plan,
@@ -99,11 +104,30 @@ def test_cli_and_docker_path_give_each_cell_one_spec(tmp_path: Path) -> None:
         executor=NoContainer(builder),
     )
     docker = {spec.tag: spec for spec in builder.asked}
-
     assert docker.keys() == cli.keys()
-    assert len(cli) == 2  # forward compat is a pin of the image: two images, not one
-    assert sorted((spec.compat or "") for spec in docker.values()) == ["", "13-0"]
     assert {tag: spec.pins() for tag, spec in docker.items()} == {
         tag: spec.pins() for tag, spec in cli.items()
     }
+    return cli, docker
+
+
+def test_cli_and_docker_path_give_each_cell_one_spec(tmp_path: Path) -> None:
+    cli, docker = _both_paths(tmp_path, SELECT)
+    assert len(cli) == 2  # forward compat is a pin of the image: two images, not one
+    assert sorted((spec.compat or "") for spec in docker.values()) == ["", "13-0"]
     assert {spec.base_image for spec in docker.values()} == {BASE}
+
+
+@pytest.mark.parametrize(("flags", "python"), [([], "3.11"), (["--python", "3.12,3.13"], "")])
+def test_the_python_axis_reaches_the_image(tmp_path: Path, flags: list[str], python: str) -> None:
+    """Each cell's image is made for its own Python (its frontend wheel for that Python), from
+    `images build` and the docker path alike; a cell without one gets the image default, 3.11.
+    (The docker path fell back to 3.11 where `images build` passed the cell's Python.)"""
+    _, docker = _both_paths(tmp_path, [*SELECT[:-4], "--driver", "580", "--arch", "sm90", *flags])
+    wanted = [python] if python else ["3.12", "3.13"]
+    assert sorted(spec.python for spec in docker.values()) == wanted
+    assert sorted(spec.frontend_wheel for spec in docker.values()) == [
+        f"nvidia_cudnn_frontend-1.27.0-cp{py.replace('.', '')}-cp{py.replace('.', '')}"
+        "-manylinux_2_28_x86_64.whl"
+        for py in wanted
+    ]

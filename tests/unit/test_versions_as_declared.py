@@ -3,12 +3,16 @@ flag's error example is a value of that flag."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from validate.cli import main
+from validate.cli.bisect import render
+from validate.judge.bisect import bisect
 from validate.model.axes import REGISTRY, parse_value
 from validate.model.matrix import Cell
 from validate.model.outcome import Outcome
@@ -62,3 +66,39 @@ def test_frontend_latest_is_refused_with_a_frontend_example() -> None:
     assert proc.stderr.splitlines() == [
         "cudnn-matrix: error: --frontend: invalid version 'latest' (expected PEP 440, e.g. 1.27.0)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("axis", "candidates", "shown"),
+    [
+        ("cuda", ["12.8", "12.9", "13.0"], ["12.8", "12.9", "13.0"]),
+        ("frontend", ["1.9", "1.10"], ["1.9", "1.10"]),
+        # commits: a short sha that reads as a number ("12345678e012" is 1.23457e+19)
+        ("frontend", ["0" * 40, "12345678e012" + "0" * 28], ["000000000000", "12345678e012"]),
+    ],
+)
+def test_the_bisect_table_prints_candidates_as_declared(
+    axis: str, candidates: list[str], shown: list[str]
+) -> None:
+    result = bisect(candidates, lambda c: "fail" if c == candidates[-1] else "pass")
+    rows = [line for line in render(result, axis, None).splitlines() if line.startswith("|")]
+    # as text, so left-aligned: "| 13.0 ", not "|   13 "
+    assert [row.split("|")[1].rstrip() for row in rows[2:]] == [f" {text}" for text in shown]
+
+
+def test_the_envs_table_prints_the_cuda_major_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Left-aligned like the other pins: "13  " under "cuda", not "  13"."""
+    root = tmp_path / "envs" / "aaaa"
+    root.mkdir(parents=True)
+    manifest = {"pins": {"cuda_major": 13}, "backend": "9.24", "frontend": "1.27"}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    (root / ".complete").write_text("done\n")
+    assert main(["envs", "--cache-dir", str(tmp_path), "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[0]
+    row = next(line for line in lines if line.startswith("aaaa"))
+    for name, declared in (("backend", "9.24"), ("frontend", "1.27"), ("cuda", "13")):
+        start = header.index(name)
+        assert row[start:].startswith(declared + " "), (name, lines)

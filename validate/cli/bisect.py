@@ -300,7 +300,14 @@ def render(result: BisectResult, axis: str, issue: str | None) -> str:
             f"bad = {result.bad_class} (the outcome at --bad); good = anything else but "
             f"error/skip (--good gave {result.good_class})"
         ),
-        str(tabulate(rows, headers=[axis, "outcomes", "class", "results"], tablefmt="github")),
+        str(
+            tabulate(  # candidates as declared: "13.0" is no float, a sha like "1234e567" no 1.2e570
+                rows,
+                headers=[axis, "outcomes", "class", "results"],
+                tablefmt="github",
+                disable_numparse=True,
+            )
+        ),
         "evidence:",
     ]
     for p in result.probes:

@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
                     root.name,
                     m.get("backend", "?"),
                     m.get("frontend", "?"),
-                    pins.get("cuda_major", "?") if isinstance(pins, dict) else "?",
+                    str(pins.get("cuda_major", "?")) if isinstance(pins, dict) else "?",
                     m.get("installer", "?"),
                     _size(float(m.get("size_bytes", 0))),
                     _size(float(used)),
@@ -89,7 +89,8 @@ def _run(args: argparse.Namespace) -> int:
         if not rows:
             print(f"no environments in {cache / 'envs'}")
             return 0
-        print(tabulate(rows, headers=headers))
+        # versions as declared and left-aligned ("13", "9.24"), never numbers tabulate right-aligns
+        print(tabulate(rows, headers=headers, disable_numparse=True))
         listed = sum(float(read_manifest(r).get("size_bytes", 0)) for r in roots)
         print(
             f"{len(rows)} environments: {_size(listed)} of files, {_size(float(disk))} on disk "

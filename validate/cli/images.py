@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from tabulate import tabulate
 
 from validate.cli import add_selector_args, split_list
-from validate.env.images import LOCAL_BASE_IMAGE, image_python
+from validate.env.images import LOCAL_BASE_IMAGE
 from validate.model.axes import axis_named
 
 if TYPE_CHECKING:
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 logger = logging.getLogger(__name__)
-#: The Python the image wheels are fetched for when the cell has no python value.
 _LIST_COLUMNS = ("tag", "kind", "cudnn", "frontend", "cuda", "backend-source", "compat", "size_mb")
 
 
@@ -87,7 +86,6 @@ def _specs(args: argparse.Namespace, builder: ImageBuilder) -> list[ImageSpec]:
             backend=backend,
             frontend=frontend,
             base_image=args.base_image,
-            python=image_python(cell),  # --python (the python axis) picks the wheels
             torch=args.torch,
         )
         specs.setdefault(spec.tag, spec)  # cells differing only in driver/arch share an image

@@ -1,4 +1,8 @@
-"""ImageBuilder: the only docker-SDK build code. Stages a small context, builds, lists and prunes."""
+"""ImageBuilder: the only docker-SDK build code. Stages a small context, builds, lists and prunes.
+
+What goes into an image (ImageSpec, `spec_for`, `base_image_for`) is decided in env/images.py;
+`base_image_for` and `HoldsImages` are re-exported here, where they were first.
+"""
 
 from __future__ import annotations
 
@@ -13,22 +17,22 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final, Protocol
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from validate.env.images import (
     BACKEND_REPO,
     DEFAULT_BASE_IMAGE,
-    IMAGE_PYTHON,
     IMAGE_REPO,
     LABEL_PREFIX,
-    LOCAL_BASE_IMAGE,
+    HoldsImages,
     ImageSpec,
-    compat_for,
+    base_image_for,
     repo_root,
+    spec_for,
 )
 from validate.env.progress import Activity, activity
 from validate.env.wheelhouse import Wheelhouse, default_wheelhouse, link
-from validate.errors import ConfigError, DockerError, ImageBuildError
+from validate.errors import DockerError, ImageBuildError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -95,26 +99,6 @@ def docker_client(timeout: int = _CLIENT_TIMEOUT_S) -> Any:
         msg = f"docker daemon not reachable at {host} ({exc}); start dockerd or set DOCKER_HOST"
         raise DockerError(msg) from exc
     return client
-
-
-class HoldsImages(Protocol):
-    """What base_image_for asks of the daemon (ImageBuilder)."""
-
-    def image_exists(self, tag: str) -> bool: ...
-
-
-def base_image_for(cell: Cell, base_image: str | None, builder: HoldsImages) -> str:
-    """The base of a cell's image, for `images build` and `validate --executor docker` alike.
-
-    `base_image` (--base-image) when given; else NVIDIA's CUDA image when the daemon holds it or
-    holds no local base; else the local base (`nox -s base_image`, a host with no registry).
-    """
-    if base_image:
-        return base_image
-    nvidia = DEFAULT_BASE_IMAGE.format(cuda=cell.cuda)
-    if builder.image_exists(nvidia) or not builder.image_exists(LOCAL_BASE_IMAGE):
-        return nvidia
-    return LOCAL_BASE_IMAGE
 
 
 def _first_line(exc: Exception) -> str:
@@ -256,42 +240,18 @@ class ImageBuilder:
         backend: BackendSource | None = None,
         frontend: FrontendSource | None = None,
         base_image: str | None = None,
-        python: str = IMAGE_PYTHON,
         torch: str | None = None,
     ) -> ImageSpec:
-        """The ImageSpec of a cell: the one place that decides each of its inputs.
-
-        `images build` and `validate --executor docker` both call it with their flags, so a cell
-        gets one tag from either. Wheels come from the wheelhouse (fetched when missing), the base
-        from `base_image_for` (`base_image` is --base-image, None to choose), forward
-        compatibility (cuda-compat-<major>-<minor>) from the cell's driver pin.
-        """
-        libdir = backend.libdir() if backend is not None and backend.kind == "libdir" else None
-        backend_wheel = None
-        if libdir is None:
-            if backend is not None and backend.kind == "wheel" and backend.path is not None:
-                backend_wheel = self.wheels.add_wheel(backend.path)
-            elif backend is None or backend.kind == "pypi":
-                backend_wheel = self.wheels.fetch_backend(cell.cudnn, cell.cuda)
-            else:
-                msg = f"backend source {backend.describe()} cannot go into an image; use a wheel or folder"
-                raise ConfigError(msg)
-        if frontend is not None and frontend.kind == "wheel" and frontend.path is not None:
-            frontend_wheel = self.wheels.add_wheel(frontend.path)
-        elif frontend is None or frontend.kind == "pypi":
-            frontend_wheel = self.wheels.fetch_frontend(cell.frontend, python)
-        else:
-            msg = f"frontend source {frontend.describe()} cannot go into an image; build a wheel first"
-            raise ConfigError(msg)
-        return ImageSpec.for_cell(
+        """The ImageSpec of a cell (env.images.spec_for), with this builder's wheelhouse and
+        daemon: `images build` and `validate --executor docker` both ask here."""
+        return spec_for(
             cell,
-            frontend_wheel=frontend_wheel,
-            backend_wheel=backend_wheel,
-            backend_libdir=libdir,
-            base_image=base_image_for(cell, base_image, self),
-            python=python,
+            self.wheels,
+            self,
+            backend=backend,
+            frontend=frontend,
+            base_image=base_image,
             torch=torch,
-            compat=compat_for(cell),
         )
 
     # -- context and build ------------------------------------------------------------------

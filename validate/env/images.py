@@ -1,4 +1,8 @@
-"""ImageSpec: what goes into a cell's container image, and its content-addressed tag and labels."""
+"""ImageSpec: what goes into a cell's container image, and its content-addressed tag and labels.
+
+`spec_for` decides every input of a cell's image (pins, wheels, base, forward compatibility);
+env/builder.py builds what it decides.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,37 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from packaging.version import Version
 
 from validate import __version__
 from validate.errors import ConfigError
-from validate.model.matrix import Driver
+from validate.model.matrix import Driver, env_pins
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from validate.env.sources import BackendSource, FrontendSource
+    from validate.env.wheelhouse import Wheelhouse
     from validate.model.matrix import Cell
 
 __all__ = [
     "BACKEND_REPO",
     "DEFAULT_BASE_IMAGE",
+    "IMAGE_DEFAULTS",
+    "IMAGE_PYTHON",
     "IMAGE_REPO",
     "LABEL_PREFIX",
     "LOCAL_BASE_IMAGE",
+    "HoldsImages",
     "ImageSpec",
+    "base_image_for",
     "compat_for",
     "dockerfile_path",
     "repo_root",
+    "spec_for",
 ]
 
 #: Repository part of every cell image tag; `images list|prune` only ever touch this repository.
@@ -44,13 +58,9 @@ BackendKind = Literal["wheel", "libdir"]
 
 #: The Python of a cell image whose cell has no python axis value (the local base image's).
 IMAGE_PYTHON: Final = "3.11"
-
-
-def image_python(cell: Cell) -> str:
-    """The Python a cell's image is made for: its python axis value, else IMAGE_PYTHON. Both
-    `images build` and `validate --executor docker` ask here, so a cell gets one image from
-    either."""
-    return cell.python or IMAGE_PYTHON
+#: An image is always made for some Python: `env_pins(cell, IMAGE_DEFAULTS)` are an image's pins,
+#: for `images build` and `validate --executor docker` alike (ImageSpec.for_cell, docker env_key).
+IMAGE_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({"python": IMAGE_PYTHON})
 
 
 def repo_root() -> Path:
@@ -145,16 +155,25 @@ class ImageSpec:
         backend_wheel: str | None = None,
         backend_libdir: Path | None = None,
         base_image: str | None = None,
-        python: str = "3.11",
         torch: str | None = None,
         compat: str | None = None,
     ) -> ImageSpec:
-        """Spec for a planned cell; the backend is a wheel file name or a library folder."""
-        base = base_image or DEFAULT_BASE_IMAGE.format(cuda=cell.cuda)
+        """Spec for a planned cell; the backend is a wheel file name or a library folder. The
+        image's pins are the cell's env pins, with IMAGE_PYTHON where the cell has no Python."""
+        pins = env_pins(cell, IMAGE_DEFAULTS)
+        cudnn, frontend, cuda, python = (
+            pins.pop(a) for a in ("cudnn", "frontend", "cuda", "python")
+        )
+        if (
+            pins
+        ):  # an axis marked `env` that no ImageSpec field installs: cells would share an image
+            msg = f"ImageSpec.for_cell: env axes {', '.join(pins)} do not reach the image"
+            raise NotImplementedError(msg)
+        base = base_image or DEFAULT_BASE_IMAGE.format(cuda=cuda)
         return cls(
-            cudnn=cell.cudnn,
-            frontend=cell.frontend,
-            cuda=cell.cuda,
+            cudnn=cudnn,
+            frontend=frontend,
+            cuda=cuda,
             base_image=base,
             python=python,
             backend_source="libdir" if backend_libdir is not None else "wheel",
@@ -258,3 +277,71 @@ class ImageSpec:
             f"{p}.compat": self.compat or "",
             f"{p}.digest": self.digest,
         }
+
+
+class HoldsImages(Protocol):
+    """What base_image_for asks of the daemon (ImageBuilder)."""
+
+    def image_exists(self, tag: str) -> bool: ...
+
+
+def base_image_for(cell: Cell, base_image: str | None, builder: HoldsImages) -> str:
+    """The base of a cell's image, for `images build` and `validate --executor docker` alike.
+
+    `base_image` (--base-image) when given; else NVIDIA's CUDA image when the daemon holds it or
+    holds no local base; else the local base (`nox -s base_image`, a host with no registry).
+    """
+    if base_image:
+        return base_image
+    nvidia = DEFAULT_BASE_IMAGE.format(cuda=cell.cuda)
+    if builder.image_exists(nvidia) or not builder.image_exists(LOCAL_BASE_IMAGE):
+        return nvidia
+    return LOCAL_BASE_IMAGE
+
+
+def spec_for(
+    cell: Cell,
+    wheels: Wheelhouse,
+    daemon: HoldsImages,
+    *,
+    backend: BackendSource | None = None,
+    frontend: FrontendSource | None = None,
+    base_image: str | None = None,
+    torch: str | None = None,
+) -> ImageSpec:
+    """The ImageSpec of a cell: the one place that decides each of its inputs.
+
+    `images build` and `validate --executor docker` both call it (through ImageBuilder.spec_for)
+    with their flags, so a cell gets one tag from either. The pins are the cell's env pins
+    (`env_pins(cell, IMAGE_DEFAULTS)`: its python axis picks the wheels' Python), the wheels
+    come from the wheelhouse (fetched when missing), the base from `base_image_for` (`base_image`
+    is --base-image, None to choose; `daemon` says which images it holds), forward compatibility
+    (cuda-compat-<major>-<minor>) from the cell's driver pin.
+    """
+    python = env_pins(cell, IMAGE_DEFAULTS)["python"]
+    libdir = backend.libdir() if backend is not None and backend.kind == "libdir" else None
+    backend_wheel = None
+    if libdir is None:
+        if backend is not None and backend.kind == "wheel" and backend.path is not None:
+            backend_wheel = wheels.add_wheel(backend.path)
+        elif backend is None or backend.kind == "pypi":
+            backend_wheel = wheels.fetch_backend(cell.cudnn, cell.cuda)
+        else:
+            msg = f"backend source {backend.describe()} cannot go into an image; use a wheel or folder"
+            raise ConfigError(msg)
+    if frontend is not None and frontend.kind == "wheel" and frontend.path is not None:
+        frontend_wheel = wheels.add_wheel(frontend.path)
+    elif frontend is None or frontend.kind == "pypi":
+        frontend_wheel = wheels.fetch_frontend(cell.frontend, python)
+    else:
+        msg = f"frontend source {frontend.describe()} cannot go into an image; build a wheel first"
+        raise ConfigError(msg)
+    return ImageSpec.for_cell(
+        cell,
+        frontend_wheel=frontend_wheel,
+        backend_wheel=backend_wheel,
+        backend_libdir=libdir,
+        base_image=base_image_for(cell, base_image, daemon),
+        torch=torch,
+        compat=compat_for(cell),
+    )

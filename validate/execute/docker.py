@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final
 
-from validate.env.images import compat_for, image_python
+from validate.env.images import IMAGE_DEFAULTS, compat_for
 from validate.env.sources import short_version
 from validate.env.target import ExecTarget
 from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildError
@@ -31,6 +31,7 @@ from validate.execute.incontainer import CONFIG_FILE, payload
 from validate.execute.pool import Job
 from validate.execute.records import record_all
 from validate.log import step as log_step
+from validate.model.matrix import env_pins
 from validate.model.outcome import Outcome
 from validate.model.results import RUN_KEY_ENV, RunKey, read_results
 
@@ -266,16 +267,15 @@ class DockerExecutor:
         return self._builder
 
     def env_key(self, cell: Cell, run: RunContext) -> str:  # noqa: ARG002 - the protocol's
-        """The pins an image is made of (driver only for forward compatibility, arch never; the
-        python axis, which picks the image's wheels)."""
+        """The pins an image is made of: the cell's env pins with the image's default Python
+        (as ImageSpec.for_cell takes them), and forward compatibility, the one pin of an image
+        the driver decides (arch never)."""
         try:
             compat = compat_for(cell)
         except ValueError:  # a driver specifier (">=575") is never forward compatibility
             compat = None
-        return (
-            f"cudnn={cell.cudnn};frontend={cell.frontend};cuda={cell.cuda};compat={compat};"
-            f"python={image_python(cell)}"
-        )
+        pins = {**env_pins(cell, IMAGE_DEFAULTS), "compat": str(compat)}
+        return ";".join(f"{axis}={value}" for axis, value in pins.items())
 
     def prepare(self, step: Step, run: RunContext) -> ExecTarget | str:
         """The step's image, built or refreshed (cached layers); a build failure is the reason."""
@@ -291,7 +291,6 @@ class DockerExecutor:
                 backend=backend,
                 frontend=frontend,
                 base_image=run.config.base_image,  # None: env.builder.base_image_for chooses
-                python=image_python(cell),  # as `images build` does: one tag from either
             )
         except EnvBuildError as exc:  # a wheel the wheelhouse could not provide
             return f"image inputs: {exc}".splitlines()[0]

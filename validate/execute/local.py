@@ -18,6 +18,7 @@ from validate.execute.history import History
 from validate.execute.records import record_all
 from validate.execute.runner import CaseBatch, RunOptions
 from validate.log import step as log_step
+from validate.model.matrix import env_pins
 from validate.model.outcome import Outcome
 from validate.plan.host import gpu_skip_reason
 
@@ -42,26 +43,32 @@ _REASON_TAIL: Final = 12  # lines of an install log kept in an `error` result's 
 
 
 def env_spec_for(cell: Cell, config: ValidateConfig, sources: Sources) -> EnvSpec:
-    """The environment a cell needs: the axes the registry marks `env` (cudnn, frontend, cuda,
-    python) decide it; driver and arch do not change what is installed."""
+    """The environment a cell needs: its env pins (`model.matrix.env_pins`: cudnn, frontend,
+    cuda, python) decide it; driver and arch do not change what is installed."""
+    pins = env_pins(cell)
+    cudnn, cuda = pins.pop("cudnn"), pins.pop("cuda")
+    frontend_version, python_version = pins.pop("frontend"), pins.pop("python", None)
+    if pins:  # an axis marked `env` that no EnvSpec field installs: cells would share a venv
+        msg = f"env_spec_for: env axes {', '.join(pins)} do not reach the EnvSpec"
+        raise NotImplementedError(msg)
     current = config.env_mode == "current"
     backend: BackendSource
-    if parsed := sources.backend(cell.cudnn, cell.cuda):
+    if parsed := sources.backend(cudnn, cuda):
         backend = parsed
     elif current:
-        backend = BackendSource(kind="current", version=cell.cudnn)
+        backend = BackendSource(kind="current", version=cudnn)
     else:
-        backend = BackendSource(kind="pypi", version=cell.cudnn)
-    frontend = sources.frontend() or FrontendSource(kind="pypi", version=cell.frontend)
+        backend = BackendSource(kind="pypi", version=cudnn)
+    frontend = sources.frontend() or FrontendSource(kind="pypi", version=frontend_version)
     base = {"current": config.base_python, "isolated": "isolated"}.get(
         config.env_mode, "system-site-packages"
     )
     return EnvSpec(
         backend=backend,
         frontend=frontend,
-        cuda_major=int(cell.cuda.split(".")[0]),
+        cuda_major=int(cuda.split(".")[0]),
         python=config.base_python,
-        python_version=cell.python or None,
+        python_version=python_version,
         extras=config.extras,
         base=base,
         backend_deps=config.backend_deps and not current,

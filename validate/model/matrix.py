@@ -28,6 +28,7 @@ __all__ = [
     "Exclude",
     "Matrix",
     "Tier",
+    "env_pins",
     "expand",
     "load_matrix",
     "parse_value",
@@ -90,6 +91,23 @@ class Cell:
     @property
     def label(self) -> str:
         return pins_label(self.pins())
+
+
+def env_pins(cell: Cell, defaults: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The one environment key: the cell's values of the axes the registry marks `env` (what is
+    installed), in registry order; driver and arch are not among them. Every executor's
+    `env_key` and `images build` derive from these, so an axis marked `env` reaches every kind
+    of environment (tests/unit/test_executors.py checks each registered executor).
+
+    An optional axis the cell leaves out takes its value from `defaults` (an image is made for
+    a Python: `env.images.IMAGE_DEFAULTS`), else it is left out (a venv on the host's Python).
+    """
+    defaults = defaults or {}
+    return {
+        axis.name: value
+        for axis in REGISTRY
+        if axis.env and (value := getattr(cell, axis.name) or defaults.get(axis.name, ""))
+    }
 
 
 def _spread(includes: Mapping[Cell, str], axis: str, values: tuple[str, ...]) -> dict[Cell, str]:
