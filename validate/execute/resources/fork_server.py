@@ -111,7 +111,7 @@ def _lower(nice: int) -> None:
     """Take the nice the tool gave this case (one started beside a critical-path case) before any
     of its code runs, so everything it starts inherits it; and its session's CPU share, where
     the kernel groups CPU time by session (sched autogroup). What the tool does from outside
-    (runner._lower_priority) lands only after the case has begun."""
+    (supervise._lower_priority) lands only after the case has begun."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, nice)
     except OSError:

@@ -188,7 +188,7 @@ def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
 def _share_autogroup_nice(pid: int) -> None:
     """Give the kernel's session (jupyter_client starts the kernel in one of its own) the CPU
     share of this case's: where the kernel groups CPU time by session (sched autogroup), a case
-    the pool lowered beside a critical-path case (runner._lower_priority) would otherwise run its
+    the pool lowered beside a critical-path case (supervise._lower_priority) would otherwise run its
     cells at the full share again."""
     try:
         nice = int(Path("/proc/self/autogroup").read_text(encoding="ascii").split()[-1])
