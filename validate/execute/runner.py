@@ -14,21 +14,23 @@ import functools
 import json
 import logging
 import math
-import os
 import threading
-import time
 from contextlib import suppress
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final
 
 from validate.errors import ResultsLost
-from validate.execute.cases.kinds import KINDS
-from validate.execute.cases.script import RESULT_FILE_ENV
-from validate.execute.classify import ExecResult, classify, signal_name
+from validate.execute.attempt import (
+    RunOptions,
+    captured,
+    case_dir,
+    exception_of,
+    run_attempt,
+    verdict,
+)
+from validate.execute.classify import ExecResult, signal_name
 from validate.execute.history import History
 from validate.execute.pool import Beside, Job, Pool, beside
-from validate.execute.resources.capture import verify_pins
-from validate.execute.resources.guard import PARENT_ENV
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
 from validate.execute.supervise import SUPERVISOR
 from validate.model.outcome import POLICY, Outcome, policy
@@ -37,7 +39,6 @@ from validate.plan.requirements import check, missing_modules
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-    from pathlib import Path
 
     from validate.env.target import ExecTarget
     from validate.execute.cases import Case
@@ -58,7 +59,6 @@ log = logging.getLogger(__name__)
 
 #: Outcomes that make `run` exit 1 (the blocking ones, before any known-issue check).
 FAILING: Final = frozenset(o for o, p in POLICY.items() if p.blocking)
-_TAIL_BYTES: Final = 8192
 #: A case with a recorded duration never gets a timeout below this multiple of it (`--timeout`).
 TIMEOUT_FLOOR: Final = 3.0
 #: Outcomes that contention can cause: an attempt with one of them that shared its GPU (or the
@@ -68,124 +68,6 @@ _CONTENDABLE: Final = frozenset({Outcome.FAIL, Outcome.TIMEOUT})
 _GPU_OTHERS_BUSY: Final = 0.5
 #: The host's CPUs were at least this busy on average while the case ran: it shared them.
 _CPU_SATURATED: Final = 0.85
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunOptions:
-    """How to run: limits, parallelism, reruns and where evidence goes."""
-
-    timeout_s: float = 600
-    jobs: int = 1
-    reruns: int = 0
-    results_dir: Path
-    resume: bool = False
-    api_logs: bool = True
-    run_id: str = ""
-    #: JSON file of case name -> last duration; cases start longest first (None: given order).
-    history: Path | None = None
-
-
-def _case_dir(case: Case, target: ExecTarget, options: RunOptions) -> Path:
-    return options.results_dir / "cases" / (target.cell_id or "local") / case.slug
-
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - _TAIL_BYTES))
-            return fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
-    # the overlay's library path and preload go in front of the host's (ExecTarget.process_env)
-    env = {**target.process_env(), "PYTHONFAULTHANDLER": "1", RESULT_FILE_ENV: str(result_file)}
-    env[PARENT_ENV] = str(os.getpid())  # resources/guard.py: the case dies with this process
-    env.pop("CUDNN_FRONTEND_LOG_FILE", None)
-    if target.expected_backend:
-        env["CUDNN_MATRIX_EXPECT_BACKEND"] = target.expected_backend
-    if api_dir is not None:  # DOMAIN.md §7: both must be set before the process starts
-        env["CUDNN_FRONTEND_LOG_INFO"] = "1"
-        env["CUDNN_FRONTEND_LOG_FILE"] = str(api_dir / "fe.log")
-        env["CUDNN_LOGLEVEL_DBG"] = "3"
-        env["CUDNN_LOGDEST_DBG"] = str(api_dir / "be.log")
-    return env
-
-
-def _pin_error(target: ExecTarget, env: Mapping[str, Any]) -> str | None:
-    if not env or env.get("captured_in") != "case":
-        return None
-    expected = {
-        "backend": target.expected_backend,
-        "backend_dir": str(target.backend_dir) if target.backend_dir else None,
-        "frontend": target.expected_frontend,
-    }
-    return verify_pins(env, expected) if any(expected.values()) else None
-
-
-def _attempt(
-    case: Case,
-    target: ExecTarget,
-    options: RunOptions,
-    folder: Path,
-    n: int,
-    *,
-    api_logs: bool,
-    sampler: UsageSampler | None = None,
-) -> tuple[ExecResult, CaseUsage | None]:
-    suffix = "" if n == 1 else f".{n}"
-    log_path = folder / f"output{suffix}.log"
-    report_path = folder / f"report{suffix}.json"
-    result_file = folder / f"script-result{suffix}.json"
-    for stale in (report_path, result_file):
-        stale.unlink(missing_ok=True)
-    kind = KINDS[case.kind]
-    limit = options.timeout_s + kind.grace_s
-    env = _case_env(target, result_file, folder if api_logs else None)
-    start = time.monotonic()
-    argv = case.command(target.python, report_path, options.timeout_s)
-    kernel_file = report_path.with_suffix(".kernel")
-    returncode, timed_out, usage = SUPERVISOR.spawn(
-        argv, env, log_path, limit, kernel_file, sampler
-    )
-    duration = time.monotonic() - start
-    tail = _tail(log_path)
-    report: dict[str, Any] | None = None
-    if report_path.exists():
-        try:
-            report = json.loads(report_path.read_text(encoding="utf-8", errors="replace"))
-        except ValueError:
-            report = None
-    result = ExecResult(
-        kind=case.kind,
-        returncode=returncode,
-        timed_out=timed_out,
-        timeout_s=options.timeout_s,
-        duration_s=duration,
-        log_path=log_path,
-        tail=tail,
-        report=report,
-    )
-    return kind.gather(result, result_file), usage
-
-
-def _captured(run: ExecResult) -> Mapping[str, Any]:
-    """The environment the case process captured about itself (capture.py), if any."""
-    return (run.report or {}).get("env") or {}
-
-
-def _verdict(run: ExecResult, target: ExecTarget) -> tuple[Outcome, str]:
-    return classify(run, pin_error=_pin_error(target, _captured(run)))
-
-
-def _exception(run: ExecResult) -> dict[str, Any] | None:
-    source = KINDS[run.kind].exception(run.report or {})
-    if not source.get("ename") and not source.get("traceback"):
-        return None
-    keys = ("ename", "evalue", "cell_index", "cell_source", "traceback")
-    return {k: source[k] for k in keys if source.get(k) is not None}
 
 
 def _skip_result(case: Case, target: ExecTarget, options: RunOptions, reason: str) -> CaseResult:
@@ -268,7 +150,7 @@ class _CaseRun:
         if self._store is not None and n > 1:
             self._store.check()  # ResultsLost: the run stops before this re-run (first: first())
         try:
-            run, usage = _attempt(
+            run, usage = run_attempt(
                 self.case,
                 self.target,
                 self.options,
@@ -300,7 +182,7 @@ class _CaseRun:
                 self._finish(vanished.with_(outcome=Outcome.ERROR), None, False)
                 return ()
         self.started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        self.folder = _case_dir(self.case, self.target, self.options)
+        self.folder = case_dir(self.case, self.target, self.options)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError:
@@ -308,7 +190,7 @@ class _CaseRun:
                 self._store.check()
             raise
         self.run1 = self._attempt(1, api_logs=False)
-        self.outcome, self.reason = _verdict(self.run1, self.target)
+        self.outcome, self.reason = verdict(self.run1, self.target)
         self._outcomes[1] = str(self.outcome)
         if self.outcome in _CONTENDABLE and not self.case.requirements.exclusive:
             timed_out = self.outcome is Outcome.TIMEOUT
@@ -332,7 +214,7 @@ class _CaseRun:
     def alone(self) -> Sequence[Job]:
         """The contended first attempt again, with nothing else on the GPU or the host's slots."""
         run = self._attempt(2, api_logs=False)
-        outcome, reason = _verdict(run, self.target)
+        outcome, reason = verdict(run, self.target)
         self._judged = 2
         self._outcomes = {2: str(outcome)}
         self.run1, self.outcome, self.reason = run, outcome, reason
@@ -371,7 +253,7 @@ class _CaseRun:
     def again(self, n: int) -> Sequence[Job]:
         with_logs = self.options.api_logs and n == self._judged + 1
         run = self._attempt(n, api_logs=with_logs)
-        outcome = str(_verdict(run, self.target)[0])
+        outcome = str(verdict(run, self.target)[0])
         with self._lock:
             self._outcomes[n] = outcome
             if with_logs:
@@ -398,11 +280,11 @@ class _CaseRun:
             case_path=str(self.case.path),
             exit_code=kernel_code if kernel_code is not None else first.returncode,
             signal=kernel_sig or signal_name(first.returncode),
-            exception=_exception(first),
+            exception=exception_of(first),
             tail=first.tail,
             log_path=str(first.log_path),
             api_logs=self._api_logs,
-            env=_captured(first),
+            env=captured(first),
             attempts=tuple(outcomes),
             flaky=len(set(outcomes)) > 1,
             started_at=self.started,
