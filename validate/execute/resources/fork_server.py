@@ -61,7 +61,6 @@ LATE = (
     "CUDNN_LOGDEST_DBG",
 )
 
-_HERE = os.path.dirname(os.path.abspath(__file__))  # noqa: PTH100, PTH120 - no pathlib
 _ARGV0: list[str] = []  # the bootstrap's path: each case's sys.argv[0], as a fresh start has it
 
 
@@ -145,7 +144,7 @@ def _child(request: dict[str, Any], boot: Any, closing: list[int]) -> int:
     os.environ["CUDNN_MATRIX_PARENT_PID"] = str(os.getppid())  # guard.py: dies with this server
     sys.argv = [_ARGV0[0], *request["argv"]]
     _retitle([request["python"], *sys.argv])
-    sys.path[0] = _HERE
+    sys.path[0] = os.path.dirname(_ARGV0[0])  # noqa: PTH120 - as a fresh start of the bootstrap
     return int(boot())
 
 
