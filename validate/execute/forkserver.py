@@ -1,10 +1,10 @@
 """Case bootstraps forked from a warm interpreter instead of started fresh (fork_server.py).
 
 A case of a forkable kind (cases/kinds.py: a script case, or a notebook's bootstrap, whose kernel
-is still started fresh) still runs in a
-process and a session of its own (the runner's process-group kill, its
-time limit, the GPU sampler's session accounting and Ctrl-C work on it unchanged); only the
-interpreter start and the bootstrap's imports are paid once per server instead of once per case.
+is still started fresh) still runs in a process and a session of its own (the runner's
+process-group kill, its time limit, the GPU sampler's session accounting and Ctrl-C work on it
+unchanged); only the interpreter start and the bootstrap's imports are paid once per server
+instead of once per case.
 One server per interpreter and environment (less the variables the server sends per case, LATE):
 a cell's cases share one, a cell with another backend on its library path gets its own.
 
