@@ -16,7 +16,8 @@ import pytest
 
 from validate.execute.history import BUSY_KEY, History
 from validate.execute.pool import Beside, Job, Pool, beside, watch
-from validate.execute.runner import _contention, default_gpu_load
+from validate.execute.reruns import _contention
+from validate.execute.runner import default_gpu_load
 from validate.execute.slots import (
     DEFAULT_GPU_LOAD,
     CaseUsage,

@@ -10,7 +10,7 @@ kernels ran, 0..1, from NVML), which a reader of the seconds skips (they are no 
 
 A busy share measured while the GPU was saturated (the case got only its slice of a full GPU) is
 a lower bound of what it needs: it never lowers the share on record. One measured alone (the
-contention re-run, execute/runner.py) is clean and replaces it.
+contention re-run, execute/reruns.py) is clean and replaces it.
 """
 
 from __future__ import annotations

@@ -21,13 +21,16 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nbformat
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import capture  # type: ignore[import-not-found]
@@ -185,7 +188,7 @@ def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
 def _share_autogroup_nice(pid: int) -> None:
     """Give the kernel's session (jupyter_client starts the kernel in one of its own) the CPU
     share of this case's: where the kernel groups CPU time by session (sched autogroup), a case
-    the pool lowered beside a critical-path case (runner._lower_priority) would otherwise run its
+    the pool lowered beside a critical-path case (supervise._lower_priority) would otherwise run its
     cells at the full share again."""
     try:
         nice = int(Path("/proc/self/autogroup").read_text(encoding="ascii").split()[-1])
@@ -259,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     result["duration_s"] = round(time.monotonic() - start, 3)
     _write(args.result, result)
     return 0
+
+
+def fork_boot() -> Callable[[], int]:
+    """For resources/fork_server.py, once this module is imported (nbclient, nbformat,
+    jupyter_client): set up as a fresh start is; returns what runs one notebook (sys.argv)."""
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # as below
+    return main
 
 
 if __name__ == "__main__":

@@ -1,0 +1,300 @@
+"""Process supervision: each case's process in a session of its own, its time limit, and the
+groups alive now, so that an interrupt ends every one of them.
+
+Cases run in sessions of their own, so a terminal's Ctrl-C never reaches them: the tool ends
+them itself, whichever pool or batch started them. That makes the supervisor one per tool
+process, `SUPERVISOR`, the runner's only module-level instance: it holds the live groups, the
+one watchdog thread for every case's time limit and the fork servers (execute/forkserver.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Protocol, cast
+
+from validate.execute.forkserver import ForkServerLost, ForkServers
+from validate.execute.pool import watch, yield_nice
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+
+    from validate.execute.slots import CaseUsage, UsageSampler
+
+__all__ = ["SUPERVISOR", "Supervisor"]
+
+log = logging.getLogger(__name__)
+
+_TERM_GRACE_S: Final = 5.0
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class _LiveGroups:
+    """Process groups of the cases running now (and their kernels' groups). Cases run in sessions
+    of their own, so a terminal's Ctrl-C never reaches them: an interrupt ends them here."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: dict[int, Path] = {}  # case pgid -> the file its kernel's pid is written to
+        self.stopped = threading.Event()  # set by kill_all: no new case process may start
+
+    def add(self, pgid: int, kernel_file: Path) -> None:
+        """Register a started case; one started after kill_all (a Popen racing the interrupt) is
+        killed here, so no case outlives an interrupt whichever thread got there first."""
+        with self._lock:
+            self._groups[pgid] = kernel_file
+            late = self.stopped.is_set()
+        if late:
+            _kill_group(pgid, signal.SIGKILL)
+
+    def sessions(self) -> dict[int, int]:
+        """Session id -> the case's group, for the running cases and their notebook kernels
+        (each runs in a session of its own): who holds which GPU memory (slots.UsageSampler)."""
+        with self._lock:
+            groups = list(self._groups.items())
+        out = {pgid: pgid for pgid, _ in groups}
+        for pgid, kernel_file in groups:
+            with suppress(OSError, ValueError):
+                out[int(kernel_file.read_text(encoding="utf-8").strip())] = pgid
+        return out
+
+    def discard(self, pgid: int) -> None:
+        with self._lock:
+            self._groups.pop(pgid, None)
+
+    def kill_all(self) -> None:
+        with self._lock:  # under the lock: every add() sees `stopped` or is in this snapshot
+            self.stopped.set()
+            groups = list(self._groups.items())
+        for pgid, kernel_file in groups:
+            _kill_group(pgid, signal.SIGKILL)
+            with suppress(OSError, ValueError):
+                _kill_group(int(kernel_file.read_text(encoding="utf-8").strip()), signal.SIGKILL)
+
+
+class _Process(Protocol):
+    """What the runner needs of a case's process: a subprocess.Popen or a ForkedProcess."""
+
+    pid: int
+    returncode: int | None
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+class _Watchdog:
+    """One thread for the time limits of every running case: a `threading.Timer` per case cost
+    a thread start (and its hand-shake) per case, 1-3 ms on a loaded host. An expired limit's
+    action runs in a thread of its own (it waits out the TERM grace)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._cancelled: set[int] = set()
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, seconds: float, action: Callable[[], None]) -> int:
+        """Run `action` in `seconds` unless cancelled; returns the token for `cancel`."""
+        with self._cond:
+            token = next(self._seq)
+            heapq.heappush(self._heap, (time.monotonic() + seconds, token, action))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return token
+
+    def cancel(self, token: int) -> None:
+        with self._cond:
+            self._cancelled.add(token)
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][1] in self._cancelled:
+                        self._cancelled.discard(heapq.heappop(self._heap)[1])
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    delay = self._heap[0][0] - time.monotonic()
+                    if delay <= 0:
+                        action = heapq.heappop(self._heap)[2]
+                        break
+                    self._cond.wait(delay)
+            threading.Thread(target=action, name="case-timeout", daemon=True).start()
+
+
+def _wait_quietly(proc: _Process, seconds: float) -> bool:
+    """Whether the process ended within `seconds` (used only on the timeout path)."""
+    try:
+        proc.wait(timeout=seconds)
+    except (subprocess.TimeoutExpired, ForkServerLost):
+        return False
+    return True
+
+
+def _lower_priority(group: int, nice: int) -> None:
+    """Lower the CPU priority of the case's process group by `nice` (a case started beside a
+    critical-path case, execute/pool.py), right after Popen: its later processes inherit it.
+    Where the kernel groups CPU time by session (sched autogroup, Linux's default), the nice of
+    single processes counts only within their session and the case has a session of its own, so
+    the session's group is lowered too (run_notebook.py passes it on to the kernel's session)."""
+    if nice <= 0:
+        return
+    value = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    with suppress(OSError):  # the group already ended, or no permission: run as is
+        os.setpriority(os.PRIO_PGRP, group, value)
+    with suppress(OSError):  # no autogroup here (or not permitted): the nice above is all
+        Path(f"/proc/{group}/autogroup").write_text(str(value), encoding="ascii")
+
+
+class Supervisor:
+    """The case processes of this tool process: started, limited, recorded while they run, and
+    ended together on an interrupt (`stop`, `kill_all`)."""
+
+    def __init__(self) -> None:
+        self.live = _LiveGroups()
+        #: Cases inside a pool are forked from a warm interpreter per environment and kind.
+        self.forks = ForkServers()
+        self._watchdog = _Watchdog()
+
+    @property
+    def stopped(self) -> bool:
+        """Interrupted: no case may start, and what ends now was killed by the tool."""
+        return self.live.stopped.is_set()
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """A pool's run: cases may start again (an earlier run was interrupted), and the fork
+        servers started inside end with the outermost session."""
+        self.live.stopped.clear()
+        with self.forks.session():
+            yield
+
+    def stop(self) -> None:
+        """No case starts from now on, and the ones ending now are not recorded."""
+        self.live.stopped.set()
+
+    def kill_all(self) -> None:
+        """Kill every running case's group and its kernel's (after `stop`)."""
+        self.live.kill_all()
+
+    def sessions(self) -> dict[int, int]:
+        """Session id -> case group, for the sampler (slots.UsageSampler)."""
+        return self.live.sessions()
+
+    def spawn(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        limit_s: float,
+        kernel_file: Path,
+        sampler: UsageSampler | None = None,
+    ) -> tuple[int, bool, CaseUsage | None]:
+        """Run argv in a new session, output to log_path; on timeout TERM then KILL the group.
+        Returns the exit status, whether it timed out, and what it used if sampled."""
+        log.debug("+ %s", " ".join(argv))
+        if (
+            self.live.stopped.is_set()
+        ):  # interrupted: a re-run must not start behind the user's back
+            return -signal.SIGKILL, False, None
+        try:
+            return self._run_process(argv, env, log_path, limit_s, kernel_file, sampler)
+        except ForkServerLost as exc:  # its server died, not the case: it runs again, fresh
+            if self.live.stopped.is_set():  # unless the run is being interrupted
+                return -signal.SIGKILL, False, None
+            log.debug("fork server lost (%s): %s runs as a fresh process", exc, argv[2:3])
+            return self._run_process(argv, env, log_path, limit_s, kernel_file, sampler, fresh=True)
+
+    def _start(
+        self, argv: list[str], env: Mapping[str, str], log_path: Path, *, fresh: bool
+    ) -> _Process:
+        """The case's process in a new session: forked by its environment's fork server where one
+        runs (a script or a notebook's bootstrap inside a pool, execute/forkserver.py), else a
+        fresh one."""
+        if not fresh:
+            # the log is made here, as for a fresh process: a folder that broke is an OSError of
+            # the tool's (the store's check names it), never an exit status of the case
+            log_path.open("wb").close()
+            nice = yield_nice()  # the child takes it before it runs (fork_server._lower)
+            value = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice) if nice > 0 else None
+            forked = self.forks.start(argv, log_path, env, value)
+            if forked is not None:
+                return cast("_Process", forked)
+        with log_path.open("wb") as out:
+            return subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env),
+                start_new_session=True,
+            )
+
+    def _run_process(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        limit_s: float,
+        kernel_file: Path,
+        sampler: UsageSampler | None,
+        *,
+        fresh: bool = False,
+    ) -> tuple[int, bool, CaseUsage | None]:
+        proc = self._start(argv, env, log_path, fresh=fresh)
+        if isinstance(proc, subprocess.Popen):  # a forked case took its nice itself (self._start)
+            _lower_priority(proc.pid, yield_nice())
+        # The watchdog enforces the limit so this thread blocks in waitpid() and sees the exit
+        # at once: Popen.wait(timeout=...) polls with sleeps of up to 50 ms, which was most of a
+        # short script's overhead (bench/runner_bench.py).
+        expired = threading.Event()
+
+        def _expire() -> None:
+            expired.set()
+            _kill_group(proc.pid, signal.SIGTERM)
+            if not _wait_quietly(proc, _TERM_GRACE_S):
+                _kill_group(proc.pid, signal.SIGKILL)
+
+        timer = self._watchdog.add(limit_s, _expire)
+        self.live.add(proc.pid, kernel_file)
+        if sampler is not None:
+            watch(functools.partial(sampler.recent, proc.pid))  # the pool counts its real GPU load
+        try:
+            returncode = proc.wait()
+        finally:
+            self._watchdog.cancel(timer)
+            self.live.discard(proc.pid)
+            # what is left of the case's group (a case that killed its supervising parent,
+            # resources/guard.py become_reaper, is still running): it ends with the case
+            _kill_group(proc.pid, signal.SIGKILL)
+        timed_out = expired.is_set()
+        if kernel_file.exists():  # the kernel runs in its own session: make sure it is gone too
+            try:
+                kernel_pid = int(kernel_file.read_text(encoding="utf-8").strip())
+                _kill_group(kernel_pid, signal.SIGKILL)
+            except ValueError:
+                pass
+            kernel_file.unlink(missing_ok=True)
+        usage = sampler.usage(proc.pid) if sampler is not None else None
+        return returncode, timed_out, usage
+
+
+#: The one supervisor of this process (see the module docstring).
+SUPERVISOR: Final = Supervisor()
