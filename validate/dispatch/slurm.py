@@ -1,7 +1,7 @@
 """`validate --executor slurm`: the matrix as Slurm array jobs, each task one shard of a run.
 
 Slurm schedules, the tool does what it does on any host. The planned cells are grouped as for a CI
-pipeline (plan/pipeline.py `job_groups`: one group per arch runner x environment); each group is
+pipeline (dispatch/runners.py `job_groups`: one group per arch runner x environment); each group is
 one `sbatch --array=0-(n-1)` job with the arch's partition, constraint, gres and time limit from
 matrix/runners.toml, and task i runs an ordinary `validate --shard i+1/n` of the group's cells
 (plan/shard.py splits their cell x case units) into its own run folder. A merge job
@@ -34,16 +34,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.config import Selectors, ValidateConfig
+from validate.dispatch import sbatch as sl
+from validate.dispatch.runners import Runners, job_groups, load_runners, prune_without_runner
 from validate.errors import ConfigError
-from validate.execute import slurm as sl
 from validate.execute.records import not_run, now_stamp
 from validate.judge.known_issues import load_known_issues
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, RunKey, load_results, write_json
 from validate.model.runs import claim_run_dir
-from validate.plan.pipeline import job_groups
 from validate.plan.rules import Plan
-from validate.plan.runners import Runners, load_runners, prune_without_runner
 from validate.plan.shard import Unit, assign, read_durations
 from validate.report.model import RunInfo, merge_runs
 from validate.workflow import (
@@ -58,11 +57,12 @@ from validate.workflow import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from validate.dispatch import DispatchOptions
+    from validate.dispatch.runners import JobGroup
     from validate.execute.cases import Case
     from validate.model.matrix import Cell
-    from validate.plan.pipeline import JobGroup
 
-__all__ = ["POLL_ENV", "finalize", "merge_job", "run", "run_task"]
+__all__ = ["POLL_ENV", "SlurmDispatcher", "finalize", "merge_job", "run", "run_task"]
 
 log = logging.getLogger(__name__)
 
@@ -653,3 +653,20 @@ def run(
         state = _submit(config, run_dir, runners, shards, plan)
     _wait(run_dir, state, queue_timeout)
     return _summarise(run_dir, state)
+
+
+class SlurmDispatcher:
+    """`--executor slurm` in the DISPATCHERS registry."""
+
+    name = "slurm"
+
+    def available(self) -> bool:
+        return sl.available()
+
+    def run(self, config: ValidateConfig, options: DispatchOptions) -> int:
+        return run(
+            config,
+            shards=options.shards,
+            queue_timeout=options.queue_timeout,
+            runners_path=options.runners,
+        )
