@@ -16,13 +16,14 @@ import validate.cli.validate
 from validate.cli import main
 from validate.dispatch import DISPATCHERS, Dispatcher, DispatchOptions
 from validate.execute import EXECUTORS
+from validate.workflow import RunOutcome
 
 if TYPE_CHECKING:
     from validate.config import ValidateConfig
 
 
 class FakeDispatcher:
-    """FAKE scheduler: records what it was asked to run and returns exit code 7."""
+    """FAKE scheduler: records what it was asked to run; its run is not signed off."""
 
     name = "fake"
     calls: ClassVar[list[tuple[ValidateConfig, DispatchOptions]]] = []
@@ -30,9 +31,19 @@ class FakeDispatcher:
     def available(self) -> bool:
         return True
 
-    def run(self, config: ValidateConfig, options: DispatchOptions) -> int:
+    def run(self, config: ValidateConfig, options: DispatchOptions) -> RunOutcome:
+        from validate.judge.signoff import decide
+        from validate.plan.rules import Plan
+
         self.calls.append((config, options))
-        return 7
+        assert config.results_dir is not None
+        return RunOutcome(
+            run_id="fake",
+            folder=config.results_dir,
+            plan=Plan(planned=[], pruned=[]),
+            results=(),
+            verdict=decide([]),
+        )
 
 
 @pytest.mark.parametrize("name", sorted(DISPATCHERS))
@@ -44,12 +55,16 @@ def test_every_registered_dispatcher_implements_the_protocol(name: str) -> None:
 
 
 def test_validate_reaches_a_registered_dispatcher(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The CLI prints what the dispatcher's run ended with and exits with its verdict's code."""
+    from validate.judge.signoff import decide
+
     monkeypatch.setitem(DISPATCHERS, "fake", FakeDispatcher)
     FakeDispatcher.calls.clear()
     argv = ["validate", "--executor", "fake", "--shards", "3", "--results", str(tmp_path / "r")]
-    assert main(argv) == 7
+    assert main(argv) == decide([]).exit_code
+    assert f"results: {tmp_path / 'r'}" in capsys.readouterr().out
     ((config, options),) = FakeDispatcher.calls
     assert config.executor == "fake"
     assert options == DispatchOptions(shards=3)

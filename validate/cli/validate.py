@@ -1,11 +1,11 @@
-"""The `validate` command: flags -> ValidateConfig -> workflow.run()."""
+"""The `validate` command: flags -> ValidateConfig -> workflow.run() (or a dispatcher) -> printed."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from validate.cli import (
     add_flaky_option,
@@ -21,6 +21,9 @@ from validate.config import Selectors
 from validate.dispatch import DISPATCHERS, DispatchOptions
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS
+
+if TYPE_CHECKING:
+    from validate.workflow import RunOutcome
 
 __all__ = ["add_validate_args", "config_from_args", "register"]
 
@@ -276,10 +279,20 @@ def _handle(args: argparse.Namespace) -> int:
         options = DispatchOptions(
             shards=args.shards or 1, queue_timeout=args.queue_timeout, runners=args.runners
         )
-        return dispatcher().run(config, options)
-    from validate.workflow import run
+        outcome = dispatcher().run(config, options)
+    else:
+        from validate.workflow import run
 
-    return run(config)
+        outcome = run(config)
+    return _show(outcome)
+
+
+def _show(outcome: RunOutcome) -> int:
+    """Print the run's cells, verdict and folder; its sign-off exit code."""
+    from validate.workflow import describe
+
+    print(describe(outcome))
+    return outcome.exit_code
 
 
 def _slurm_node(args: argparse.Namespace) -> int:
@@ -290,5 +303,7 @@ def _slurm_node(args: argparse.Namespace) -> int:
         msg = "--slurm-task/--slurm-merge need --results RUN (the Slurm run folder)"
         raise ConfigError(msg)
     if args.slurm_merge:
-        return slurm.merge_job(args.results)
-    return slurm.run_task(args.results.resolve(), args.slurm_task)
+        _show(slurm.merge_job(args.results))
+        return 0  # merged: the tool (or whoever reads RUN) judges the verdict
+    _show(slurm.run_task(args.results.resolve(), args.slurm_task))
+    return 0  # the task ran whatever its verdict: the merge judges

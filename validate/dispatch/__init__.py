@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from validate.config import ValidateConfig
+    from validate.workflow import RunOutcome
 
 __all__ = ["DISPATCHERS", "DispatchOptions", "Dispatcher"]
 
@@ -51,8 +52,8 @@ class Dispatcher(Protocol):
         """Whether the scheduler's tools answer here."""
         ...
 
-    def run(self, config: ValidateConfig, options: DispatchOptions) -> int:
-        """Submit (or reattach with `config.resume`), wait, merge: the sign-off exit code."""
+    def run(self, config: ValidateConfig, options: DispatchOptions) -> RunOutcome:
+        """Submit (or reattach with `config.resume`), wait, merge: the merged run's outcome."""
         ...
 
 

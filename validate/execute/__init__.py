@@ -61,7 +61,7 @@ class RunContext:
     host: HostFacts
     run_id: str
     sources: Sources  # --backend-source / --frontend-source, parsed once for the run
-    store: ResultStore  # results go here as they land (the workflow's judges known issues)
+    store: ResultStore  # results go here as they land (known issues are judged at the run's end)
     slots: int = 1  # the run's pool size (execute/slots.py, or --jobs)
     history: History | None = None  # durations and GPU peaks by case name, shared by all cells
     sampler: UsageSampler | None = None  # what the live cases use (GPU via NVML, host CPU)
