@@ -20,6 +20,7 @@ import validate.workflow
 from validate.config import Selectors, ValidateConfig
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS, ExecTarget, Executor, RunContext, resolve_executor
+from validate.execute.incontainer import payload, read_payload
 from validate.execute.records import now_stamp
 from validate.model.matrix import Cell, Driver
 from validate.model.outcome import Outcome
@@ -269,7 +270,7 @@ def test_docker_steps_follow_the_image_pins() -> None:
     assert docker.env_key(compat, run) not in keys  # type: ignore[arg-type]
 
 
-def test_config_crosses_as_one_json_object() -> None:
+def test_config_crosses_as_one_json_object(tmp_path: Path) -> None:
     config = ValidateConfig(
         selectors=SELECT,
         cases=(Path("/cases/a.py"), Path("/cases/b")),
@@ -295,7 +296,10 @@ def test_config_crosses_as_one_json_object() -> None:
         known_issues=Path("/ki.toml"),
         argv=("validate", "--case", "pin_check.py"),
     )
-    assert ValidateConfig.from_json(config.to_json()) == config
-    assert ValidateConfig.from_json(ValidateConfig().to_json()) == ValidateConfig()
+    file = tmp_path / "config.json"  # what the docker executor writes, the container reads
+    file.write_text(payload(config, "9.12.0", "RUN1"), encoding="utf-8")
+    assert read_payload(file) == (config, "9.12.0", "RUN1")
+    default = json.loads(json.dumps(ValidateConfig().to_dict()))
+    assert ValidateConfig.from_dict(default) == ValidateConfig()
     with pytest.raises(ConfigError, match="config: unknown option 'color'"):
         ValidateConfig.from_dict({"color": "red"})

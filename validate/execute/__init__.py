@@ -46,7 +46,6 @@ __all__ = [
     "Executor",
     "RunContext",
     "docker_gpu_ready",
-    "pick_executor",
     "resolve_executor",
 ]
 
@@ -142,8 +141,3 @@ def resolve_executor(name: str) -> str:
         msg = f"--executor: unknown executor {name!r}; expected one of {known}"
         raise ConfigError(msg)
     return name
-
-
-def pick_executor(name: str) -> Executor:
-    """A new executor for `name` (`auto` resolved first)."""
-    return EXECUTORS[resolve_executor(name)]()
