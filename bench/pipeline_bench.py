@@ -19,16 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from validate.config import Selectors
+from validate.dispatch.ci import PipelineOptions, github_workflow, gitlab_pipeline, to_yaml
+from validate.dispatch.runners import job_groups, load_runners, prune_without_runner
 from validate.model.matrix import load_matrix
-from validate.plan.pipeline import (
-    PipelineOptions,
-    github_workflow,
-    gitlab_pipeline,
-    job_groups,
-    to_yaml,
-)
 from validate.plan.rules import load_rules, plan_cells
-from validate.plan.runners import load_runners, prune_without_runner
 from validate.plan.shard import assign, expected, lpt_bound
 
 

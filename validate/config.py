@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -170,22 +169,6 @@ class ValidateConfig:
                 value = tuple(value)
             values[name] = value
         return cls(**values)
-
-    def to_json(self) -> str:
-        """The config as one JSON object: how it crosses into a container (execute.docker)."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> ValidateConfig:
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            msg = f"config: not a JSON object ({exc})"
-            raise ConfigError(msg) from exc
-        if not isinstance(data, dict):
-            msg = f"config: expected a JSON object, got {type(data).__name__}"
-            raise ConfigError(msg)
-        return cls.from_dict(data)
 
 
 #: ValidateConfig fields that hold one path (or None).

@@ -2,7 +2,8 @@
 
 One small function per stage; each takes the previous stage's value plus the config, so each
 can be tested alone. Results are appended (and fsynced) as each case finishes, so a killed run
-loses nothing and `--resume` completes it.
+loses nothing and `--resume` completes it. `run` returns a RunOutcome (results and verdict) and
+prints nothing: the CLI prints it, bisect reads it, a Slurm task hands it to its output.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import subprocess
 import threading
 import time
 from contextlib import suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from validate import __version__
 from validate.config import ValidateConfig
 from validate.env.sources import Sources
 from validate.env.venvs import cache_root
-from validate.errors import ConfigError
+from validate.errors import ConfigError, ResultsLost
 from validate.execute import EXECUTORS, Executor, RunContext, resolve_executor
 from validate.execute.cases import SHIPPED_CASES, Case, cases_for
 from validate.execute.history import History
@@ -38,8 +39,8 @@ from validate.judge.known_issues import KnownIssue, apply_known_issues, load_kno
 from validate.model.axes import AXES
 from validate.model.matrix import Cell, load_matrix
 from validate.model.outcome import Outcome
-from validate.model.results import CaseResult, ResultStore, load_results, write_json
-from validate.model.runs import claim_run_dir
+from validate.model.results import CaseResult, ResultStore, write_json
+from validate.model.runs import open_run
 from validate.plan.host import HostFacts, detect_host, python_version_of
 from validate.plan.rules import Plan, load_rules, plan_cells
 from validate.plan.shard import ShardSpec, assign, expected, read_durations
@@ -49,7 +50,18 @@ from validate.plan.tiers import TierChoice, apply_tier
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["SHIPPED_CASES", "KnownIssueStore", "ValidateConfig", "record_all", "run", "run_cells"]
+    from validate.judge.signoff import Verdict
+
+__all__ = [
+    "SHIPPED_CASES",
+    "RunOutcome",
+    "ValidateConfig",
+    "describe",
+    "record_all",
+    "run",
+    "run_cells",
+    "stamp_known_issues",
+]
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +111,17 @@ def cases_stage(config: ValidateConfig) -> list[Case]:
     return cases_for(config)
 
 
-class KnownIssueStore(ResultStore):
-    """A ResultStore that judges each result against the known issues before it is written."""
-
-    def __init__(self, path: Path, issues: Sequence[KnownIssue]) -> None:
-        super().__init__(path)
-        self._issues = issues
-
-    def append(self, result: CaseResult) -> None:
-        super().append(apply_known_issues([result], self._issues)[0])
+def stamp_known_issues(store: ResultStore, issues: Sequence[KnownIssue]) -> list[CaseResult]:
+    """The known-issue step, once every case has ended: judge the run's results (the latest per
+    cell x case) against the database; a result the judgement changes (xfail, xpass, a note) is
+    appended once more, judged, so the folder reads judged (the later line wins) and keeps the
+    outcome the case itself gave beside it. The judged results, in store order."""
+    latest = list({r.key: r for r in store}.values())
+    judged = apply_known_issues(latest, issues)
+    for before, after in zip(latest, judged, strict=True):
+        if after != before:
+            store.append(after)
+    return judged
 
 
 def _git_commit(path: Path) -> str | None:
@@ -332,9 +346,25 @@ def shard_units(
     return {k: frozenset(v) for k, v in only.items()}, record
 
 
-def run(config: ValidateConfig) -> int:
-    """The whole job; returns the sign-off exit code (0 signed off, 1 regressions/errors)."""
-    from validate.judge.signoff import decide, summary  # the report side is only needed at the end
+@dataclass(frozen=True, kw_only=True)
+class RunOutcome:
+    """How a run ended: its id and folder, its plan, its results (the latest per cell x case,
+    judged against the known issues) and the sign-off verdict."""
+
+    run_id: str
+    folder: Path
+    plan: Plan
+    results: tuple[CaseResult, ...]
+    verdict: Verdict
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+
+def run(config: ValidateConfig) -> RunOutcome:
+    """The whole job: plan, run the cells, judge the known issues, seal, decide."""
+    from validate.judge.signoff import decide  # the report side is only needed at the end
 
     config = replace(config, executor=resolve_executor(config.executor))
     executor = EXECUTORS[config.executor]()
@@ -349,37 +379,61 @@ def run(config: ValidateConfig) -> int:
     issues = load_known_issues(config.known_issues)
     sharded = shard_units(config, plan, cases)  # reads --durations
     host = detect_host()
-    run_id, results_dir = claim_run_dir(config.results_dir)  # a fresh folder of its own
-    results_dir.mkdir(parents=True, exist_ok=True)
-    meta_path = results_dir / "run.json"
-    meta = provenance(config, host, plan, run_id)
-    if tier is not None:
-        meta["tier"] = tier_record(tier, left_out)
-    if sharded is not None:
-        meta["shard"] = sharded[1]
-    if config.resume and meta_path.is_file():
-        meta = {**json.loads(meta_path.read_text(encoding="utf-8")), "resumed_at": now_stamp()}
-    write_json(meta_path, meta)
-    log.info(
-        "run %s: %d planned cells, %d pruned, %d cases -> %s",
-        run_id,
-        len(plan.planned),
-        len(plan.pruned),
-        len(cases),
-        results_dir,
-    )
-    start = time.monotonic()
-    store = KnownIssueStore(results_dir / "results.jsonl", issues)
-    only = None if sharded is None else sharded[0]
-    run_cells(config, plan, cases, host, store, meta["run_id"], executor=executor, only=only)
-    store.seal()  # every case has ended: the folder's lines verify wherever it is read
-    results = list({r.key: r for r in load_results([results_dir])}.values())  # later wins
-    write_json(meta_path, {**meta, "finished_at": now_stamp(), "wall_s": time.monotonic() - start})
-    print(cell_summary(results, plan))
+    with open_run(config.results_dir) as opened:  # a fresh folder of its own, or --results
+        meta_path = opened.folder / "run.json"
+        meta = provenance(config, host, plan, opened.id)
+        if tier is not None:
+            meta["tier"] = tier_record(tier, left_out)
+        if sharded is not None:
+            meta["shard"] = sharded[1]
+        if config.resume and meta_path.is_file():
+            meta = {**json.loads(meta_path.read_text(encoding="utf-8")), "resumed_at": now_stamp()}
+        write_json(meta_path, meta)
+        log.info(
+            "run %s: %d planned cells, %d pruned, %d cases -> %s",
+            opened.id,
+            len(plan.planned),
+            len(plan.pruned),
+            len(cases),
+            opened.folder,
+        )
+        start = time.monotonic()
+        only = None if sharded is None else sharded[0]
+        store = opened.store
+        try:
+            run_cells(
+                config, plan, cases, host, store, meta["run_id"], executor=executor, only=only
+            )
+        except KeyboardInterrupt:  # the cases that finished are judged all the same
+            with suppress(ResultsLost):
+                if store.problem() is None:
+                    stamp_known_issues(store, issues)
+            raise
+        results = stamp_known_issues(store, issues)
+        store.seal()  # every case has ended: the folder's lines verify wherever it is read
+        end = {**meta, "finished_at": now_stamp(), "wall_s": time.monotonic() - start}
+        write_json(meta_path, end)
     verdict = decide(results, flaky=config.flaky, require_gpu=config.require_gpu)
-    print(summary(verdict))
-    print(f"results: {results_dir}")
-    return verdict.exit_code
+    return RunOutcome(
+        run_id=str(meta["run_id"]),
+        folder=opened.folder,
+        plan=plan,
+        results=tuple(results),
+        verdict=verdict,
+    )
+
+
+def describe(outcome: RunOutcome) -> str:
+    """What `validate` prints at the end: one line per cell, the verdict, the run folder."""
+    from validate.judge.signoff import summary
+
+    return "\n".join(
+        [
+            cell_summary(outcome.results, outcome.plan),
+            summary(outcome.verdict),
+            f"results: {outcome.folder}",
+        ]
+    )
 
 
 def cell_summary(results: Sequence[CaseResult], plan: Plan) -> str:

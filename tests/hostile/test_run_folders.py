@@ -133,6 +133,35 @@ def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path: Path) -
         assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", folder.name), folder.name
 
 
+def test_a_run_folder_is_locked_while_its_run_is_open(tmp_path: Path) -> None:
+    """A second run into a folder an open run holds (a `--resume` started while the first still
+    writes) is bad input, one line, exit 2, and writes no result; a run killed with SIGKILL leaves
+    no lock behind (the kernel drops it), so `--resume` works after a kill."""
+    folder = tmp_path / "run"
+    hold = (
+        "import sys, time; from pathlib import Path; from validate.model.runs import open_run; "
+        "run = open_run(Path(sys.argv[1])); print('open', flush=True); time.sleep(300)"
+    )
+    argv = ["run", "--jobs", "1", "--no-api-logs", "--results", str(folder)]
+    with subprocess.Popen(
+        [sys.executable, "-c", hold, str(folder)], env=_env(), stdout=subprocess.PIPE, text=True
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline() == "open\n"
+            refused = _cli(*argv, str(SCRIPTS / "pass_script.py"), cwd=tmp_path)
+            assert refused.returncode == 2, refused.stderr
+            lines = refused.stderr.strip().splitlines()
+            assert len(lines) == 1, refused.stderr
+            assert "another run is writing into it" in lines[0]
+            assert not (folder / "results.jsonl").exists()
+        finally:
+            holder.kill()  # SIGKILL: no close(), no cleanup of its own
+    done = _cli(*argv, "--resume", str(SCRIPTS / "pass_script.py"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [r.case for r in read_results(folder / "results.jsonl").results] == ["pass_script.py"]
+
+
 # --- 3. secrets in the captured environment ------------------------------------------------
 
 _SECRETS = {

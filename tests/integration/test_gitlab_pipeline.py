@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "tests" / "resources" / "scripts"
 MATRIX = REPO / "tests" / "resources" / "matrices" / "two_runner_groups.toml"
 # CPU-only runners (gpus = 0): the report job signs off without --require-gpu, so the no-GPU
-# skips of the shipped cases do not fail it (runners with GPUs would: plan/pipeline.py)
+# skips of the shipped cases do not fail it (runners with GPUs would: dispatch/ci.py)
 RUNNERS = '[runner.sm80]\ntags = ["cpu"]\ngpus = 0\n\n[runner.sm90]\ntags = ["cpu"]\ngpus = 0\n'
 
 

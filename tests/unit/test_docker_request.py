@@ -18,8 +18,7 @@ import pytest
 from validate.config import ValidateConfig
 from validate.env.builder import ImageBuilder
 from validate.env.sources import Sources
-from validate.errors import ConfigError
-from validate.execute import EXECUTORS, ExecTarget, RunContext, pick_executor
+from validate.execute import ExecTarget, RunContext
 from validate.execute.docker import DockerExecutor, container_config
 from validate.execute.incontainer import payload, read_payload
 from validate.model.matrix import Cell
@@ -153,13 +152,6 @@ def test_the_container_gets_the_config_not_an_argv(tmp_path: Path) -> None:
     assert config.resume  # the cell folder may hold some results already
     assert config.jobs == (os.cpu_count() or 1)
     assert (expected, run_id) == ("9.24.0.43", "RUN1")
-
-
-def test_pick_executor_names() -> None:
-    assert set(EXECUTORS) == {"local", "docker"}
-    with pytest.raises(ConfigError, match="--executor: unknown executor 'podman'"):
-        pick_executor("podman")
-    assert pick_executor("docker").name == "docker"
 
 
 class _NoBuild(ImageBuilder):

@@ -22,6 +22,7 @@ from validate.config import Selectors, ValidateConfig
 from validate.env.sources import Sources
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS, ExecTarget, Executor, RunContext, resolve_executor
+from validate.execute.incontainer import payload, read_payload
 from validate.execute.records import now_stamp
 from validate.model.axes import AXES, REGISTRY
 from validate.model.matrix import Cell, Driver
@@ -112,7 +113,8 @@ def test_validate_runs_a_registered_executor_end_to_end(
     config = ValidateConfig(
         selectors=SELECT, executor="fake", case_names=("pin_check.py",), results_dir=run_dir
     )
-    assert validate.workflow.run(config) == 1  # the cells that could not be built are errors
+    # the cells that could not be built are errors
+    assert validate.workflow.run(config).exit_code == 1
     lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     by_cell = {(line["cell"]["frontend"], line["cell"]["arch"]): line for line in lines}
     assert len(lines) == len(by_cell) == 4
@@ -129,6 +131,64 @@ def test_validate_runs_a_registered_executor_end_to_end(
         "prepare fe-1.27.0 2",
         "close",
     ]
+
+
+class FailingExecutor(FakeExecutor):
+    """FAKE: every environment builds; every case fails with the reason `boom`."""
+
+    def prepare(self, step: Step, run: RunContext) -> ExecTarget | str:  # noqa: ARG002
+        return ExecTarget(python=Path(sys.executable), expected_backend="9.12.0")
+
+    def run(self, step: Step, target: ExecTarget, cases: Sequence[Case], run: RunContext) -> None:  # noqa: ARG002
+        for cell in step.cells:
+            for case in cases:
+                run.store.append(
+                    CaseResult(
+                        case=case.name,
+                        outcome=Outcome.FAIL,
+                        reason="boom",
+                        cell_id=cell.id,
+                        cell=cell.pins(),
+                        run_id=run.run_id,
+                        started_at=now_stamp(),
+                    )
+                )
+
+
+def test_known_issues_are_judged_as_a_step_of_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Once every case has ended, the run judges its results against the known issues: a failure
+    an issue declares reads as xfail (the later line wins) beside the raw failure it judged, and
+    the verdict the run returns is the judged one."""
+    monkeypatch.setitem(EXECUTORS, "failing", FailingExecutor)
+    issues = tmp_path / "ki.toml"
+    issues.write_text(
+        '[[issue]]\nid = "KI-9"\ntitle = "pin_check fails on 1.27"\nbackend = ""\n'
+        'frontend = "==1.27.0"\ncases = ["pin_check.py"]\nsymptom = { outcomes = ["fail"] }\n',
+        encoding="utf-8",
+    )
+    run_dir = tmp_path / "run"
+    config = ValidateConfig(
+        selectors=SELECT,
+        executor="failing",
+        case_names=("pin_check.py",),
+        results_dir=run_dir,
+        known_issues=issues,
+    )
+    outcome = validate.workflow.run(config)
+    judged = {r.cell["frontend"]: r.outcome for r in outcome.results}
+    assert judged == {"1.26.0": Outcome.FAIL, "1.27.0": Outcome.XFAIL}
+    assert sorted(r.outcome for r in outcome.verdict.regressions) == [Outcome.FAIL] * 2
+    lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    by_frontend: dict[str, list[str]] = {}
+    for line in lines:
+        by_frontend.setdefault(line["cell"]["frontend"], []).append(line["outcome"])
+    # 1.26.0 is outside the declared range: still a failure, judged with a note that says so
+    assert by_frontend == {"1.26.0": ["fail"] * 4, "1.27.0": ["fail", "fail", "xfail", "xfail"]}
+    older = [line for line in lines if line["cell"]["frontend"] == "1.26.0"]
+    assert [bool(line.get("ki_note")) for line in older] == [False, False, True, True]
+    assert all(line["known_issue"] == "KI-9" for line in lines if line["outcome"] == "xfail")
 
 
 def test_workflow_names_no_executor() -> None:
@@ -251,7 +311,7 @@ def test_every_executor_keys_environments_by_the_env_axes(
         executor.close()
 
 
-def test_config_crosses_as_one_json_object() -> None:
+def test_config_crosses_as_one_json_object(tmp_path: Path) -> None:
     config = ValidateConfig(
         selectors=SELECT,
         cases=(Path("/cases/a.py"), Path("/cases/b")),
@@ -277,7 +337,10 @@ def test_config_crosses_as_one_json_object() -> None:
         known_issues=Path("/ki.toml"),
         argv=("validate", "--case", "pin_check.py"),
     )
-    assert ValidateConfig.from_json(config.to_json()) == config
-    assert ValidateConfig.from_json(ValidateConfig().to_json()) == ValidateConfig()
+    file = tmp_path / "config.json"  # what the docker executor writes, the container reads
+    file.write_text(payload(config, "9.12.0", "RUN1"), encoding="utf-8")
+    assert read_payload(file) == (config, "9.12.0", "RUN1")
+    default = json.loads(json.dumps(ValidateConfig().to_dict()))
+    assert ValidateConfig.from_dict(default) == ValidateConfig()
     with pytest.raises(ConfigError, match="config: unknown option 'color'"):
         ValidateConfig.from_dict({"color": "red"})

@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validate.execute",),
     ("validate.judge",),
     ("validate.report",),
-    ("validate.workflow", "validate.slurm"),
+    ("validate.workflow",),
+    ("validate.dispatch",),
     ("validate.cli", "validate.__main__"),
 )
 
@@ -114,9 +115,31 @@ def test_a_planted_upward_import_is_caught(tmp_path: Path) -> None:
     assert violations(pkg) == [expected]
 
 
+def test_the_workflow_importing_a_dispatcher_is_caught(tmp_path: Path) -> None:
+    """Fan-out sits above the workflow: the workflow may not reach up into dispatch/."""
+    pkg = tmp_path / "validate"
+    (pkg / "dispatch").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "dispatch" / "__init__.py").write_text("")
+    (pkg / "dispatch" / "slurm.py").write_text("from validate.workflow import run\n")
+    (pkg / "workflow.py").write_text("from validate.dispatch import slurm\n")
+    expected = (
+        "validate/workflow.py:1: validate.workflow (validate.workflow) imports "
+        "validate.dispatch.slurm (validate.dispatch), a later stage"
+    )
+    assert violations(pkg) == [expected]
+
+
 @pytest.mark.parametrize(
     ("module", "stage"),
-    [("validate.errors", 0), ("validate.model.axes", 1), ("validate.execute.cases.script", 5)],
+    [
+        ("validate.errors", 0),
+        ("validate.model.axes", 1),
+        ("validate.execute.cases.script", 5),
+        ("validate.workflow", 8),
+        ("validate.dispatch.slurm", 9),
+        ("validate.cli.validate", 10),
+    ],
 )
 def test_layer_of(module: str, stage: int) -> None:
     assert layer_of(module) == stage

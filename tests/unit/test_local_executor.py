@@ -1,4 +1,4 @@
-"""LocalExecutor: what `pick_executor("local")` returns, running real script cases here."""
+"""LocalExecutor: what `EXECUTORS["local"]` builds, running real script cases here."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from validate.config import ValidateConfig
 from validate.env.sources import Sources
-from validate.execute import ExecTarget, Executor, RunContext, pick_executor
+from validate.execute import EXECUTORS, ExecTarget, Executor, RunContext
 from validate.execute.cases import cases_for
 from validate.execute.local import LocalExecutor
 from validate.execute.pool import Pool
@@ -42,8 +42,8 @@ def _run(cells: tuple[Cell, ...], config: ValidateConfig, run: RunContext) -> in
     return len(jobs)
 
 
-def test_pick_local_gives_a_local_executor() -> None:
-    executor = pick_executor("local")
+def test_local_gives_a_local_executor() -> None:
+    executor = EXECUTORS["local"]()
     assert isinstance(executor, LocalExecutor)
     assert isinstance(executor, Executor)
     assert executor.name == "local"

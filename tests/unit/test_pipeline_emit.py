@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from validate.cli import main
-from validate.plan.pipeline import GITLAB_MATRIX_MAX
+from validate.dispatch.ci import GITLAB_MATRIX_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -1,4 +1,4 @@
-"""Slurm's answers as execute/slurm.py reads them (lines as `scontrol show job -o` printed them on
+"""Slurm's answers as dispatch/sbatch.py reads them (lines as `scontrol show job -o` printed them on
 slurm-wlm 22.05), and the `validate --executor slurm` flags refused before anything is submitted."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from validate.execute.slurm import FINAL_STATES, TaskState, parse_scontrol
+from validate.dispatch.sbatch import FINAL_STATES, TaskState, parse_scontrol
 
 # an array of three: task 2 still pending, tasks 0 and 1 ended (trimmed to the fields read)
 ARRAY = """\
@@ -100,9 +100,9 @@ def test_slurm_without_its_tools_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_case_killed_with_its_task_is_an_error_not_a_crash() -> None:
+    from validate.dispatch.slurm import _killed_by_slurm
     from validate.model.outcome import Outcome
     from validate.model.results import CaseResult
-    from validate.slurm import _killed_by_slurm
 
     results = [
         CaseResult(case="a.py", outcome=Outcome.CRASH, signal="SIGTERM"),
@@ -115,9 +115,8 @@ def test_a_case_killed_with_its_task_is_an_error_not_a_crash() -> None:
 
 
 def test_sbatch_options_come_from_the_arch_runner() -> None:
-    from validate.plan.pipeline import JobGroup
-    from validate.plan.runners import Runner
-    from validate.slurm import _sbatch_options
+    from validate.dispatch.runners import JobGroup, Runner
+    from validate.dispatch.slurm import _sbatch_options
 
     def options(**fields: object) -> list[str]:
         runner = Runner(arch="sm90", tags=("gpu",), runs_on=("gpu",), **fields)  # type: ignore[arg-type]

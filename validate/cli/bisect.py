@@ -1,15 +1,14 @@
 """The `bisect` command: the first bad backend release, frontend release or frontend commit.
 
 Each probe is a real `validate` of one cell and one case (workflow.run with the config of the
-flags, narrowed to the candidate) in its own folder under the bisect folder; the logic that picks
+flags, narrowed to the candidate) in its own folder under the bisect folder; its RunOutcome is the
+probe's observation (validate.out keeps what `validate` would have printed). The logic that picks
 the probes and reads their outcomes is judge/bisect.py. bisect.json holds the candidates and every
 probe made, so a killed bisect run again with the same --results continues where it stopped.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import sys
@@ -31,10 +30,12 @@ from validate.judge.bisect import (
     bisect,
     suggested_issue,
 )
-from validate.model.results import load_results, write_json
+from validate.model.results import write_json
 
 if TYPE_CHECKING:
     import argparse
+
+    from validate.workflow import RunOutcome
 
 __all__ = ["register"]
 
@@ -245,7 +246,7 @@ def _check_one_cell(config: ValidateConfig) -> None:
 
 def _prober(base: ValidateConfig, args: argparse.Namespace, folder: Path) -> ProbeFn:
     """probe(candidate): the next repeat of a validate of that candidate, as an Observation."""
-    from validate.workflow import run
+    from validate.workflow import describe, run
 
     repeat: dict[str, int] = {}
 
@@ -254,32 +255,31 @@ def _prober(base: ValidateConfig, args: argparse.Namespace, folder: Path) -> Pro
         run_dir = folder / "probes" / _slug(candidate) / f"r{repeat[candidate]}"
         config = _probe_config(base, args, candidate, run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        out = io.StringIO()
         print(f"+ validate {_short(candidate)} -> {run_dir}", file=sys.stderr)
         try:
-            with contextlib.redirect_stdout(out):
-                run(config)
+            outcome = run(config)
         except (ConfigError, ResultsLost):  # bad input, or a disk that is full: stop bisecting
             raise
         except ValidateError as exc:  # an environment that could not be made: error, not bad
+            (run_dir / "validate.out").write_text(f"{exc}\n", encoding="utf-8")
             return Observation(outcome="error", reason=str(exc), folder=str(run_dir))
-        finally:
-            (run_dir / "validate.out").write_text(out.getvalue(), encoding="utf-8")
-        return _observation(run_dir)
+        (run_dir / "validate.out").write_text(describe(outcome) + "\n", encoding="utf-8")
+        return _observation(outcome)
 
     return probe
 
 
-def _observation(run_dir: Path) -> Observation:
-    results = list({r.key: r for r in load_results([run_dir])}.values())  # later wins
+def _observation(outcome: RunOutcome) -> Observation:
+    """The probe's outcome class: its one result's outcome (several: each case's, joined)."""
+    results, run_dir = outcome.results, outcome.folder  # the latest per cell x case
     if not results:
         return Observation(outcome="error", reason="no result recorded", folder=str(run_dir))
     if len(results) == 1:
         only = results[0]
         return Observation(outcome=str(only.outcome), reason=only.reason, folder=str(run_dir))
-    outcome = ", ".join(sorted(f"{r.case}={r.outcome}" for r in results))
+    joined = ", ".join(sorted(f"{r.case}={r.outcome}" for r in results))
     reason = next((r.reason for r in results if r.reason), "")
-    return Observation(outcome=outcome, reason=reason, folder=str(run_dir))
+    return Observation(outcome=joined, reason=reason, folder=str(run_dir))
 
 
 def render(result: BisectResult, axis: str, issue: str | None) -> str:

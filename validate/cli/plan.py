@@ -21,7 +21,7 @@ from validate.plan.rules import Plan, load_rules, plan_cells
 if TYPE_CHECKING:
     import argparse
 
-    from validate.plan.runners import Runners
+    from validate.dispatch.runners import Runners
 
 __all__ = ["plan_rows", "register", "render"]
 
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _add_pipeline_args(parser: argparse.ArgumentParser) -> None:
-    """Runner pools and the CI files emitted from the plan (plan/runners.py, plan/pipeline.py)."""
+    """Runner pools and the CI files emitted from the plan (dispatch/runners.py, dispatch/ci.py)."""
     group = parser.add_argument_group("runners and CI pipelines")
     group.add_argument(
         "--runners",
@@ -146,8 +146,8 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_cells(matrix, rules, selectors)
     runners: Runners | None = None
     if args.emit is not None or args.runners is not None:
+        from validate.dispatch.runners import load_runners, prune_without_runner
         from validate.execute import EXECUTORS
-        from validate.plan.runners import load_runners, prune_without_runner
 
         runners = load_runners(args.runners, executors=(*EXECUTORS, "auto"))
         plan = prune_without_runner(plan, runners)
@@ -180,13 +180,8 @@ def _emit_pipeline(
     args: argparse.Namespace, selectors: Selectors, plan: Plan, runners: Runners, coverage: str = ""
 ) -> int:
     """Write the CI file of the plan; no planned cell is an error (an empty pipeline is invalid)."""
-    from validate.plan.pipeline import (
-        PipelineOptions,
-        github_workflow,
-        gitlab_pipeline,
-        job_groups,
-        to_yaml,
-    )
+    from validate.dispatch.ci import PipelineOptions, github_workflow, gitlab_pipeline, to_yaml
+    from validate.dispatch.runners import job_groups
 
     if args.out is not None:
         writable_file("--out", args.out)

@@ -15,8 +15,7 @@ from validate.execute.cases import discover_cases, discover_samples, select_case
 from validate.execute.progress import progress
 from validate.execute.runner import FAILING, RunOptions, run_cases
 from validate.execute.slots import choose_slots
-from validate.model.results import ResultStore
-from validate.model.runs import claim_run_dir
+from validate.model.runs import open_run
 from validate.plan.host import detect_host
 
 if TYPE_CHECKING:
@@ -96,7 +95,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     host = detect_host()
     if args.results is not None:
         writable_dir("--results", args.results)
-    run_id, results_dir = claim_run_dir(args.results)  # without --results: a fresh folder
     bound = choose_slots(host, jobs=args.jobs)
     if args.jobs is None:
         logging.getLogger("validate").info("%s", bound.line())
@@ -107,21 +105,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
         host_arch=host.arch,
         has_gpu=host.has_gpu,
     )
-    options = RunOptions(
-        timeout_s=args.timeout,
-        jobs=jobs,
-        reruns=args.reruns,
-        results_dir=results_dir,
-        resume=args.resume,
-        api_logs=args.api_logs,
-        run_id=run_id,
-    )
-    store = ResultStore(results_dir / "results.jsonl")
-    with progress(len(cases), failing=FAILING) as report:
-        results = run_cases(cases, target, options, store, on_result=report)
-    store.seal()  # every case has ended: the folder's lines verify wherever it is read
+    with open_run(args.results) as run:  # without --results: a fresh folder
+        options = RunOptions(
+            timeout_s=args.timeout,
+            jobs=jobs,
+            reruns=args.reruns,
+            results_dir=run.folder,
+            resume=args.resume,
+            api_logs=args.api_logs,
+            run_id=run.id,
+        )
+        with progress(len(cases), failing=FAILING) as report:
+            results = run_cases(cases, target, options, run.store, on_result=report)
+        run.store.seal()  # every case has ended: the folder's lines verify wherever it is read
     bad = sum(r.outcome in FAILING for r in results)
-    print(f"{len(results)} cases, {bad} failing; results in {store.path}", file=sys.stderr)
+    print(f"{len(results)} cases, {bad} failing; results in {run.store.path}", file=sys.stderr)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
     return 1 if bad else 0

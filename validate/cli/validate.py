@@ -1,11 +1,11 @@
-"""The `validate` command: flags -> ValidateConfig -> workflow.run()."""
+"""The `validate` command: flags -> ValidateConfig -> workflow.run() (or a dispatcher) -> printed."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from validate.cli import (
     add_flaky_option,
@@ -18,8 +18,12 @@ from validate.cli import (
     writable_dir,
 )
 from validate.config import Selectors
+from validate.dispatch import DISPATCHERS, DispatchOptions
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS
+
+if TYPE_CHECKING:
+    from validate.workflow import RunOutcome
 
 __all__ = ["add_validate_args", "config_from_args", "register"]
 
@@ -65,7 +69,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     env = parser.add_argument_group("environments")
     env.add_argument(
         "--executor",
-        choices=(*EXECUTORS, "auto", "slurm"),
+        choices=(*EXECUTORS, "auto", *DISPATCHERS),
         default="local",
         help="local venvs (default); docker: each cell in its image; auto: docker when the "
         "daemon has an NVIDIA runtime, else local; slurm: sbatch array jobs, one task per "
@@ -171,7 +175,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
         help="runner pools per arch (default: matrix/runners.toml): partition, constraint, gres, "
         "time; cells of an arch without a runner are pruned",
     )
-    # what the batch scripts run on the nodes (validate/slurm.py); not for people
+    # what the batch scripts run on the nodes (dispatch/slurm.py); not for people
     slurm.add_argument("--slurm-task", metavar="GROUP:I", help=argparse.SUPPRESS)
     slurm.add_argument("--slurm-merge", action="store_true", help=argparse.SUPPRESS)
     run.add_argument(
@@ -256,41 +260,50 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
 def _handle(args: argparse.Namespace) -> int:
     if args.slurm_task or args.slurm_merge:
         return _slurm_node(args)
-    if args.executor != "slurm":
-        slurm_only = (
+    dispatcher = DISPATCHERS.get(args.executor)
+    if dispatcher is None:
+        dispatch_only = (
             ("--shards", args.shards),
             ("--runners", args.runners),
             ("--queue-timeout", args.queue_timeout),
         )
-        for flag, value in slurm_only:
+        for flag, value in dispatch_only:
             if value is not None:
-                msg = f"{flag} is for --executor slurm"
+                msg = f"{flag} is for --executor {'|'.join(DISPATCHERS)}"
                 raise ConfigError(msg)
     config = config_from_args(args)
-    if args.executor == "slurm":
-        from validate import slurm
-
+    if dispatcher is not None:
         if args.runners is not None and not args.runners.is_file():
             msg = f"--runners {args.runners}: no such file"
             raise ConfigError(msg)
-        return slurm.run(
-            config,
-            shards=args.shards or 1,
-            queue_timeout=args.queue_timeout,
-            runners_path=args.runners,
+        options = DispatchOptions(
+            shards=args.shards or 1, queue_timeout=args.queue_timeout, runners=args.runners
         )
-    from validate.workflow import run
+        outcome = dispatcher().run(config, options)
+    else:
+        from validate.workflow import run
 
-    return run(config)
+        outcome = run(config)
+    return _show(outcome)
+
+
+def _show(outcome: RunOutcome) -> int:
+    """Print the run's cells, verdict and folder; its sign-off exit code."""
+    from validate.workflow import describe
+
+    print(describe(outcome))
+    return outcome.exit_code
 
 
 def _slurm_node(args: argparse.Namespace) -> int:
     """A batch script's call on a node: one array task, or the merge job."""
-    from validate import slurm
+    from validate.dispatch import slurm
 
     if args.results is None:
         msg = "--slurm-task/--slurm-merge need --results RUN (the Slurm run folder)"
         raise ConfigError(msg)
     if args.slurm_merge:
-        return slurm.merge_job(args.results)
-    return slurm.run_task(args.results.resolve(), args.slurm_task)
+        _show(slurm.merge_job(args.results))
+        return 0  # merged: the tool (or whoever reads RUN) judges the verdict
+    _show(slurm.run_task(args.results.resolve(), args.slurm_task))
+    return 0  # the task ran whatever its verdict: the merge judges

@@ -36,7 +36,6 @@ class ExecTarget:
     backend_dir: Path | None = None  # the folder the pinned libcudnn.so.9 must come from
     expected_backend: str | None = None  # "9.24.0": what cudnn.backend_version() must say
     expected_frontend: str | None = None  # "1.27.0": what cudnn.__version__ must say
-    torch_cudnn: str | None = None  # the cuDNN torch itself pins, when torch is visible
     reused: bool = False  # the environment was in the cache already
     root: Path | None = None  # the cached env folder; None for the current environment
     # stamped by `for_cell`: which cell runs here, and what this host offers

@@ -218,7 +218,6 @@ def _handle_from(root: Path, manifest: Mapping[str, Any], *, reused: bool) -> Ex
         backend_dir=Path(backend_dir) if backend_dir else None,
         expected_backend=manifest.get("expected_backend"),
         expected_frontend=manifest.get("expected_frontend"),
-        torch_cudnn=manifest.get("torch_cudnn"),
         reused=reused,
         root=root,
     )

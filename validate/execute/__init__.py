@@ -46,7 +46,6 @@ __all__ = [
     "Executor",
     "RunContext",
     "docker_gpu_ready",
-    "pick_executor",
     "resolve_executor",
 ]
 
@@ -61,7 +60,7 @@ class RunContext:
     host: HostFacts
     run_id: str
     sources: Sources  # --backend-source / --frontend-source, parsed once for the run
-    store: ResultStore  # results go here as they land (the workflow's judges known issues)
+    store: ResultStore  # results go here as they land (known issues are judged at the run's end)
     slots: int = 1  # the run's pool size (execute/slots.py, or --jobs)
     history: History | None = None  # durations and GPU peaks by case name, shared by all cells
     sampler: UsageSampler | None = None  # what the live cases use (GPU via NVML, host CPU)
@@ -142,8 +141,3 @@ def resolve_executor(name: str) -> str:
         msg = f"--executor: unknown executor {name!r}; expected one of {known}"
         raise ConfigError(msg)
     return name
-
-
-def pick_executor(name: str) -> Executor:
-    """A new executor for `name` (`auto` resolved first)."""
-    return EXECUTORS[resolve_executor(name)]()

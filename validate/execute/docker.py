@@ -4,8 +4,9 @@ The only docker-SDK run code. The container gets the run's config as one JSON ob
 (`<run>/cells/<cell id>/config.json`, mounted with the results as /results/config.json) and
 runs `python -m validate run --config /results/config.json` (validate.execute.incontainer):
 the cases the config names and selects (--case), nothing else. Its results are stamped with
-the cell and run, then appended to the run's store (where known issues apply). A failed image
-build is an `error` for that step's cases, with the build log's tail, never a product failure.
+the cell and run, then appended to the run's store (judged against the known issues at the
+run's end). A failed image build is an `error` for that step's cases, with the build log's tail,
+never a product failure.
 """
 
 from __future__ import annotations

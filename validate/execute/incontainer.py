@@ -20,7 +20,7 @@ from validate.errors import ConfigError
 from validate.execute.cases import cases_for
 from validate.execute.runner import FAILING, RunOptions, run_cases
 from validate.execute.slots import choose_slots
-from validate.model.results import ResultStore
+from validate.model.runs import open_run
 from validate.plan.host import detect_host
 
 if TYPE_CHECKING:
@@ -65,18 +65,18 @@ def run_payload(path: Path) -> int:
         host_arch=host.arch,
         has_gpu=host.has_gpu,
     )
-    options = RunOptions(
-        timeout_s=config.timeout_s,
-        jobs=choose_slots(host, jobs=config.jobs).slots,
-        reruns=config.reruns,
-        results_dir=config.results_dir,
-        resume=config.resume,
-        api_logs=config.api_logs,
-        run_id=run_id,
-    )
-    store = ResultStore(config.results_dir / "results.jsonl")
-    results: list[CaseResult] = run_cases(cases, target, options, store)
-    store.seal()  # every case has ended: the folder's lines verify wherever it is read
+    with open_run(config.results_dir, run_id=run_id or None) as run:  # the cell's folder
+        options = RunOptions(
+            timeout_s=config.timeout_s,
+            jobs=choose_slots(host, jobs=config.jobs).slots,
+            reruns=config.reruns,
+            results_dir=run.folder,
+            resume=config.resume,
+            api_logs=config.api_logs,
+            run_id=run.id,
+        )
+        results: list[CaseResult] = run_cases(cases, target, options, run.store)
+        run.store.seal()  # every case has ended: the folder's lines verify wherever it is read
     bad = sum(r.outcome in FAILING for r in results)
-    print(f"{len(results)} cases, {bad} failing; results in {store.path}", file=sys.stderr)
+    print(f"{len(results)} cases, {bad} failing; results in {run.store.path}", file=sys.stderr)
     return 1 if bad else 0

@@ -1,7 +1,7 @@
 """Shards: split a run's (cell x case) units into n parts of about equal expected duration.
 
 The unit is one case in one cell, not a whole cell. A CI job already runs one environment (one
-arch runner group x one environment x one shard, see plan/pipeline.py), so a job's cells often share
+arch runner group x one environment x one shard, see dispatch/ci.py), so a job's cells often share
 one environment or are one cell: splitting by cell would leave shards with nothing to do while one
 shard runs every case. Each shard builds (or reuses from its cache) the environments of the cells
 it holds a unit of; that cost is paid once per shard and environment, the price of the balance.

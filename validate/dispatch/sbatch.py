@@ -6,7 +6,7 @@ controller keeps them (pending, running, and ended ones for `MinJobAge` seconds)
 jobcomp file `sacct` prints raw job ids only, so the raw id of each task is remembered from
 `scontrol` while the task was known there (`TaskState.job_id`).
 
-The orchestration (which tasks, what they run, how results merge) is validate/slurm.py.
+The orchestration (which tasks, what they run, how results merge) is dispatch/slurm.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Runner pools (matrix/runners.toml): per GPU architecture, where its CI jobs run.
+"""Runner pools (matrix/runners.toml): per GPU architecture, where its CI jobs and Slurm tasks
+run; and the planned cells grouped by them (`job_groups`: one group per arch x environment, which
+the CI emitter (dispatch/ci.py) and Slurm (dispatch/slurm.py) both fan out).
 
 Data, read with one reader (datafile.read_toml, every problem located and reported at once). A
 cell whose arch has no runner cannot run in a pipeline: `prune_without_runner` moves it to the
@@ -11,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from validate.datafile import Key, TomlErrors, read_toml
-from validate.model.axes import ARCHES
+from validate.errors import ConfigError
+from validate.model.axes import ARCHES, REGISTRY
 from validate.model.matrix import MATRIX_DIR
 from validate.plan.rules import Plan
 
@@ -19,7 +22,16 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
     from pathlib import Path
 
-__all__ = ["DEFAULT_RUNNERS", "Runner", "Runners", "load_runners", "prune_without_runner"]
+__all__ = [
+    "DEFAULT_RUNNERS",
+    "ENV_AXES",
+    "JobGroup",
+    "Runner",
+    "Runners",
+    "job_groups",
+    "load_runners",
+    "prune_without_runner",
+]
 
 DEFAULT_RUNNERS: Final = MATRIX_DIR / "runners.toml"
 #: Keys a runner may carry; the Slurm ones (partition, constraint, gres, time) are read for the
@@ -28,6 +40,8 @@ _STR_LISTS: Final = ("tags", "runs_on")
 _STRS: Final = ("image", "executor", "partition", "constraint", "gres", "time")
 _INTS: Final = {"concurrency": 1, "gpus": 0}  # key -> least value
 _KEYS: Final = frozenset({*_STR_LISTS, *_STRS, *_INTS})
+#: The axes whose values make an environment, in registry order.
+ENV_AXES: Final = tuple(a.name for a in REGISTRY if a.env)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,3 +164,39 @@ def prune_without_runner(plan: Plan, runners: Runners) -> Plan:
         else:
             planned.append(cell)
     return Plan(planned=planned, pruned=pruned)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobGroup:
+    """The cells of one arch and one environment: one job per shard."""
+
+    runner: Runner
+    env: tuple[tuple[str, str], ...]  # (axis, value) of the env axes the cells carry
+    drivers: tuple[str, ...]
+    cells: int
+
+    @property
+    def arch(self) -> str:
+        return self.runner.arch
+
+
+def job_groups(plan: Plan, runners: Runners) -> list[JobGroup]:
+    """Planned cells grouped by (arch, environment), in plan order; every cell's arch has a runner
+    (prune_without_runner first)."""
+    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]] = {}
+    count: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    for cell in plan.planned:
+        env = tuple((axis, getattr(cell, axis)) for axis in ENV_AXES if getattr(cell, axis))
+        key = (cell.arch, env)
+        drivers = groups.setdefault(key, [])
+        if cell.driver not in drivers:
+            drivers.append(cell.driver)
+        count[key] = count.get(key, 0) + 1
+    out = []
+    for (arch, env), drivers in groups.items():
+        runner = runners.get(arch)
+        if runner is None:  # pragma: no cover - prune_without_runner removed these
+            msg = f"no runner for arch {arch}"
+            raise ConfigError(msg)
+        out.append(JobGroup(runner=runner, env=env, drivers=tuple(drivers), cells=count[arch, env]))
+    return out

@@ -1,7 +1,7 @@
 """`validate --executor slurm`: the matrix as Slurm array jobs, each task one shard of a run.
 
 Slurm schedules, the tool does what it does on any host. The planned cells are grouped as for a CI
-pipeline (plan/pipeline.py `job_groups`: one group per arch runner x environment); each group is
+pipeline (dispatch/runners.py `job_groups`: one group per arch runner x environment); each group is
 one `sbatch --array=0-(n-1)` job with the arch's partition, constraint, gres and time limit from
 matrix/runners.toml, and task i runs an ordinary `validate --shard i+1/n` of the group's cells
 (plan/shard.py splits their cell x case units) into its own run folder. A merge job
@@ -34,21 +34,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.config import Selectors, ValidateConfig
+from validate.dispatch import sbatch as sl
+from validate.dispatch.runners import Runners, job_groups, load_runners, prune_without_runner
 from validate.errors import ConfigError
-from validate.execute import slurm as sl
 from validate.execute.records import not_run, now_stamp
-from validate.judge.known_issues import load_known_issues
+from validate.judge.known_issues import apply_known_issues, load_known_issues
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, RunKey, load_results, write_json
-from validate.model.runs import claim_run_dir
-from validate.plan.pipeline import job_groups
+from validate.model.runs import open_run
 from validate.plan.rules import Plan
-from validate.plan.runners import Runners, load_runners, prune_without_runner
 from validate.plan.shard import Unit, assign, read_durations
 from validate.report.model import RunInfo, merge_runs
 from validate.workflow import (
+    RunOutcome,
     cases_stage,
-    cell_summary,
     plan_stage,
     provenance,
     tier_record,
@@ -58,11 +57,12 @@ from validate.workflow import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from validate.dispatch import DispatchOptions
+    from validate.dispatch.runners import JobGroup
     from validate.execute.cases import Case
     from validate.model.matrix import Cell
-    from validate.plan.pipeline import JobGroup
 
-__all__ = ["POLL_ENV", "finalize", "merge_job", "run", "run_task"]
+__all__ = ["POLL_ENV", "SlurmDispatcher", "finalize", "merge_job", "run", "run_task"]
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +134,11 @@ def _units(config: ValidateConfig, tasks: int) -> tuple[Plan, list[Case], list[l
     return plan, cases, assign(units, durations, tasks)
 
 
-def run_task(run_dir: Path, task: str) -> int:
+def run_task(run_dir: Path, task: str) -> RunOutcome:
     """Inside an array task (`validate --slurm-task GROUP:INDEX --results RUN`): the group's
-    shard INDEX+1 as an ordinary sharded validate run. Exit 0 whatever the verdict (the merge
-    judges); another code (bad input, a broken environment) fails the task."""
+    shard INDEX+1 as an ordinary sharded validate run (it opens its shard folder as any run does).
+    The CLI exits 0 whatever the verdict (the merge judges); bad input or a broken environment
+    raises, and fails the task."""
     from validate.workflow import run as run_validate
 
     group_id, _, index_text = task.rpartition(":")
@@ -156,8 +157,7 @@ def run_task(run_dir: Path, task: str) -> int:
         resume=(folder / "run.json").is_file(),  # a requeued task completes its run
         argv=tuple(sys.argv[1:]),
     )
-    rc = run_validate(config)
-    return 0 if rc in (0, 1) else rc
+    return run_validate(config)
 
 
 # --- submit ---------------------------------------------------------------------------------------
@@ -520,7 +520,8 @@ def _write_merged(run_dir: Path, results: Sequence[CaseResult]) -> None:
 
 def finalize(run_dir: Path, state: dict[str, Any]) -> tuple[list[CaseResult], Plan]:
     """Merge every task's run folder, plus an `error` per unit a task did not finish (by the
-    task states in `state`), into RUN; the merged results and the whole plan (for the summary)."""
+    task states in `state`), into RUN, judged against the known issues (a task Slurm killed
+    never reached its own known-issue step); the merged results and the whole plan."""
     config = ValidateConfig.from_dict(state["config"])
     meta_path = run_dir / "run.json"
     meta: dict[str, Any] = {}
@@ -559,7 +560,8 @@ def finalize(run_dir: Path, state: dict[str, Any]) -> tuple[list[CaseResult], Pl
     if errors:
         runs.append((RunInfo(run_id=run_id, path=run_dir / "slurm", meta={}), errors))
     merged = merge_runs(runs, prefer="refuse")
-    results = [item.result for item in merged.items]
+    issues = load_known_issues(config.known_issues)
+    results = apply_known_issues([item.result for item in merged.items], issues)
     _write_merged(run_dir, results)
     meta["finished_at"] = now_stamp()
     meta["slurm"] = {
@@ -576,27 +578,33 @@ def finalize(run_dir: Path, state: dict[str, Any]) -> tuple[list[CaseResult], Pl
     return results, Plan(planned=planned, pruned=pruned)
 
 
-def _summarise(run_dir: Path, state: dict[str, Any]) -> int:
-    from validate.judge.signoff import decide, summary
+def _summarise(run_dir: Path, state: dict[str, Any]) -> RunOutcome:
+    from validate.judge.signoff import decide
 
     results, plan = finalize(run_dir, state)
-    print(cell_summary(results, plan))
     config = ValidateConfig.from_dict(state["config"])  # the sign-off policy the run was given
     verdict = decide(results, flaky=config.flaky, require_gpu=config.require_gpu)
-    print(summary(verdict))
-    print(f"results: {run_dir}")
-    return verdict.exit_code
+    meta: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        meta = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    return RunOutcome(
+        run_id=str(meta.get("run_id") or run_dir.name),
+        folder=run_dir,
+        plan=plan,
+        results=tuple(results),
+        verdict=verdict,
+    )
 
 
-def merge_job(run_dir: Path) -> int:
-    """The dependent merge job (`validate --slurm-merge --results RUN`): exit 0 once merged. It
-    reads the tasks' final states itself and never writes slurm.json (the tool owns it)."""
+def merge_job(run_dir: Path) -> RunOutcome:
+    """The dependent merge job (`validate --slurm-merge --results RUN`; the CLI exits 0 once
+    merged). It reads the tasks' final states itself and never writes slurm.json (the tool owns
+    it)."""
     run_dir = run_dir.resolve()
     state = _load_state(run_dir)
     state["merge"] = None  # this job is the merge job: it does not wait for itself
     _poll(state)
-    _summarise(run_dir, state)
-    return 0
+    return _summarise(run_dir, state)
 
 
 # --- the command ----------------------------------------------------------------------------------
@@ -608,9 +616,9 @@ def run(
     shards: int = 1,
     queue_timeout: float | None = None,
     runners_path: Path | None = None,
-) -> int:
+) -> RunOutcome:
     """`validate --executor slurm`: submit (or, with --resume, reattach), wait, merge; the
-    sign-off exit code."""
+    merged run's outcome. The tool holds RUN's lock while it waits."""
     from validate.execute import EXECUTORS
     from validate.plan.host import detect_host
 
@@ -622,18 +630,15 @@ def run(
         msg = "--executor slurm: --shard is for one task; use --shards N (tasks per environment)"
         raise ConfigError(msg)
     given = None if config.results_dir is None else config.results_dir.resolve()
+    state: dict[str, Any] | None = None
     if given is not None and _state_path(given).is_file():
-        run_dir = given
         if not config.resume:
             msg = (
-                f"--results {run_dir}: already holds a Slurm run ({STATE_FILE}); --resume "
+                f"--results {given}: already holds a Slurm run ({STATE_FILE}); --resume "
                 "reattaches to its jobs, or choose another folder"
             )
             raise ConfigError(msg)
-        state = _load_state(run_dir)
-        log.info("slurm: reattaching to jobs %s", " ".join(_job_ids(state)))
-        _wait(run_dir, state, queue_timeout)
-        _resubmit(run_dir, state)
+        state = _load_state(given)
     else:
         # every input file is read and checked before the run folder exists: bad input writes
         # nothing (the tasks read the known issues again on their nodes)
@@ -642,14 +647,37 @@ def run(
         plan = prune_without_runner(tiered, runners)
         cases_stage(config)  # bad cases are bad input now, not in every task
         load_known_issues(config.known_issues)
-        run_id, claimed = claim_run_dir(given)  # without --results: a fresh folder of its own
-        run_dir = claimed.resolve()
-        config = replace(config, results_dir=run_dir, resume=False)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        meta = provenance(config, detect_host(), plan, run_id)
-        if tier is not None:
-            meta["tier"] = tier_record(tier, left_out)
-        write_json(run_dir / "run.json", meta)
-        state = _submit(config, run_dir, runners, shards, plan)
-    _wait(run_dir, state, queue_timeout)
-    return _summarise(run_dir, state)
+    # without --results a fresh folder of its own; either way locked while the tool waits, so no
+    # second tool submits into it or reattaches to the same jobs
+    with open_run(given) as opened:
+        run_dir = opened.folder.resolve()
+        if state is not None:
+            log.info("slurm: reattaching to jobs %s", " ".join(_job_ids(state)))
+            _wait(run_dir, state, queue_timeout)
+            _resubmit(run_dir, state)
+        else:
+            config = replace(config, results_dir=run_dir, resume=False)
+            meta = provenance(config, detect_host(), plan, opened.id)
+            if tier is not None:
+                meta["tier"] = tier_record(tier, left_out)
+            write_json(run_dir / "run.json", meta)
+            state = _submit(config, run_dir, runners, shards, plan)
+        _wait(run_dir, state, queue_timeout)
+        return _summarise(run_dir, state)
+
+
+class SlurmDispatcher:
+    """`--executor slurm` in the DISPATCHERS registry."""
+
+    name = "slurm"
+
+    def available(self) -> bool:
+        return sl.available()
+
+    def run(self, config: ValidateConfig, options: DispatchOptions) -> RunOutcome:
+        return run(
+            config,
+            shards=options.shards,
+            queue_timeout=options.queue_timeout,
+            runners_path=options.runners,
+        )

@@ -4,8 +4,9 @@ One job per (arch runner group x environment x shard). An environment is the val
 that change what is installed (model/axes.py `env`: cudnn, frontend, cuda, python); a job selects
 them, its arch and the drivers of its cells with the ordinary selectors, so the `validate` inside
 the job plans exactly the cells the emitter grouped, and `--shard i/n` splits their (cell x case)
-units (plan/shard.py). Each job keeps its run folder; a last job merges them with `report`, whose
-exit code is the sign-off. The engines schedule; this module only writes their files.
+units (plan/shard.py; the groups are dispatch/runners.py `job_groups`, as Slurm's are). Each job
+keeps its run folder; a last job merges them with `report`, whose exit code is the sign-off. The
+engines schedule; this module only writes their files.
 
 Limits: GitLab expands at most 200 jobs from one `parallel: matrix` and names a job in at most 255
 characters; GitHub runs at most 256 jobs from one matrix. A runner group with more jobs is split
@@ -20,25 +21,22 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from validate.dispatch.runners import ENV_AXES
 from validate.errors import ConfigError
-from validate.model.axes import REGISTRY
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from validate.plan.rules import Plan
-    from validate.plan.runners import Runner, Runners
+    from validate.dispatch.runners import JobGroup, Runner
 
 __all__ = [
     "GITHUB_MATRIX_MAX",
     "GITLAB_MATRIX_MAX",
     "GITLAB_NAME_MAX",
     "Emit",
-    "JobGroup",
     "PipelineOptions",
     "github_workflow",
     "gitlab_pipeline",
-    "job_groups",
     "to_yaml",
 ]
 
@@ -46,8 +44,6 @@ Emit = Literal["gitlab", "github"]
 GITLAB_MATRIX_MAX: Final = 200
 GITLAB_NAME_MAX: Final = 255
 GITHUB_MATRIX_MAX: Final = 256
-#: The axes whose values make an environment, in registry order.
-ENV_AXES: Final = tuple(a.name for a in REGISTRY if a.env)
 RUNS: Final = "runs"  # where each job writes its run folder, and where the report job finds them
 
 
@@ -62,42 +58,6 @@ class PipelineOptions:
     rules: str | None = None
     durations: str | None = None  # --durations FILE (in the checkout) for every shard
     install: str = ""  # a shell line each job runs first (puts the tool on the runner)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobGroup:
-    """The cells of one arch and one environment: one job per shard."""
-
-    runner: Runner
-    env: tuple[tuple[str, str], ...]  # (axis, value) of the env axes the cells carry
-    drivers: tuple[str, ...]
-    cells: int
-
-    @property
-    def arch(self) -> str:
-        return self.runner.arch
-
-
-def job_groups(plan: Plan, runners: Runners) -> list[JobGroup]:
-    """Planned cells grouped by (arch, environment), in plan order; every cell's arch has a runner
-    (prune_without_runner first)."""
-    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]] = {}
-    count: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
-    for cell in plan.planned:
-        env = tuple((axis, getattr(cell, axis)) for axis in ENV_AXES if getattr(cell, axis))
-        key = (cell.arch, env)
-        drivers = groups.setdefault(key, [])
-        if cell.driver not in drivers:
-            drivers.append(cell.driver)
-        count[key] = count.get(key, 0) + 1
-    out = []
-    for (arch, env), drivers in groups.items():
-        runner = runners.get(arch)
-        if runner is None:  # pragma: no cover - prune_without_runner removed these
-            msg = f"no runner for arch {arch}"
-            raise ConfigError(msg)
-        out.append(JobGroup(runner=runner, env=env, drivers=tuple(drivers), cells=count[arch, env]))
-    return out
 
 
 def _entries(group: JobGroup, options: PipelineOptions) -> list[dict[str, str]]:
