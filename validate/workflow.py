@@ -374,8 +374,12 @@ def run(config: ValidateConfig) -> int:
     run_cells(config, plan, cases, host, store, meta["run_id"], executor=executor, only=only)
     store.seal()  # every case has ended: the folder's lines verify wherever it is read
     results = list({r.key: r for r in load_results([results_dir])}.values())  # later wins
+    from validate.remeasure import remeasure  # the speed stage: evidence, no outcome changes
+
+    speed = remeasure(config, plan, cases, host, results, results_dir, meta["run_id"])
     write_json(meta_path, {**meta, "finished_at": now_stamp(), "wall_s": time.monotonic() - start})
     print(cell_summary(results, plan))
+    print(f"speed: {speed.summary()}")
     verdict = decide(results, flaky=config.flaky, require_gpu=config.require_gpu)
     print(summary(verdict))
     print(f"results: {results_dir}")

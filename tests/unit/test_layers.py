@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validate.execute",),
     ("validate.judge",),
     ("validate.report",),
-    ("validate.workflow", "validate.slurm"),
+    ("validate.workflow", "validate.slurm", "validate.remeasure"),
     ("validate.cli", "validate.__main__"),
 )
 

@@ -39,6 +39,7 @@ from validate.execute.pool import Beside, Job, Pool, beside, watch, yield_nice
 from validate.execute.resources.capture import verify_pins
 from validate.execute.resources.guard import PARENT_ENV
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
+from validate.execute.units import units_of
 from validate.model.outcome import POLICY, Outcome, policy
 from validate.model.results import CaseResult, ResultStore
 from validate.plan.requirements import check, missing_modules
@@ -646,6 +647,7 @@ class _CaseRun:
             run_id=self.options.run_id,
             content_key=self.case.content_key(self.target.cell),
             contention=self._note,
+            units=units_of(first),
         )
         trouble = self._store.problem() if self._store is not None else None
         if trouble is not None and policy(result.outcome).bad:  # e.g. it died of a full disk
