@@ -17,12 +17,14 @@ from validate.cli import (
     add_flaky_option,
     add_require_gpu_option,
     add_selector_args,
+    add_speed_options,
     writable_dir,
     writable_file,
 )
 from validate.config import Selectors
 from validate.errors import ConfigError
 from validate.judge.signoff import summary
+from validate.judge.speed import Thresholds
 from validate.model.axes import axis_named
 from validate.model.results import axis_value
 from validate.report import FORMATS, SUFFIXES, Format, render
@@ -105,6 +107,7 @@ def _handle(args: argparse.Namespace) -> int:
         link_prefix=args.link_base,
         flaky=args.flaky,
         require_gpu=args.require_gpu,
+        slower=Thresholds(ratio=args.slower_ratio, min_s=args.slower_min_s),
     )
     text = render(report, _format(args))
     if out is None:
@@ -181,5 +184,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     add_flaky_option(parser)
     add_require_gpu_option(parser)
+    add_speed_options(parser, repeats=False)
     add_selector_args(parser)
     parser.set_defaults(func=_handle)

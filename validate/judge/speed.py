@@ -257,6 +257,8 @@ class SpeedCheck:
             f"(>= {self.thresholds.ratio:g}x and >= {self.thresholds.min_s:g} s slower than a cell "
             "one axis apart)"
         )
+        if not self.measured and not self.findings:
+            return "no speed check: the runs hold no quiet re-measurement (speed.json)"
         if not self.measured:
             return f"{head} {rule}; not re-measured, none reported"
         text = f"{head}, {self.count('confirmed')} confirmed, {self.count('load')} were load"

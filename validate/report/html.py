@@ -11,6 +11,7 @@ from validate.model.outcome import policy
 from validate.report.case_matrix import MATRIX_LEGEND
 from validate.report.ki_table import KI_SYMBOLS, KIState
 from validate.report.model import cell_label, result_key
+from validate.report.speed import speed_html
 from validate.report.text import LEGEND, provenance_lines
 
 if TYPE_CHECKING:
@@ -255,6 +256,8 @@ def render_html(report: Report) -> str:
 {_case_matrix(report)}
 <h2>Known issues</h2>
 {_ki_section(report.ki_table)}
+<h2>Speed</h2>
+{speed_html(report)}
 <h2>Sign-off</h2>
 <pre>{html.escape(summary(report.verdict))}</pre>
 <script type="application/json" id="report-data">{blob}</script>

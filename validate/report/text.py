@@ -8,6 +8,7 @@ from tabulate import tabulate
 
 from validate.judge.signoff import summary
 from validate.report.case_matrix import MATRIX_LEGEND
+from validate.report.speed import speed_lines
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -194,6 +195,7 @@ def render_markdown(report: Report) -> str:
     out += [table_text(report.table), "", f"Legend: {LEGEND}", ""]
     out += ["## Cases", "", *case_matrix_lines(report)]
     out += ["## Known issues", "", *ki_lines(report.ki_table)]
+    out += ["## Speed", "", *speed_lines(report)]
     out += ["## Sign-off", "", "```text", summary(report.verdict), "```", ""]
     return "\n".join(out)
 
@@ -218,6 +220,7 @@ def render_rst(report: Report) -> str:
     out += case_matrix_lines(report, "rst")
     out += ["Known issues", "------------", ""]
     out += ki_lines(report.ki_table, "rst")
+    out += ["Speed", "-----", "", *speed_lines(report, "rst")]
     out += ["Sign-off", "--------", "", "::", ""]
     out += [f"   {line}" for line in summary(report.verdict).splitlines()]
     return "\n".join(out) + "\n"
