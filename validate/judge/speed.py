@@ -32,6 +32,8 @@ __all__ = [
     "DEFAULT_MIN_S",
     "DEFAULT_RATIO",
     "DEFAULT_REPEATS",
+    "NOT_SLOWER",
+    "SLOWER",
     "Candidate",
     "Finding",
     "Measurement",
@@ -41,6 +43,7 @@ __all__ = [
     "judge",
     "one_axis",
     "slower",
+    "slower_class",
 ]
 
 #: The axes a slowdown is attributed to: two cells compared differ in exactly one of these.
@@ -317,6 +320,28 @@ def judge(
             )
         )
     return SpeedCheck(thresholds=thresholds, repeats=repeats, findings=tuple(out))
+
+
+#: The outcome classes of a speed bisect's probe (judge/bisect.py compares them as any class).
+SLOWER: Final = "slower"
+NOT_SLOWER: Final = "not slower"
+
+
+def slower_class(
+    unit: str, seconds: Sequence[float], baseline: Sequence[float], thresholds: Thresholds
+) -> tuple[str, str]:
+    """A speed bisect's probe: `slower` when the minimum of its quiet repeats (`seconds`) is slower
+    than the minimum of the good end's (`baseline`) by both thresholds, else `not slower`; an
+    untestable `error` where either side has no time for the unit. Returns (class, reason)."""
+    if not seconds or not baseline:
+        side = "this candidate" if not seconds else "the good end"
+        return "error", f"{unit}: no time from {side} (the case did not pass or did not time it)"
+    low, base = min(seconds), min(baseline)
+    figures = (
+        f"{unit}: min {low:.2f} s, median {statistics.median(seconds):.2f} s of {len(seconds)} "
+        f"alone; good end min {base:.2f} s ({_ratio(low, base):.2f}x)"
+    )
+    return (SLOWER if slower(low, base, thresholds) else NOT_SLOWER), figures
 
 
 def _finite(value: float) -> float | None:
