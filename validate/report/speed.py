@@ -182,7 +182,10 @@ def speed_lines(report: Report, tablefmt: str = "github") -> list[str]:
     out += ["Evidence (each repeat's case folder, slower cell first):", ""]
     for f in rows:
         links = [_link(report, p, tablefmt) for p in (*f.slow_folders, *f.fast_folders)]
-        out.append(f"- {f.candidate.case} {f.candidate.unit}: {', '.join(links) or '—'}")
+        c = f.candidate
+        out.append(
+            f"- {c.case} {c.unit}, {c.slow_cell} vs {c.fast_cell}: {', '.join(links) or '—'}"
+        )
     return [*out, ""]
 
 
