@@ -198,7 +198,7 @@ def test_every_format_has_the_speed_section(tmp_path: Path) -> None:
         "- [s1] ⏱ slower: 61_causal_conv1d_backward.ipynb cell 3: 2.38x slower in cudnn "
         "9.24.0.43 than in cudnn 9.22.0.52 (min of repeats 95.00 s vs 40.00 s)"
     ) in md
-    section = md[md.index("## Speed") : md.index("## Sign-off")]
+    section = md[md.index("## Speed") : md.index("## Cases")]
     assert "2 candidates, 1 confirmed, 1 were load (>= 1.5x and >= 1 s slower" in section
     rows = [
         [cell.strip() for cell in line.strip("|").split("|")]

@@ -252,12 +252,12 @@ def render_html(report: Report) -> str:
 <p>{html.escape(LEGEND)}</p>
 <ul class="notes">{notes}</ul>
 <div id="detail">Click a cell for its results.</div>
+<h2>Speed</h2>
+{speed_html(report)}
 <h2>Cases</h2>
 {_case_matrix(report)}
 <h2>Known issues</h2>
 {_ki_section(report.ki_table)}
-<h2>Speed</h2>
-{speed_html(report)}
 <h2>Sign-off</h2>
 <pre>{html.escape(summary(report.verdict))}</pre>
 <script type="application/json" id="report-data">{blob}</script>

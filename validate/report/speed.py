@@ -224,7 +224,7 @@ def speed_properties(report: Report, cell_id: str) -> list[tuple[str, str]]:
     """JUnit properties of one cell's suite: the summary, and one per confirmed finding whose
     slower cell it is (`speed.<case>.<unit>`)."""
     check = report.speed
-    if check is None:
+    if check is None or not (check.measured or check.findings):  # no check, nothing to say
         return []
     out = [("speed", check.summary())]
     for f in check.confirmed:

@@ -193,9 +193,9 @@ def render_markdown(report: Report) -> str:
         "",
     ]
     out += [table_text(report.table), "", f"Legend: {LEGEND}", ""]
+    out += ["## Speed", "", *speed_lines(report)]
     out += ["## Cases", "", *case_matrix_lines(report)]
     out += ["## Known issues", "", *ki_lines(report.ki_table)]
-    out += ["## Speed", "", *speed_lines(report)]
     out += ["## Sign-off", "", "```text", summary(report.verdict), "```", ""]
     return "\n".join(out)
 
@@ -216,11 +216,11 @@ def render_rst(report: Report) -> str:
     )
     out += [body, ""]
     out += [f"- {n}" for n in report.table.footnote_lines()]
-    out += ["", f"Legend: {LEGEND}", "", "Cases", "-----", ""]
+    out += ["", f"Legend: {LEGEND}", "", "Speed", "-----", "", *speed_lines(report, "rst")]
+    out += ["Cases", "-----", ""]
     out += case_matrix_lines(report, "rst")
     out += ["Known issues", "------------", ""]
     out += ki_lines(report.ki_table, "rst")
-    out += ["Speed", "-----", "", *speed_lines(report, "rst")]
     out += ["Sign-off", "--------", "", "::", ""]
     out += [f"   {line}" for line in summary(report.verdict).splitlines()]
     return "\n".join(out) + "\n"
