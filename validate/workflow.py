@@ -379,7 +379,7 @@ def run(config: ValidateConfig) -> int:
     speed = remeasure(config, plan, cases, host, results, results_dir, meta["run_id"])
     write_json(meta_path, {**meta, "finished_at": now_stamp(), "wall_s": time.monotonic() - start})
     print(cell_summary(results, plan))
-    print(f"speed: {speed.summary()}")
+    print("\n".join(speed.lines()))
     verdict = decide(results, flaky=config.flaky, require_gpu=config.require_gpu)
     print(summary(verdict))
     print(f"results: {results_dir}")

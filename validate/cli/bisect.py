@@ -104,6 +104,9 @@ def _handle(args: argparse.Namespace) -> int:
     if (args.slower_than is None) != (args.unit is None):
         msg = "bisect: --slower-than RATIO and --unit UNIT go together"
         raise ConfigError(msg)
+    if args.slower_than is not None and args.repeats != 1:
+        msg = "bisect --slower-than: each probe runs --speed-repeats times (not --repeats)"
+        raise ConfigError(msg)
     args.resume = False  # a bisect always continues its folder; each probe resumes its own
     case = args.case_names[0]
     if args.results is None:

@@ -269,6 +269,26 @@ class SpeedCheck:
             text += f", {self.count('unmeasured')} could not be re-measured"
         return f"{text} {rule}; {self.repeats} quiet repeats per cell, min of repeats"
 
+    def lines(self) -> list[str]:
+        """The summary, then one line per re-measured candidate (confirmed first)."""
+        order = {"confirmed": 0, "load": 1, "unmeasured": 2}
+        out = [f"speed: {self.summary()}"]
+        for f in sorted(self.findings, key=lambda f: order[f.status]) if self.measured else ():
+            c = f.candidate
+            ratio = "—" if f.ratio is None else f"{f.ratio:.2f}x"
+            slow, fast = f.figures("slow"), f.figures("fast")
+            alone = (
+                f"alone min {slow[0]:.2f} s vs {fast[0]:.2f} s"
+                if slow is not None and fast is not None
+                else "no time alone"
+            )
+            out.append(
+                f"  {f.status}: {c.case} {c.unit}: {c.axis} {c.slow_pins.get(c.axis)} vs "
+                f"{c.fast_pins.get(c.axis)}: main run {c.slow_s:.2f} s vs {c.fast_s:.2f} s; "
+                f"{alone} ({ratio})"
+            )
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "thresholds": self.thresholds.to_dict(),
