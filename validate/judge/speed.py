@@ -7,7 +7,7 @@ of one case that took at least `ratio` times, and at least `min_s` seconds, long
 in a cell with the same pins but one (the backend or the frontend). Both results must have passed:
 a failed run's times say nothing about speed. A candidate is never reported as it stands, since a
 run of many cases side by side slows some of them by contention alone. Each one is re-run alone
-(workflow_speed.py) `repeats` times in both cells. The flag stands (`confirmed`) only where the
+(validate/remeasure.py) `repeats` times in both cells. The flag stands (`confirmed`) only where the
 minimum of the repeats still shows both thresholds. The rest are dropped as load, and a candidate
 whose re-runs gave no time in either cell is `unmeasured`. Re-measurements are evidence, never
 verdicts: no outcome changes here.
