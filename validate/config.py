@@ -132,6 +132,11 @@ class ValidateConfig:
     durations: Path | None = None  # --durations: case seconds for --shard (default: history)
     argv: tuple[str, ...] = ()
     tier: str | None = None  # --tier: only the cells of this [tiers] entry (plan.tiers)
+    #: speed (judge/speed.py): a unit this much and this many seconds slower than in a cell one
+    #: axis apart is a candidate, re-run alone `speed_repeats` times per cell (0: none)
+    slower_ratio: float = 1.5
+    slower_min_s: float = 1.0
+    speed_repeats: int = 3
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; `from_dict(to_dict())` gives an equal config."""

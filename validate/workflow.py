@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from validate.judge.signoff import Verdict
+    from validate.judge.speed import SpeedCheck
 
 __all__ = [
     "SHIPPED_CASES",
@@ -356,6 +357,7 @@ class RunOutcome:
     plan: Plan
     results: tuple[CaseResult, ...]
     verdict: Verdict
+    speed: SpeedCheck | None = None  # the speed stage's candidates and findings (remeasure.py)
 
     @property
     def exit_code(self) -> int:
@@ -411,6 +413,9 @@ def run(config: ValidateConfig) -> RunOutcome:
             raise
         results = stamp_known_issues(store, issues)
         store.seal()  # every case has ended: the folder's lines verify wherever it is read
+        from validate.remeasure import remeasure  # the speed stage: evidence, no outcome changes
+
+        speed = remeasure(config, plan, cases, host, results, opened.folder, meta["run_id"])
         end = {**meta, "finished_at": now_stamp(), "wall_s": time.monotonic() - start}
         write_json(meta_path, end)
     verdict = decide(results, flaky=config.flaky, require_gpu=config.require_gpu)
@@ -420,6 +425,7 @@ def run(config: ValidateConfig) -> RunOutcome:
         plan=plan,
         results=tuple(results),
         verdict=verdict,
+        speed=speed,
     )
 
 
@@ -430,6 +436,7 @@ def describe(outcome: RunOutcome) -> str:
     return "\n".join(
         [
             cell_summary(outcome.results, outcome.plan),
+            *(outcome.speed.lines() if outcome.speed is not None else ()),
             summary(outcome.verdict),
             f"results: {outcome.folder}",
         ]

@@ -37,6 +37,13 @@ def _wheelhouse(tmp_path: Path) -> Path:
         (["--case", "a", "--good", "1.25.0"], "bisect: --good 1.25.0 is not a release in"),
         (["--case", "a", "--bad", "1.26.0"], "bisect: empty range"),
         (["--case", "a", "--arch", "sm80,sm90"], "bisect: the pins plan 2 cells, not one"),
+        (["--case", "a", "--slower-than", "2"], "--slower-than RATIO and --unit UNIT go together"),
+        (["--case", "a", "--unit", "cell 3"], "--slower-than RATIO and --unit UNIT go together"),
+        (
+            ["--case", "a", "--slower-than", "2", "--unit", "x", "--repeats", "3"],
+            "each probe runs --speed-repeats times (not --repeats)",
+        ),
+        (["--case", "a", "--slower-than", "0.5", "--unit", "x"], "expected a number from 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], message: str) -> None:

@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validate.execute",),
     ("validate.judge",),
     ("validate.report",),
-    ("validate.workflow",),
+    ("validate.workflow", "validate.remeasure"),
     ("validate.dispatch",),
     ("validate.cli", "validate.__main__"),
 )

@@ -31,6 +31,7 @@ __all__ = [
     "add_require_gpu_option",
     "add_run_options",
     "add_selector_args",
+    "add_speed_options",
     "build_parser",
     "main",
     "positive",
@@ -198,6 +199,36 @@ def add_flaky_option(group: argparse._ActionsContainer) -> None:
         "is flaky (≈, its own sign-off section): block withholds sign-off as its first outcome "
         "would, warn lists it without blocking (default: %(default)s)",
     )
+
+
+def add_speed_options(group: argparse._ActionsContainer, *, repeats: bool) -> None:
+    """--slower-ratio/--slower-min-s, shared by `validate` and `report` (judge/speed.py), and
+    --speed-repeats (validate only: how often each candidate is re-run alone)."""
+    group.add_argument(
+        "--slower-ratio",
+        type=positive(float, 1.0),
+        default=1.5,
+        metavar="R",
+        help="speed: a timed unit (notebook cell, script section) at least R times slower than in "
+        "a cell that differs only in backend or frontend is a candidate (default: %(default)s)",
+    )
+    group.add_argument(
+        "--slower-min-s",
+        type=positive(float, 0.0),
+        default=1.0,
+        metavar="S",
+        help="speed: ... and at least S seconds slower (default: %(default)s)",
+    )
+    if repeats:
+        group.add_argument(
+            "--speed-repeats",
+            type=positive(int, 0, 100),
+            default=3,
+            metavar="K",
+            help="speed: re-run each candidate's case alone K times in both cells after the "
+            "main cases; it is confirmed only if the minimum of the repeats is still slower by "
+            "both thresholds (0: no re-run, nothing confirmed; default: %(default)s)",
+        )
 
 
 def add_require_gpu_option(group: argparse._ActionsContainer) -> None:

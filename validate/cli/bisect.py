@@ -30,7 +30,9 @@ from validate.judge.bisect import (
     bisect,
     suggested_issue,
 )
-from validate.model.results import write_json
+from validate.judge.speed import Thresholds, slower_class
+from validate.model.outcome import Outcome
+from validate.model.results import load_results, write_json
 
 if TYPE_CHECKING:
     import argparse
@@ -75,6 +77,19 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="run each probe N times; a probe whose runs disagree is reported and skipped",
     )
     group.add_argument(
+        "--slower-than",
+        type=positive(float, 1.0),
+        metavar="RATIO",
+        help="bisect a slowdown instead of an outcome: bad = the --unit of the case at least "
+        "RATIO times (and --slower-min-s seconds) slower than at --good, by the minimum of "
+        "--speed-repeats runs alone per probe",
+    )
+    group.add_argument(
+        "--unit",
+        metavar="UNIT",
+        help="with --slower-than: the timed unit, e.g. 'cell 7' or a script's CUDNN_MATRIX_TIME name",
+    )
+    group.add_argument(
         "--all-commits",
         action="store_true",
         help="frontend-commit: every commit of good..bad, not only the first-parent ones",
@@ -87,11 +102,18 @@ def _handle(args: argparse.Namespace) -> int:
     if len(args.case_names) != 1:
         msg = "bisect: name exactly one case with --case NAME"
         raise ConfigError(msg)
+    if (args.slower_than is None) != (args.unit is None):
+        msg = "bisect: --slower-than RATIO and --unit UNIT go together"
+        raise ConfigError(msg)
+    if args.slower_than is not None and args.repeats != 1:
+        msg = "bisect --slower-than: each probe runs --speed-repeats times (not --repeats)"
+        raise ConfigError(msg)
     args.resume = False  # a bisect always continues its folder; each probe resumes its own
     case = args.case_names[0]
     if args.results is None:
+        speed = "" if args.slower_than is None else f"-slower-{args.unit}"
         args.results = (
-            Path("reports") / "bisect" / _slug(f"{case}-{args.axis}-{args.good}-{args.bad}")
+            Path("reports") / "bisect" / _slug(f"{case}-{args.axis}-{args.good}-{args.bad}{speed}")
         )
     base: ValidateConfig = config_from_args(args)
     _check_pins(base, args)
@@ -119,9 +141,11 @@ def _handle(args: argparse.Namespace) -> int:
         write_json(folder / _STATE, state)
         print(f"probe {_short(probe.candidate)}: {', '.join(probe.outcomes)} -> {probe.verdict}")
 
-    result = bisect(
-        candidates, _prober(base, args, folder), repeats=args.repeats, done=done, record=record
-    )
+    if args.slower_than is None:
+        prober, repeats = _prober(base, args, folder), args.repeats
+    else:  # each probe is its own --speed-repeats runs, judged by their minimum
+        prober, repeats = _speed_prober(base, args, folder, candidates[0]), 1
+    result = bisect(candidates, prober, repeats=repeats, done=done, record=record)
     pins = {axis: vals[0] for axis, vals in base.selectors.values.items() if len(vals) == 1}
     issue = suggested_issue(result, axis=args.axis, case=case, pins=pins)
     write_json(folder / _STATE, {**state, "result": result.to_dict(), "suggested_issue": issue})
@@ -265,6 +289,44 @@ def _prober(base: ValidateConfig, args: argparse.Namespace, folder: Path) -> Pro
             return Observation(outcome="error", reason=str(exc), folder=str(run_dir))
         (run_dir / "validate.out").write_text(describe(outcome) + "\n", encoding="utf-8")
         return _observation(outcome)
+
+    return probe
+
+
+def _speed_prober(
+    base: ValidateConfig, args: argparse.Namespace, folder: Path, good: str
+) -> ProbeFn:
+    """probe(candidate): `slower` or `not slower` (judge/speed.py slower_class) by the minimum
+    of --speed-repeats validate runs of the candidate, each the only case of its run (alone),
+    against the good end's minimum. The good end's runs are read back from their folders where
+    a resumed bisect did not probe it again."""
+    plain = _prober(base, args, folder)
+    thresholds = Thresholds(ratio=args.slower_than, min_s=base.slower_min_s)
+    seen: dict[str, tuple[list[float], list[Observation]]] = {}
+
+    def times(candidate: str) -> tuple[list[float], list[Observation]]:
+        if candidate not in seen:
+            runs = [
+                got if isinstance(got, Observation) else Observation(outcome=got)
+                for got in (plain(candidate) for _ in range(max(1, base.speed_repeats)))
+            ]
+            got: list[float] = []
+            for run in runs:
+                results = load_results([Path(run.folder)]) if run.folder else []
+                got += [
+                    r.units[args.unit]
+                    for r in results
+                    if r.outcome is Outcome.PASS and args.unit in r.units
+                ]
+            seen[candidate] = got, runs
+        return seen[candidate]
+
+    def probe(candidate: str) -> Observation:
+        seconds, runs = times(candidate)
+        outcome, reason = slower_class(args.unit, seconds, times(good)[0], thresholds)
+        if outcome == "error" and runs:
+            reason += f" ({', '.join(dict.fromkeys(r.outcome for r in runs))})"
+        return Observation(outcome=outcome, reason=reason, folder=runs[0].folder if runs else "")
 
     return probe
 

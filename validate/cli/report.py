@@ -23,12 +23,14 @@ from validate.cli import (
     add_flaky_option,
     add_require_gpu_option,
     add_selector_args,
+    add_speed_options,
     writable_dir,
     writable_file,
 )
 from validate.config import Selectors
 from validate.errors import ConfigError
 from validate.judge.signoff import summary
+from validate.judge.speed import Thresholds
 from validate.model.axes import axis_named
 from validate.model.results import axis_value
 from validate.report import FORMATS, SUFFIXES, Format, render
@@ -111,6 +113,7 @@ def _handle(args: argparse.Namespace) -> int:
         link_prefix=args.link_base,
         flaky=args.flaky,
         require_gpu=args.require_gpu,
+        slower=Thresholds(ratio=args.slower_ratio, min_s=args.slower_min_s),
     )
     # a terminal gets what fits it (the per-cell summary, footnotes, known issues; the verdict
     # once, below); the wide case x cell matrix goes to files only (--out, `nox -s report`)
@@ -206,5 +209,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     add_flaky_option(parser)
     add_require_gpu_option(parser)
+    add_speed_options(parser, repeats=False)
     add_selector_args(parser)
     parser.set_defaults(func=_handle)

@@ -12,6 +12,7 @@ from validate.cli import (
     add_require_gpu_option,
     add_run_options,
     add_selector_args,
+    add_speed_options,
     add_tier_arg,
     positive,
     split_list,
@@ -137,6 +138,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     add_run_options(run)
     add_flaky_option(run)
     add_require_gpu_option(run)
+    add_speed_options(run, repeats=True)
     run.add_argument("--results", type=Path, metavar="DIR", help="run folder")
     run.add_argument("--resume", action="store_true", help="complete the run in --results DIR")
     run.add_argument(
@@ -254,6 +256,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         durations=args.durations,
         argv=tuple(argv if argv is not None else sys.argv[1:]),
         tier=args.tier,
+        slower_ratio=args.slower_ratio,
+        slower_min_s=args.slower_min_s,
+        speed_repeats=args.speed_repeats,
     )
 
 

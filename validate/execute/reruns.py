@@ -26,6 +26,7 @@ from validate.execute.attempt import (
 )
 from validate.execute.classify import ExecResult, signal_name
 from validate.execute.pool import Beside, Job, beside
+from validate.execute.units import units_of
 from validate.model.outcome import Outcome, policy
 from validate.model.results import CaseResult, ResultStore
 from validate.plan.requirements import check, missing_modules
@@ -269,6 +270,7 @@ class CaseRun:
             run_id=self.options.run_id,
             content_key=self.case.content_key(self.target.cell),
             contention=self._note,
+            units=units_of(first),
         )
         trouble = self._store.problem() if self._store is not None else None
         if trouble is not None and policy(result.outcome).bad:  # e.g. it died of a full disk

@@ -74,6 +74,11 @@ class CaseResult:
     #: and it ran again alone, e.g. "timed out at 300 s beside 17 other cases (GPU 98% busy);
     #: passed alone in 97 s" (execute/runner.py); "" when it was judged as it first ran
     contention: str = ""
+    #: seconds per timed unit, start-up excluded (judge/speed.py compares them across cells): a
+    #: notebook's code cells ("cell 7", nbclient's kernel-side timestamps), a script's own
+    #: `CUDNN_MATRIX_TIME <unit> <seconds>` lines (execute/cases/script.py) else its whole run
+    #: ("script"), a test's call phase; {} in results from before this field
+    units: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -89,6 +94,7 @@ class CaseResult:
         data["outcome"] = str(self.outcome)
         data["attempts"] = list(self.attempts)
         data["cell"] = dict(self.cell)
+        data["units"] = dict(self.units)
         # the case's captured environment, redacted again here (the capture hides secrets in the
         # case process): every copy (results line, result.json, --json) goes through to_dict
         data["env"] = redact_obj(dict(self.env))
@@ -101,6 +107,7 @@ class CaseResult:
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["outcome"] = Outcome(data["outcome"])
         kwargs["attempts"] = tuple(data.get("attempts", ()))
+        kwargs["units"] = {str(k): float(v) for k, v in (data.get("units") or {}).items()}
         return cls(**kwargs)
 
 
@@ -417,6 +424,7 @@ def _mistyped(data: Mapping[str, Any]) -> str | None:
         ("attempts", (list,)),
         ("env", (dict,)),
         ("api_logs", (dict,)),
+        ("units", (dict,)),
     ):
         value = data.get(name)
         if name in data and (not isinstance(value, kinds) or isinstance(value, bool)):

@@ -11,6 +11,7 @@ from urllib.parse import quote
 if TYPE_CHECKING:
     from validate.judge.known_issues import KnownIssue
     from validate.judge.signoff import Verdict
+    from validate.judge.speed import SpeedCheck
     from validate.report.case_matrix import CaseMatrix
     from validate.report.ki_table import KITable
     from validate.report.model import RunInfo, RunSet
@@ -43,6 +44,7 @@ class Report:
     link_base: Path | None = None  # folder of the output file; log links are made relative to it
     #: `report --link-base`: links are this prefix + the path relative to the current directory
     link_prefix: str | None = None
+    speed: SpeedCheck | None = None  # the Speed section (report/speed.py)
 
     def href(self, path: Path | None) -> str | None:
         """A link to a file or folder: --link-base + its path from the current directory; else

@@ -16,6 +16,7 @@ from validate.model.outcome import policy
 from validate.report.case_matrix import MATRIX_LEGEND
 from validate.report.ki_table import KI_SYMBOLS, KIState, ki_bands
 from validate.report.model import AXIS_TITLES, axis_label, cell_label, result_key
+from validate.report.speed import speed_html
 from validate.report.text import LEGEND, provenance_facts
 
 if TYPE_CHECKING:
@@ -537,6 +538,8 @@ def render_html(report: Report) -> str:
 {_ki_band(report.ki_table)}
 {grid}
 {_grid_notes(report.table)}
+<h2>Speed</h2>
+{speed_html(report)}
 <h2>Cases</h2>
 {_case_matrix(report)}
 <h2>Known issues</h2>

@@ -50,6 +50,7 @@ from validate.judge.signoff import passed_on_rerun, verdict_line
 from validate.judge.suggest import spec_text
 from validate.report.ki_table import KI_SYMBOLS
 from validate.report.model import cell_label, natural_key, result_key
+from validate.report.speed import speed_dict
 
 if TYPE_CHECKING:
     from validate.judge.signoff import Verdict
@@ -206,6 +207,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "case_matrix": _case_matrix(report),
         "verdict": _verdict(report.verdict),
         "known_issues": [_ki(row) for row in report.ki_table.rows],
+        "speed": speed_dict(report),
         "known_issue_states": [
             {"state": str(state), "symbol": KI_SYMBOLS[state], "meaning": meaning}
             for state, meaning in report.ki_table.legend_items()

@@ -27,6 +27,7 @@ from validate.model.axes import REGISTRY
 from validate.model.outcome import Outcome, policy
 from validate.plan.requirements import SkipKind, skip_kind
 from validate.report.model import cell_label
+from validate.report.speed import speed_properties
 from validate.textsafe import redact
 
 if TYPE_CHECKING:
@@ -153,6 +154,8 @@ def render_junit(report: Report) -> str:
     for label, items in suites.items():
         suite = ET.SubElement(root, "testsuite", name=label)
         _properties(suite, report.ki_table, items[0].result, report.verdict.flaky_policy)
+        for prop, text in speed_properties(report, items[0].result.cell_id):
+            ET.SubElement(suite[0], "property", name=_clean(prop), value=text)  # <properties>
         counts = {"tests": len(items), "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
         for item in items:
             counts[_testcase(suite, item, report.verdict.flaky_policy)] += 1

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from validate.errors import ConfigError
 from validate.judge.known_issues import apply_known_issues, load_known_issues
 from validate.judge.signoff import decide
+from validate.judge.speed import Thresholds
 from validate.model.results import CaseResult, load_results
 from validate.report import Report
 from validate.report.case_matrix import build_case_matrix
@@ -22,6 +23,7 @@ from validate.report.model import (
     merge_runs,
     result_key,
 )
+from validate.report.speed import load_speed, mark_table
 from validate.report.table import Pivot, build_table
 from validate.textsafe import display
 
@@ -142,16 +144,19 @@ def build_report(
     link_prefix: str | None = None,
     flaky: FlakyPolicy = "block",
     require_gpu: bool = False,
+    slower: Thresholds | None = None,
 ) -> Report:
     """Tables + verdict for merged runs (and an optional baseline); `flaky` is the sign-off policy
     for results that passed on a re-run, `require_gpu` whether GPU cases skipped for want of a
-    GPU fail the exit code, `link_prefix` the --link-base of evidence links. The
+    GPU fail the exit code, `link_prefix` the --link-base of evidence links, `slower` the Speed
+    section's thresholds (report/speed.py). The
     verdict judges the results against `known_issues` as the tables do, so a database given at
     report time (`--known-issues`) turns a failure it declares into xfail in the sign-off too."""
     judged = apply_known_issues(runs.results, known_issues)
+    speed = load_speed(runs, slower or Thresholds())
     return Report(
         runs=runs,
-        table=build_table(runs.items, pivot, known_issues),
+        table=mark_table(build_table(runs.items, pivot, known_issues), speed),
         cases=build_case_matrix(runs.items),
         verdict=decide(
             judged,
@@ -164,6 +169,7 @@ def build_report(
         baseline_runs=() if baseline is None else baseline.runs,
         link_base=link_base,
         link_prefix=link_prefix,
+        speed=speed,
     )
 
 

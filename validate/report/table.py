@@ -120,6 +120,8 @@ class CompatTable:
     col_keys: tuple[tuple[str, ...], ...]
     cells: Mapping[tuple[tuple[str, ...], tuple[str, ...]], TableCell]
     footnotes: tuple[Footnote, ...]
+    #: footnotes of other sections' marks in the cells, as shown (report/speed.py: [sN] slower)
+    extra_notes: tuple[str, ...] = ()
 
     def headers(self) -> list[str]:
         cols = [
@@ -139,8 +141,11 @@ class CompatTable:
     def footnote_lines(self) -> list[str]:
         plural = {True: "results", False: "result"}
         return [
-            f"[{n.index}] {n.kind}: {n.reason} ({n.count} {plural[n.count != 1]})"
-            for n in self.footnotes
+            *(
+                f"[{n.index}] {n.kind}: {n.reason} ({n.count} {plural[n.count != 1]})"
+                for n in self.footnotes
+            ),
+            *self.extra_notes,
         ]
 
 

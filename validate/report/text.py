@@ -10,6 +10,7 @@ from tabulate import tabulate
 from validate.judge.signoff import summary
 from validate.report.case_matrix import MATRIX_LEGEND
 from validate.report.ki_table import KIState, ki_bands
+from validate.report.speed import speed_lines
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -203,6 +204,7 @@ def render_markdown(report: Report) -> str:
         "",
     ]
     out += [table_text(report.table), "", f"Legend: {LEGEND}", ""]
+    out += ["## Speed", "", *speed_lines(report)]
     out += ["## Cases", "", *case_matrix_lines(report)]
     out += ["## Known issues", "", *ki_lines(report.ki_table)]
     out += ["## Sign-off", "", "```text", summary(report.verdict), "```", ""]
@@ -225,7 +227,8 @@ def render_rst(report: Report) -> str:
     )
     out += [body, ""]
     out += [f"- {n}" for n in report.table.footnote_lines()]
-    out += ["", f"Legend: {LEGEND}", "", "Cases", "-----", ""]
+    out += ["", f"Legend: {LEGEND}", "", "Speed", "-----", "", *speed_lines(report, "rst")]
+    out += ["Cases", "-----", ""]
     out += case_matrix_lines(report, "rst")
     out += ["Known issues", "------------", ""]
     out += ki_lines(report.ki_table, "rst")

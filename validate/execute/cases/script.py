@@ -12,6 +12,13 @@ uses runpy with ``__main__``) in its own process group. Its verdict, first match
 Anything else is ERROR (exit 2+, a bad result file). Death by a signal (SIGSEGV, SIGABRT, ...)
 is CRASH. Exceptions are classified by text first: a context-poisoning CUDA error is CRASH,
 ``cudnnGraphNotSupportedError`` is SKIP, a missing module or cuDNN sub-library is ERROR.
+
+Timing (issue 29, judge/speed.py): a script may time sections of its own work and print one line
+per section, ``CUDNN_MATRIX_TIME <unit> <seconds>`` (unit: no spaces; seconds: a decimal number),
+e.g. ``CUDNN_MATRIX_TIME conv_fwd 1.84``; a unit printed twice keeps its last value. A script
+that prints none is timed as one unit, ``script``: its own run in the bootstrap, without the
+interpreter's start-up or the environment capture. The figures are evidence for the speed
+comparison across cells, never a verdict.
 """
 
 from __future__ import annotations
@@ -37,9 +44,11 @@ __all__ = [
     "KIND",
     "RESULT_FILE_ENV",
     "RUN_SCRIPT",
+    "WHOLE_SCRIPT",
     "ScriptKind",
     "command",
     "read_result_file",
+    "time_lines",
     "verdict_line",
 ]
 
@@ -47,6 +56,11 @@ RUN_SCRIPT: Final = RESOURCES / "run_script.py"
 RESULT_FILE_ENV: Final = "CUDNN_MATRIX_RESULT_FILE"
 _VERDICT: Final = re.compile(r"^VERDICT (pass|fail|skip)(?::\s*(.*))?\s*$")
 _ALLOWED: Final = {"pass": Outcome.PASS, "fail": Outcome.FAIL, "skip": Outcome.SKIP}
+_TIME: Final = re.compile(
+    rb"^CUDNN_MATRIX_TIME (\S+) ([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)\s*$"
+)
+#: The unit of a script that times no section of its own: its whole run (the bootstrap's figure).
+WHOLE_SCRIPT: Final = "script"
 
 
 def command(python: Path, script: Path, report: Path, args: Sequence[str] = ()) -> list[str]:
@@ -154,3 +168,17 @@ class ScriptKind:
 
 
 KIND: Final = ScriptKind()
+
+
+def time_lines(log: Path) -> dict[str, float]:
+    """The `CUDNN_MATRIX_TIME <unit> <seconds>` lines of a script's full output (read line by
+    line: a flood of output is never held in memory); {} when it printed none."""
+    units: dict[str, float] = {}
+    try:
+        with log.open("rb") as fh:
+            for line in fh:
+                if line.startswith(b"CUDNN_MATRIX_TIME ") and (match := _TIME.match(line)):
+                    units[match.group(1).decode("utf-8", "replace")] = float(match.group(2))
+    except OSError:
+        return {}
+    return units

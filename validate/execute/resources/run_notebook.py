@@ -11,6 +11,7 @@ being kept in memory. Result "status": pass | fail | timeout | dead | error.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -112,13 +113,17 @@ def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
         started[cell_index] = time.monotonic()
         print(f"--- cell {cell_index} ---", flush=True)
 
-    def on_executed(cell_index: int, execute_reply: dict[str, Any], **_: Any) -> None:
+    def on_executed(cell_index: int, execute_reply: dict[str, Any], **kw: Any) -> None:
         if cell_index >= n_cells:
             return
         took = time.monotonic() - started.get(cell_index, time.monotonic())
         status = execute_reply["content"].get("status", "?")
         result["cells"].append(
             {"index": cell_index, "duration_s": round(took, 3), "status": status}
+        )
+        ran = _kernel_seconds(kw.get("cell"))
+        result.setdefault("units", {})[f"cell {cell_index}"] = round(
+            took if ran is None else ran, 4
         )
 
     def on_error(cell: Any, cell_index: int, **_: Any) -> None:
@@ -183,6 +188,22 @@ def _run(nb_path: Path, result_path: Path, timeout: float) -> dict[str, Any]:
         _shutdown(client, km)
         shutil.rmtree(sockets, ignore_errors=True)
     return result
+
+
+def _kernel_seconds(cell: Any) -> float | None:
+    """How long the kernel ran the cell, by the timestamps nbclient records (record_timing, on
+    by default) from the kernel's own messages: execute_input on iopub to the shell reply. No
+    kernel start, no message latency in it; None where either stamp is missing."""
+    try:
+        stamps = cell["metadata"]["execution"]
+        start, end = stamps["iopub.execute_input"], stamps["shell.execute_reply"]
+        fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
+        seconds = (
+            datetime.datetime.strptime(end, fmt) - datetime.datetime.strptime(start, fmt)
+        ).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+    return seconds if seconds >= 0 else None
 
 
 def _share_autogroup_nice(pid: int) -> None:

@@ -23,6 +23,12 @@ _TAIL = 4000
 _HERE = os.path.dirname(os.path.abspath(__file__))  # noqa: PTH100, PTH120 - no pathlib
 
 
+def _monotonic() -> float:
+    from time import monotonic  # a built-in module: no file is read
+
+    return monotonic()
+
+
 def _exit_code(exc: SystemExit) -> int:
     code = exc.code
     if code is None:
@@ -155,6 +161,7 @@ def main() -> int:
     sys.path[0] = os.path.dirname(script)  # noqa: PTH120 - no pathlib
     report: dict[str, Any] = {"runner": "script", "exception": None}
     code = 0
+    start = _monotonic()
     try:
         _run(script)
     except SystemExit as exc:
@@ -171,6 +178,7 @@ def main() -> int:
             "traceback": text[-_TAIL:],
         }
     report["exit_code"] = code
+    report["run_s"] = round(_monotonic() - start, 4)  # the script alone (cases/script.py: timing)
     want_cudnn = "cudnn" in sys.modules or bool(os.environ.get("CUDNN_MATRIX_EXPECT_BACKEND"))
     try:
         report["env"] = capture.capture(in_case=want_cudnn)

@@ -1,0 +1,182 @@
+"""The quiet re-measurement stage of `validate` (issue 29): after the main cases, each case with a
+speed candidate (judge/speed.py) runs again alone, `--speed-repeats` times in each cell the
+candidate compares.
+
+Each re-run is an exclusive pool job (execute/pool.py): no other case runs beside it, on the GPU or
+the host's slots. The repeats interleave the cells (r1 of every cell, then r2, ...), so a load
+that comes and goes cannot favour one side. Each repeat is a run folder of its own,
+`<run>/speed/r<i>/` (results.jsonl signed and sealed as any run's, the case folders below
+`cases/<cell>/`). They are evidence, never verdicts: the main results.jsonl is not touched, and no
+outcome changes. `<run>/speed.json` keeps the thresholds, every measurement and the finding of
+each candidate; the report re-judges them with its own thresholds (report/speed.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from validate.env.sources import Sources
+from validate.execute import EXECUTORS, RunContext
+from validate.execute.pool import Pool
+from validate.execute.runner import run_pool
+from validate.judge.speed import Measurement, SpeedCheck, Thresholds, candidates, judge
+from validate.model.results import ResultStore, load_results
+from validate.plan.steps import Step, plan_steps
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from validate.config import ValidateConfig
+    from validate.execute import Executor
+    from validate.execute.cases import Case
+    from validate.execute.pool import Job
+    from validate.judge.speed import Candidate
+    from validate.model.matrix import Cell
+    from validate.model.results import CaseResult
+    from validate.plan.host import HostFacts
+    from validate.plan.rules import Plan
+
+__all__ = ["SPEED_DIR", "SPEED_FILE", "remeasure", "thresholds_of"]
+
+log = logging.getLogger(__name__)
+
+SPEED_FILE: Final = "speed.json"
+SPEED_DIR: Final = "speed"
+
+
+def thresholds_of(config: ValidateConfig) -> Thresholds:
+    return Thresholds(ratio=config.slower_ratio, min_s=config.slower_min_s)
+
+
+def remeasure(
+    config: ValidateConfig,
+    plan: Plan,
+    cases: Sequence[Case],
+    host: HostFacts,
+    results: Sequence[CaseResult],
+    run_dir: Path,
+    run_id: str,
+) -> SpeedCheck:
+    """Find the candidates of the run's `results`, re-run their cases alone in both cells and
+    judge them; writes `<run>/speed.json`. `--speed-repeats 0`: no re-run, nothing confirmed."""
+    thresholds = thresholds_of(config)
+    repeats = config.speed_repeats
+    found = candidates(results, thresholds)
+    measurements: list[Measurement] | None = None
+    if repeats > 0:
+        measurements = _measure(config, plan, cases, host, found, run_dir, run_id) if found else []
+    check = judge(results, measurements, thresholds, repeats)
+    data: dict[str, Any] = {
+        "check": check.to_dict(),
+        "measurements": [m.to_dict() for m in measurements or ()],
+    }
+    (run_dir / SPEED_FILE).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return check
+
+
+def _measure(
+    config: ValidateConfig,
+    plan: Plan,
+    cases: Sequence[Case],
+    host: HostFacts,
+    found: Sequence[Candidate],
+    run_dir: Path,
+    run_id: str,
+) -> list[Measurement]:
+    """Run each (case, cell) the candidates name `speed_repeats` times, each alone."""
+    wanted: dict[str, set[str]] = {}  # cell id -> case names
+    for cand in found:
+        for cell_id in (cand.fast_cell, cand.slow_cell):
+            wanted.setdefault(cell_id, set()).add(cand.case)
+    cells = [c for c in plan.planned if c.id in wanted]
+    by_name = {c.name: c for c in cases}
+    folder = run_dir / SPEED_DIR
+    shutil.rmtree(folder, ignore_errors=True)  # a resumed run measures afresh
+    quiet = replace(config, reruns=0, api_logs=False, resume=False)
+    executor = EXECUTORS[config.executor]()
+    sources = Sources(config.backend_source, config.frontend_source, store=config.backend_store)
+    contexts = [
+        RunContext(
+            config=quiet,
+            host=host,
+            run_id=f"{run_id}-speed-r{i}",
+            sources=sources,
+            store=ResultStore(folder / f"r{i}" / "results.jsonl"),
+        )
+        for i in range(1, config.speed_repeats + 1)
+    ]
+    n_runs = sum(len(v) for v in wanted.values()) * len(contexts)
+    log.info(
+        "speed: %d candidates; re-running %d cases alone, %d times in each of %d cells (%d runs)",
+        len(found),
+        len({c.case for c in found}),
+        len(contexts),
+        len(cells),
+        n_runs,
+    )
+    try:
+        pool = Pool(1)
+        steps = plan_steps(cells, host, lambda cell: executor.env_key(cell, contexts[0])).steps
+        prepared = [(step, executor.prepare(step, contexts[0])) for step in steps]
+        for context in contexts:  # r1 of every cell, then r2, ...
+            for step, target in prepared:
+                if isinstance(target, str):
+                    log.warning("speed: no environment for %s: %s", step.first.id, target)
+                    continue
+                for cell in step.cells:
+                    mine = [by_name[n] for n in sorted(wanted[cell.id]) if n in by_name]
+                    pool.submit(_alone(executor, cell, step, target, mine, context))
+        pool.close()
+        run_pool(pool)
+    finally:
+        executor.close()
+        for context in contexts:
+            context.store.seal()
+    return _read(contexts, wanted, run_dir)
+
+
+def _alone(
+    executor: Executor, cell: Cell, step: Step, target: Any, cases: Sequence[Case], run: RunContext
+) -> list[Job]:
+    """The executor's jobs for one cell's cases, each made exclusive and kept in submission
+    order (no estimate: the pool keeps the order of jobs without one)."""
+    jobs = executor.run(Step(key=step.key, cells=(cell,)), target, cases, run) or ()
+    return [replace(job, exclusive=True, estimate_s=None) for job in jobs]
+
+
+def _read(
+    contexts: Sequence[RunContext], wanted: dict[str, set[str]], run_dir: Path
+) -> list[Measurement]:
+    """One Measurement per (case, cell): each repeat's units, outcome and case folder."""
+    repeats: dict[tuple[str, str], list[CaseResult]] = {}
+    for context in contexts:
+        got = {r.key: r for r in load_results([context.store.path])}  # later wins
+        for cell_id, names in wanted.items():
+            for name in names:
+                result = got.get(f"{cell_id}::{name}")
+                if result is not None:
+                    repeats.setdefault((name, cell_id), []).append(result)
+    out = []
+    for (name, cell_id), runs in sorted(repeats.items()):
+        out.append(
+            Measurement(
+                case=name,
+                cell_id=cell_id,
+                units=tuple(r.units for r in runs),
+                outcomes=tuple(str(r.outcome) for r in runs),
+                folders=tuple(_relative(Path(r.log_path).parent, run_dir) for r in runs),
+            )
+        )
+    return out
+
+
+def _relative(path: Path, run_dir: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        return str(path)
