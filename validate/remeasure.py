@@ -25,7 +25,8 @@ from validate.execute import EXECUTORS, RunContext
 from validate.execute.pool import Pool
 from validate.execute.runner import run_pool
 from validate.judge.speed import Measurement, SpeedCheck, Thresholds, candidates, judge
-from validate.model.results import ResultStore, load_results
+from validate.model.results import load_results
+from validate.model.runs import open_run
 from validate.plan.steps import Step, plan_steps
 
 if TYPE_CHECKING:
@@ -100,15 +101,13 @@ def _measure(
     quiet = replace(config, reruns=0, api_logs=False, resume=False)
     executor = EXECUTORS[config.executor]()
     sources = Sources(config.backend_source, config.frontend_source, store=config.backend_store)
-    contexts = [
-        RunContext(
-            config=quiet,
-            host=host,
-            run_id=f"{run_id}-speed-r{i}",
-            sources=sources,
-            store=ResultStore(folder / f"r{i}" / "results.jsonl"),
-        )
+    repeats = [  # each repeat a run of its own, opened as every run is (model/runs.py)
+        open_run(folder / f"r{i}", run_id=f"{run_id}-speed-r{i}")
         for i in range(1, config.speed_repeats + 1)
+    ]
+    contexts = [
+        RunContext(config=quiet, host=host, run_id=r.id, sources=sources, store=r.store)
+        for r in repeats
     ]
     n_runs = sum(len(v) for v in wanted.values()) * len(contexts)
     log.info(
@@ -135,8 +134,9 @@ def _measure(
         run_pool(pool)
     finally:
         executor.close()
-        for context in contexts:
-            context.store.seal()
+        for repeat in repeats:
+            repeat.store.seal()
+            repeat.close()
     return _read(contexts, wanted, run_dir)
 
 
