@@ -1,0 +1,115 @@
+"""CaseResult, the one record a results line holds, and the small questions asked of it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from validate.model.axes import pins_label
+from validate.model.outcome import Outcome, policy
+from validate.textsafe import redact_obj
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CaseResult",
+    "axis_value",
+    "cell_label",
+    "is_bad",
+    "is_good",
+    "result_key",
+]
+
+#: Bump when a field changes meaning; readers accept any version <= this one.
+SCHEMA_VERSION = 2  # 2: every line carries a MAC (`mac`) under the run key
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseResult:
+    """One case run in one cell: verdict, reason and the evidence kept for it."""
+
+    case: str  # case name, e.g. "26_layernorm....ipynb" or "repro_fusion_uid.py::pygraph"
+    outcome: Outcome
+    reason: str = ""
+    duration_s: float = 0.0
+    cell_id: str = ""  # "" when run outside a matrix (plain `run`)
+    cell: Mapping[str, str] = field(default_factory=dict)  # the pins: cudnn, frontend, cuda, ...
+    case_path: str = ""
+    exit_code: int | None = None
+    signal: str | None = None  # "SIGSEGV", "SIGABRT", ...
+    exception: Mapping[str, Any] | None = None  # ename, evalue, cell_index, traceback tail
+    tail: str = ""  # bounded stdout/stderr tail
+    log_path: str = ""  # full output on disk
+    api_logs: Mapping[str, str] = field(default_factory=dict)  # {"frontend": path, "backend": path}
+    env: Mapping[str, Any] = field(default_factory=dict)  # captured inside the case process
+    attempts: tuple[str, ...] = ()  # outcomes of reruns, first run first
+    flaky: bool = False
+    known_issue: str | None = None  # KI id matched by the known-issues check
+    ki_note: str = ""  # e.g. "KI-1 reproduces outside its declared range"
+    started_at: str = ""  # ISO 8601, UTC
+    run_id: str = ""
+    content_key: str = ""  # hash of case content + pins, for --resume / result cache
+    #: the contention its first attempt met when that one failed or timed out beside other cases
+    #: and it ran again alone, e.g. "timed out at 300 s beside 17 other cases (GPU 98% busy);
+    #: passed alone in 97 s" (execute/runner.py); "" when it was judged as it first ran
+    contention: str = ""
+
+    @property
+    def key(self) -> str:
+        """Identity of a result inside a run: cell and case."""
+        return f"{self.cell_id}::{self.case}"
+
+    def with_(self, **changes: Any) -> CaseResult:
+        """Copy with fields replaced."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = str(self.outcome)
+        data["attempts"] = list(self.attempts)
+        data["cell"] = dict(self.cell)
+        # the case's captured environment, redacted again here (the capture hides secrets in the
+        # case process): every copy (results line, result.json, --json) goes through to_dict
+        data["env"] = redact_obj(dict(self.env))
+        data["schema"] = SCHEMA_VERSION
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CaseResult:
+        known = set(cls.__dataclass_fields__)
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["outcome"] = Outcome(data["outcome"])
+        kwargs["attempts"] = tuple(data.get("attempts", ()))
+        return cls(**kwargs)
+
+
+def axis_value(result: CaseResult, axis: str) -> str:
+    """The value of a matrix axis (or the case name) for one result."""
+    if axis == "case":
+        return result.case
+    return str(result.cell.get(axis, "?"))
+
+
+def cell_label(result: CaseResult) -> str:
+    """Human label of a result's cell, e.g. 'cudnn 9.24.0.43 / fe 1.27.0 / cuda 13.0 / ...'."""
+    if not result.cell:
+        return result.cell_id or "no cell"
+    return pins_label(result.cell)
+
+
+def result_key(result: CaseResult) -> str:
+    """Identity of a result across runs: cell (id, or pins when run outside a matrix) and case."""
+    cell = result.cell_id or ";".join(f"{k}={v}" for k, v in sorted(result.cell.items()))
+    return f"{cell}::{result.case}"
+
+
+def is_bad(result: CaseResult) -> bool:
+    """fail, crash or timeout: the outcomes that count against the product (policy `bad`)."""
+    return policy(result.outcome).bad
+
+
+def is_good(result: CaseResult) -> bool:
+    """pass or xpass: the case works (policy `good`)."""
+    return policy(result.outcome).good
