@@ -23,7 +23,6 @@ from validate.report.model import (
     result_key,
 )
 from validate.report.table import Pivot, build_table
-from validate.textsafe import display
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -68,31 +67,16 @@ def load_run(path: Path, flag: str = "--results") -> tuple[RunInfo, list[CaseRes
             msg = f"{folder / 'run.json'}: not valid JSON ({exc.msg} at line {exc.lineno}); fix or delete it"
             raise ConfigError(msg) from exc
     skipped: list[str] = []
-    results = load_results([file], skipped=skipped)
+    # every string as every report format shows it: undecodable bytes and control characters
+    # escaped (\\xff, \\x1b), so md, rst, html, JUnit and JSON all carry it
+    results = load_results([file], skipped=skipped, for_display=True)
     for line in skipped:  # one warning per line that is not counted, naming file:line
         log.warning("skipped %s", line)
-    results = [_for_display(r) for r in results]
     if not results:
         msg = f"{flag} {path}: results.jsonl holds no readable results"
         raise ConfigError(msg)
     run_id = str(meta.get("run_id") or folder.name)
     return RunInfo(run_id=run_id, path=folder, meta=meta), results
-
-
-def _shown(value: Any) -> Any:
-    if isinstance(value, str):
-        return display(value)
-    if isinstance(value, dict):
-        return {k: _shown(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shown(v) for v in value]
-    return value
-
-
-def _for_display(result: CaseResult) -> CaseResult:
-    """Every string of a stored result as every report format shows it: undecodable bytes and
-    control characters escaped (\\xff, \\x1b), so md, rst, html, JUnit and JSON all carry it."""
-    return CaseResult.from_dict(_shown(result.to_dict()))
 
 
 def load_runs(paths: Sequence[Path], flag: str = "--results", *, prefer: Prefer = "last") -> RunSet:

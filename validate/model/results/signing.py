@@ -38,6 +38,11 @@ def _canonical(data: Mapping[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, default=str, separators=(",", ":")).encode("utf-8")
 
 
+_MAC_OPEN: Final = b',"mac":"'
+#: `,"mac":"<64 hex digits>"}`: how a signed line ends
+_MAC_TAIL: Final = len(_MAC_OPEN) + 64 + 2
+
+
 @dataclass(frozen=True)
 class RunKey:
     """The secret that the tool's lines in one run's results.jsonl are signed with.
@@ -57,6 +62,25 @@ class RunKey:
 
     def sign(self, data: Mapping[str, Any]) -> str:
         return hmac.new(self.secret, _canonical(data), hashlib.sha256).hexdigest()
+
+    def signed_line(self, data: Mapping[str, Any]) -> bytes:
+        """`data` as one results line (no newline), its MAC appended as the last key: the bytes
+        before it are the canonical form the MAC covers, so a reader checks a line without
+        encoding it again (`verifies_line`), and `verifies` on the decoded line agrees."""
+        body = _canonical(data)
+        mac = hmac.new(self.secret, body, hashlib.sha256).hexdigest().encode("ascii")
+        return body[:-1] + _MAC_OPEN + mac + b'"}'
+
+    def verifies_line(self, raw: bytes) -> bool:
+        """Whether a line as `signed_line` writes it carries a valid MAC (False for any other
+        shape, e.g. lines of older versions, whose MAC sits in key order: ask `verifies`)."""
+        if len(raw) <= _MAC_TAIL or raw[-_MAC_TAIL : -_MAC_TAIL + len(_MAC_OPEN)] != _MAC_OPEN:
+            return False
+        if not raw.endswith(b'"}'):
+            return False
+        body = raw[:-_MAC_TAIL] + b"}"
+        mac = hmac.new(self.secret, body, hashlib.sha256).hexdigest().encode("ascii")
+        return hmac.compare_digest(mac, raw[-_MAC_TAIL + len(_MAC_OPEN) : -2])
 
     def verifies(self, data: Mapping[str, Any]) -> bool:
         mac = data.get("mac")
