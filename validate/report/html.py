@@ -6,15 +6,16 @@ import html
 import json
 from typing import TYPE_CHECKING, Any, Final
 
-from validate.judge.signoff import summary
+from validate.judge.signoff import passed_on_rerun, summary
 from validate.model.outcome import policy
-from validate.report.case_matrix import MATRIX_LEGEND
+from validate.report.case_matrix import MATRIX_LEGEND, test_file
 from validate.report.ki_table import KI_SYMBOLS, KIState
 from validate.report.model import cell_label, result_key
 from validate.report.text import LEGEND, provenance_lines
 
 if TYPE_CHECKING:
     from validate.report import Report
+    from validate.report.case_matrix import CaseMatrix
     from validate.report.ki_table import KITable
     from validate.report.model import StoredResult
 
@@ -90,6 +91,8 @@ _JS = """
       env.appendChild(el("pre", JSON.stringify(r.env, null, 2))); sec.appendChild(env);
       detail.appendChild(sec);
     });
+    var omitted = data.omitted[td.getAttribute("data-cell")];
+    if (omitted) { detail.appendChild(el("p", omitted + " pytest test ids that passed or skipped are counted, not listed")); }
   }
   document.querySelectorAll("td.cell[data-cell]").forEach(function (td) {
     td.addEventListener("click", function () { show(td); });
@@ -102,6 +105,20 @@ _JS = """
   }
 })();
 """
+
+
+def _carried(item: StoredResult) -> bool:
+    """Whether the page carries a result's details: all but a pytest test id's pass or skip."""
+    r = item.result
+    return (
+        test_file(r.case) is None
+        or passed_on_rerun(r)
+        or policy(r.outcome).status
+        not in (
+            "pass",
+            "skip",
+        )
+    )
 
 
 def _rank(item: StoredResult) -> int:
@@ -168,10 +185,26 @@ def _ki_section(ki: KITable) -> str:
 
 
 def _case_matrix(report: Report) -> str:
-    """Cases x cells; an entry that did not pass links to its evidence folder."""
+    """Cases x cells; an entry that did not pass links to its evidence folder. Pytest test ids:
+    test files x cells (counts), then the test ids that neither passed nor skipped, linked."""
     matrix = report.cases
-    if matrix is None or not matrix.cases:
+    if matrix is None or matrix.empty:
         return "<p>No results.</p>"
+    scope = ", ".join(matrix.common)
+    scope = f"<p>{html.escape('In every column: ' + scope)}</p>" if scope else ""
+    parts = [scope]
+    if matrix.cases:
+        parts.append(_case_rows(report, matrix))
+    if matrix.files:
+        parts.append(_file_rows(report, matrix))
+    parts.append(
+        f"<p>{html.escape(MATRIX_LEGEND)}; an entry that did not pass links to its evidence "
+        "folder.</p>"
+    )
+    return "".join(parts)
+
+
+def _case_rows(report: Report, matrix: CaseMatrix) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in matrix.headers())
     rows = []
     for case in matrix.cases:
@@ -189,21 +222,59 @@ def _case_matrix(report: Report) -> str:
             colour = _COLOURS.get(entry.status, _COLOURS["empty"])[0]
             tds += f'<td class="st-{entry.status}"{tip} style="background:{colour}">{text}</td>'
         rows.append(f"<tr>{tds}</tr>")
-    scope = ", ".join(matrix.common)
-    scope = f"<p>{html.escape('In every column: ' + scope)}</p>" if scope else ""
     return (
-        f'{scope}<table class="matrix cases"><thead><tr>{head}</tr></thead><tbody>'
-        f"{''.join(rows)}</tbody></table><p>{html.escape(MATRIX_LEGEND)}; an entry that did not "
-        "pass links to its evidence folder.</p>"
+        f'<table class="matrix cases"><thead><tr>{head}</tr></thead><tbody>'
+        f"{''.join(rows)}</tbody></table>"
+    )
+
+
+def _file_rows(report: Report, matrix: CaseMatrix) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in matrix.file_headers())
+    rows = []
+    for file in matrix.files:
+        tds = f"<th>{html.escape(file)}</th>"
+        for column in matrix.columns:
+            found = matrix.file_entry(file, column)
+            if found is None:
+                tds += '<td class="st-empty">—</td>'
+                continue
+            colour = _COLOURS.get(found.status, _COLOURS["empty"])[0]
+            tds += (
+                f'<td class="st-{found.status}" style="background:{colour}">'
+                f"{html.escape(found.text)}</td>"
+            )
+        rows.append(f"<tr>{tds}</tr>")
+    items = []
+    for case, column, entry in matrix.listed_tests():
+        href = report.href(entry.evidence)
+        text = html.escape(entry.text)
+        if href is not None:
+            text = f'<a href="{html.escape(href)}">{text}</a>'
+        why = f": {html.escape(entry.reason)}" if entry.reason else ""
+        items.append(
+            f"<li>{text} <code>{html.escape(case)}</code> at {html.escape(column.label)}{why}</li>"
+        )
+    listed = (
+        f"<p>Test ids that neither passed nor skipped ({len(items)}), linked to their evidence:"
+        f'</p><ul class="tests">{"".join(items)}</ul>'
+        if items
+        else ""
+    )
+    return (
+        f'<h3>Pytest tests per test file</h3><table class="matrix files"><thead><tr>{head}</tr>'
+        f"</thead><tbody>{''.join(rows)}</tbody></table>{listed}"
     )
 
 
 def render_html(report: Report) -> str:
     """Render the page; all data is inline JSON, all styling and script inline."""
     table = report.table
-    items = report.runs.items
+    # a pytest test id that passed or skipped is counted in its cell, not carried in the page
+    # (a suite gives 40,000 of them a cell, issue #27); every other result is
+    items = [item for item in report.runs.items if _carried(item)]
     index = {result_key(item.result): i for i, item in enumerate(items)}
     cells: dict[str, list[int]] = {}
+    omitted: dict[str, int] = {}
     rows = []
     headers = "".join(f"<th>{html.escape(h)}</th>" for h in table.headers())
     for r, row in enumerate(table.row_keys):
@@ -214,7 +285,10 @@ def render_html(report: Report) -> str:
                 tds += f'<td class="st-empty">{html.escape(cell.text)}</td>'
                 continue
             key = f"{r}:{c}"
-            cells[key] = sorted((index[k] for k in cell.keys), key=lambda i: _rank(items[i]))
+            carried = [index[k] for k in cell.keys if k in index]
+            cells[key] = sorted(carried, key=lambda i: _rank(items[i]))
+            if len(carried) < len(cell.keys):
+                omitted[key] = len(cell.keys) - len(carried)
             label = f"{' / '.join(row)} · {' / '.join(col)}"
             tds += (
                 f'<td class="cell st-{cell.status}" tabindex="0" data-cell="{key}" '
@@ -224,7 +298,8 @@ def render_html(report: Report) -> str:
         rows.append(f"<tr>{tds}</tr>")
     data = {
         "cells": cells,
-        "results": [_result(item, report) for item in report.runs.items],
+        "results": [_result(item, report) for item in items],
+        "omitted": omitted,
         "colours": {k: v[0] for k, v in _COLOURS.items()},
     }
     # "<" as \u003c: no "</script" or "<!--" can end or confuse the data block

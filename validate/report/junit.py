@@ -1,5 +1,9 @@
 """JUnit XML that GitLab and Jenkins read: one testsuite per cell, one testcase per cell x case.
 
+A pytest node id is named as pytest's junitxml names it, under the cell's class: classname =
+the cell's (below) + the module path with dots (+ any test class), name = the test with its
+parameters: `cudnn-9_24_0_43....sm90.test.python.test_mhas` / `test_sdpa[fp16-64]`.
+
 Each testsuite carries <properties>: the known-issue state of its backend x frontend x arch, one
 property per known issue, e.g. `ki.KI-1.9_24_0_43.fe-1_27_0.sm90` = `affected` (report/ki_table.py).
 
@@ -82,11 +86,23 @@ def classname(r: CaseResult) -> str:
     return ".".join(parts)
 
 
-def _testcase(parent: ET.Element, item: StoredResult, flaky: FlakyPolicy) -> str:
+def node_names(case: str) -> tuple[str, str] | None:
+    """A pytest node id as pytest's own junitxml names it: (module path with dots, plus any test
+    class; the test's name with its parameters), e.g. `test/python/test_mhas.py::TestA::test_b[x]`
+    -> (`test.python.test_mhas.TestA`, `test_b[x]`); None for a case that is no node id."""
+    file, sep, rest = case.partition("::")
+    if not sep or not rest:
+        return None
+    *classes, name = rest.split("::")
+    module = file.removesuffix(".py").replace("/", ".").replace("\\", ".")
+    return ".".join([module, *classes]), name
+
+
+def _testcase(parent: ET.Element, item: StoredResult, flaky: FlakyPolicy, cell_class: str) -> str:
     r = item.result
-    case = ET.SubElement(
-        parent, "testcase", name=r.case, classname=classname(r), time=f"{r.duration_s:.3f}"
-    )
+    names = node_names(r.case)
+    name, klass = (r.case, cell_class) if names is None else (names[1], f"{cell_class}.{names[0]}")
+    case = ET.SubElement(parent, "testcase", name=name, classname=klass, time=f"{r.duration_s:.3f}")
     reason = _clean(r.reason or str(r.outcome))
     rule = policy(r.outcome)
     element = rule.junit
@@ -154,8 +170,9 @@ def render_junit(report: Report) -> str:
         suite = ET.SubElement(root, "testsuite", name=label)
         _properties(suite, report.ki_table, items[0].result, report.verdict.flaky_policy)
         counts = {"tests": len(items), "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
+        cell_class = classname(items[0].result)  # one cell per suite
         for item in items:
-            counts[_testcase(suite, item, report.verdict.flaky_policy)] += 1
+            counts[_testcase(suite, item, report.verdict.flaky_policy, cell_class)] += 1
         time = sum(i.result.duration_s for i in items)
         total_time += time
         for key in totals:

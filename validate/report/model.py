@@ -117,7 +117,8 @@ def merge_runs(
             merged[key] = new
     if conflicts:
         raise ConfigError(_conflict_message(conflicts))
-    items = sorted(merged.values(), key=lambda s: _order(s.result))
+    cells: dict[object, tuple[Any, ...]] = {}  # the axes' sort keys, once per cell
+    items = sorted(merged.values(), key=lambda s: _order(s.result, cells))
     return RunSet(runs=tuple(infos), items=tuple(items))
 
 
@@ -138,5 +139,9 @@ def _conflict_message(conflicts: Sequence[tuple[StoredResult, StoredResult]]) ->
     )
 
 
-def _order(result: CaseResult) -> tuple[Any, ...]:
-    return (*(_SORT[a](axis_value(result, a)) for a in AXES), natural_key(result.case))
+def _order(result: CaseResult, cells: dict[object, tuple[Any, ...]]) -> tuple[Any, ...]:
+    cell: object = result.cell_id or tuple(sorted(result.cell.items()))
+    found = cells.get(cell)
+    if found is None:
+        found = cells[cell] = tuple(_SORT[a](axis_value(result, a)) for a in AXES)
+    return (*found, natural_key(result.case))

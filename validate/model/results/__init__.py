@@ -4,7 +4,13 @@
 from __future__ import annotations
 
 from validate.model.results.durable import write_json
-from validate.model.results.reader import ReadResults, load_results, read_results
+from validate.model.results.reader import (
+    ReadResults,
+    iter_records,
+    iter_results,
+    load_results,
+    read_results,
+)
 from validate.model.results.schema import (
     SCHEMA_VERSION,
     CaseResult,
@@ -30,6 +36,8 @@ __all__ = [
     "cell_label",
     "is_bad",
     "is_good",
+    "iter_records",
+    "iter_results",
     "load_results",
     "read_results",
     "result_key",

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Final
 
 from validate.model.axes import pins_label
 from validate.model.outcome import Outcome, policy
@@ -66,10 +67,14 @@ class CaseResult:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        # field by field rather than dataclasses.asdict, which deep-copies through copy.deepcopy
+        # and was most of the cost of writing and reporting a million results (issue #27)
+        data = {name: getattr(self, name) for name in _ORDER}
         data["outcome"] = str(self.outcome)
         data["attempts"] = list(self.attempts)
         data["cell"] = dict(self.cell)
+        data["api_logs"] = dict(self.api_logs)
+        data["exception"] = None if self.exception is None else _plain(self.exception)
         # the case's captured environment, redacted again here (the capture hides secrets in the
         # case process): every copy (results line, result.json, --json) goes through to_dict
         data["env"] = redact_obj(dict(self.env))
@@ -78,11 +83,23 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CaseResult:
-        known = set(cls.__dataclass_fields__)
-        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs = {k: v for k, v in data.items() if k in _FIELDS}
         kwargs["outcome"] = Outcome(data["outcome"])
         kwargs["attempts"] = tuple(data.get("attempts", ()))
         return cls(**kwargs)
+
+
+_ORDER: Final = tuple(CaseResult.__dataclass_fields__)  # as asdict orders them
+_FIELDS: Final = frozenset(_ORDER)
+
+
+def _plain(value: Any) -> Any:
+    """A copy of nested dicts and lists (what asdict gave), so a caller may change it."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def axis_value(result: CaseResult, axis: str) -> str:
@@ -96,7 +113,12 @@ def cell_label(result: CaseResult) -> str:
     """Human label of a result's cell, e.g. 'cudnn 9.24.0.43 / fe 1.27.0 / cuda 13.0 / ...'."""
     if not result.cell:
         return result.cell_id or "no cell"
-    return pins_label(result.cell)
+    return _label(tuple(result.cell.items()))
+
+
+@lru_cache(maxsize=4096)  # one label per cell, asked once per result of a large run
+def _label(pins: tuple[tuple[str, str], ...]) -> str:
+    return pins_label(dict(pins))
 
 
 def result_key(result: CaseResult) -> str:
