@@ -29,10 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from validate.judge.known_issues import apply_known_issues, load_known_issues  # noqa: E402
-from validate.model.matrix import Cell  # noqa: E402
-from validate.model.outcome import Outcome  # noqa: E402
-from validate.model.results import CaseResult, ResultStore, RunKey, iter_results  # noqa: E402
+from validate.judge.known_issues import apply_known_issues, load_known_issues
+from validate.model.matrix import Cell
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult, ResultStore, RunKey, iter_results
 
 _BATCH = 500  # tests per pytest process: one fsync each
 _SKIPS = [

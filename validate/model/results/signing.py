@@ -79,7 +79,7 @@ class RunKey:
         if not raw.endswith(b'"}'):
             return False
         body = raw[:-_MAC_TAIL] + b"}"
-        mac = hmac.new(self.secret, body, hashlib.sha256).hexdigest().encode("ascii")
+        mac = hmac.digest(self.secret, body, "sha256").hex().encode("ascii")
         return hmac.compare_digest(mac, raw[-_MAC_TAIL + len(_MAC_OPEN) : -2])
 
     def verifies(self, data: Mapping[str, Any]) -> bool:

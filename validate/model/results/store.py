@@ -85,7 +85,7 @@ class ResultStore:
     def append(self, result: CaseResult) -> None:
         """Sign and write one result; on return it is durable (inside `batch()`: queued, and
         durable when the batch ends)."""
-        data: dict[str, Any] = redact_obj(result.to_dict())  # no secret reaches the file
+        data: dict[str, Any] = redact_obj(result.to_line())  # no secret reaches the file
         line = self.key.signed_line(data)
         pending: list[tuple[str, bytes]] | None = getattr(self._batches, "pending", None)
         if pending is not None:
