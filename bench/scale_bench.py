@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import random
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -100,7 +102,7 @@ def _outcome(rng: random.Random) -> Outcome:
 
 def _result(cell: Cell, test: str, run: Path, rng: random.Random) -> CaseResult:
     outcome = _outcome(rng)
-    base = {
+    base: dict[str, Any] = {
         "case": test,
         "outcome": outcome,
         "duration_s": round(rng.random() * 2, 3),
@@ -165,7 +167,9 @@ def split(run: Path, cells: list[Cell], out: Path) -> tuple[Path, Path]:
     return shards
 
 
-def _timed_cli(*args: str) -> tuple[float, int, str]:
+def _timed_cli(*args: str) -> tuple[float, float, int, str]:
+    """Wall and CPU seconds of `validate report ARGS`, its exit code, its stderr's end."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "validate", "report", *args],
@@ -175,7 +179,9 @@ def _timed_cli(*args: str) -> tuple[float, int, str]:
         check=False,
     )
     took = time.perf_counter() - started
-    return took, proc.returncode, proc.stderr.strip().splitlines()[-1:] and proc.stderr[-300:]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return took, cpu, proc.returncode, proc.stderr.strip()[-300:]
 
 
 def main() -> None:
@@ -224,7 +230,7 @@ def main() -> None:
     out.mkdir(exist_ok=True)
     for fmt in args.formats.split(","):
         file = out / f"report.{fmt}"
-        took, rc, err = _timed_cli(
+        took, cpu, rc, err = _timed_cli(
             "--results",
             str(run),
             "--format",
@@ -237,9 +243,10 @@ def main() -> None:
         mb = file.stat().st_size / 1e6 if file.is_file() else 0
         note = f" ({err})" if rc not in (0, 1) else ""
         print(
-            f"report --format {fmt}: {took:.1f} s over {total:,} results, exit {rc}, {mb:.1f} MB{note}"
+            f"report --format {fmt}: {took:.1f} s wall, {cpu:.1f} s cpu over {total:,} results, "
+            f"exit {rc}, {mb:.1f} MB{note}"
         )
-    took, rc, err = _timed_cli(
+    took, cpu, rc, err = _timed_cli(
         "--results",
         str(shards[0]),
         "--results",
@@ -253,7 +260,8 @@ def main() -> None:
     )
     note = f" ({err})" if rc not in (0, 1) else ""
     print(
-        f"merge of two shards (report --results A --results B, json): {took:.1f} s, exit {rc}{note}"
+        f"merge of two shards (report --results A --results B, json): {took:.1f} s wall, "
+        f"{cpu:.1f} s cpu, exit {rc}{note}"
     )
     print(f"goal: report over 1,000,000 results <= 30 s (this run: {total:,})")
 

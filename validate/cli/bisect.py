@@ -265,13 +265,17 @@ def _prober(base: ValidateConfig, args: argparse.Namespace, folder: Path) -> Pro
             return Observation(outcome="error", reason=str(exc), folder=str(run_dir))
         finally:
             (run_dir / "validate.out").write_text(out.getvalue(), encoding="utf-8")
-        return _observation(run_dir)
+        return _observation(run_dir, args.case_names[0])
 
     return probe
 
 
-def _observation(run_dir: Path) -> Observation:
+def _observation(run_dir: Path, case: str = "") -> Observation:
+    """What one probe saw: the one result, or the result of `case` among many (a pytest test id
+    among its suite's tests, issue #27), else every result's outcome."""
     results = list({r.key: r for r in load_results([run_dir])}.values())  # later wins
+    named = [r for r in results if r.case == case]
+    results = named or results
     if not results:
         return Observation(outcome="error", reason="no result recorded", folder=str(run_dir))
     if len(results) == 1:

@@ -183,7 +183,8 @@ class CaseMatrix:
 
 
 def _ident(item: StoredResult) -> str:
-    return result_key(item.result).split("::", 1)[0]
+    """The cell part of a result key (its cell id, or its pins outside a matrix)."""
+    return item.result.cell_id or result_key(item.result).split("::", 1)[0]
 
 
 def _evidence(item: StoredResult) -> Path | None:

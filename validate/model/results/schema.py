@@ -83,7 +83,12 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CaseResult:
-        kwargs = {k: v for k, v in data.items() if k in _FIELDS}
+        if _LINE_KEYS.issuperset(data):  # a results line: its fields, its schema and MAC
+            kwargs = dict(data)
+            kwargs.pop("schema", None)
+            kwargs.pop("mac", None)
+        else:
+            kwargs = {k: v for k, v in data.items() if k in _FIELDS}
         kwargs["outcome"] = Outcome(data["outcome"])
         kwargs["attempts"] = tuple(data.get("attempts", ()))
         if "case" not in kwargs:
@@ -92,9 +97,12 @@ class CaseResult:
         # what __init__ would set, without its 22 frozen setattr calls: this runs once per
         # stored result, a million times for one report of a pytest suite (issue #27)
         result = object.__new__(cls)
-        result.__dict__.update(_DEFAULTS)
-        result.__dict__.update({name: make() for name, make in _FACTORIES})
-        result.__dict__.update(kwargs)
+        fields = result.__dict__
+        fields.update(_DEFAULTS)
+        fields.update(kwargs)
+        for name, make in _FACTORIES:
+            if name not in fields:
+                fields[name] = make()
         return result
 
     def to_line(self) -> dict[str, Any]:
@@ -110,6 +118,7 @@ class CaseResult:
 
 _ORDER: Final = tuple(CaseResult.__dataclass_fields__)  # as asdict orders them
 _FIELDS: Final = frozenset(_ORDER)
+_LINE_KEYS: Final = _FIELDS | {"schema", "mac"}
 _DEFAULTS: Final = {
     name: f.default
     for name, f in CaseResult.__dataclass_fields__.items()
