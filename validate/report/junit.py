@@ -20,6 +20,7 @@ environment lacks a module it imports); a skip for a declared requirement carrie
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Final
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["render_junit"]
 
 _TAIL_CHARS = 8000
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # all below 0x20 but \t \n \r
 #: The <testsuite> attribute that counts each element ("passed" is not written).
 _COUNTERS: Final[Mapping[JUnitElement | None, str]] = {
     "failure": "failures",
@@ -69,7 +71,7 @@ def _text(item: StoredResult) -> str:
 
 def _clean(text: str) -> str:
     """Drop characters XML 1.0 cannot carry (ANSI escapes and other control characters)."""
-    return "".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 0x20)
+    return _CONTROL.sub("", text)
 
 
 def classname(r: CaseResult) -> str:

@@ -69,7 +69,7 @@ class CaseResult:
     def to_dict(self) -> dict[str, Any]:
         # field by field rather than dataclasses.asdict, which deep-copies through copy.deepcopy
         # and was most of the cost of writing and reporting a million results (issue #27)
-        data = {name: getattr(self, name) for name in _ORDER}
+        data = dict(self.__dict__)  # the fields, in their order (from_dict keeps it too)
         data["outcome"] = str(self.outcome)
         data["attempts"] = list(self.attempts)
         data["cell"] = dict(self.cell)
@@ -77,7 +77,7 @@ class CaseResult:
         data["exception"] = None if self.exception is None else _plain(self.exception)
         # the case's captured environment, redacted again here (the capture hides secrets in the
         # case process): every copy (results line, result.json, --json) goes through to_dict
-        data["env"] = redact_obj(dict(self.env))
+        data["env"] = redact_obj(dict(self.env)) if self.env else {}
         data["schema"] = SCHEMA_VERSION
         return data
 
@@ -98,10 +98,10 @@ class CaseResult:
         # stored result, a million times for one report of a pytest suite (issue #27)
         result = object.__new__(cls)
         fields = result.__dict__
-        fields.update(_DEFAULTS)
+        fields.update(_TEMPLATE)  # every field, in the order __init__ sets them
         fields.update(kwargs)
         for name, make in _FACTORIES:
-            if name not in fields:
+            if name not in kwargs:
                 fields[name] = make()
         return result
 
@@ -129,6 +129,7 @@ _FACTORIES: Final = tuple(
     for name, f in CaseResult.__dataclass_fields__.items()
     if f.default_factory is not MISSING
 )
+_TEMPLATE: Final = {name: _DEFAULTS.get(name) for name in _ORDER}
 _ALWAYS: Final = frozenset({"case", "outcome", "cell_id", "cell", "schema"})
 _EMPTY: Final = (str, list, dict)
 
