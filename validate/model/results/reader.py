@@ -146,8 +146,11 @@ def iter_results(
     """The results of one results.jsonl, line by line (see `read_results`). `for_display`: every
     string as a report shows it (`textsafe.display`: control characters and undecodable bytes
     escaped); a plain-ASCII line without escapes has nothing to rewrite and is taken as it is."""
+    cells: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
     for raw, data in _records(file, key or _key_for(file), skipped):
         shown = _shown(data) if for_display and (not raw.isascii() or _ESCAPE.search(raw)) else data
+        if type(cell := shown.get("cell")) is dict:  # one pins dict per cell, not per result
+            shown["cell"] = cells.setdefault(tuple(cell.items()), cell)
         try:
             yield CaseResult.from_dict(shown)
         except (KeyError, ValueError, TypeError) as exc:
