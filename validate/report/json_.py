@@ -283,5 +283,9 @@ def _lines(value: Any) -> str:
     return _compact(value)
 
 
+#: One encoder for every entry: json.dumps with options builds a new one per call.
+_ENCODER: Final = json.JSONEncoder(default=str, separators=(",", ":"))
+
+
 def _compact(value: Any) -> str:
-    return json.dumps(value, default=str, separators=(",", ":"))
+    return _ENCODER.encode(value)

@@ -196,6 +196,12 @@ class ResultStore:
         if old is not None:
             os.close(old)
 
+    def __del__(self) -> None:
+        held = getattr(self, "_held", None)  # None too when __init__ failed before it was set
+        if held is not None:
+            with suppress(OSError):
+                os.close(held)
+
     def _held_bytes(self) -> bytes:
         """Every byte of the file the store holds (b"" before its first line)."""
         if self._held is None:
