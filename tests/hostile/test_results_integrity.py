@@ -102,7 +102,7 @@ def test_resume_reruns_the_cases_of_unreadable_lines(tmp_path: Path) -> None:
     file = run / "results.jsonl"
     lines = file.read_bytes().splitlines()
     b_line = next(i for i, line in enumerate(lines) if b"b_pass.py" in line)
-    lines[b_line] = lines[b_line].replace(b'"outcome": "pass"', b'"outcome": 7')  # mistyped
+    lines[b_line] = lines[b_line].replace(b'"outcome":"pass"', b'"outcome":7')  # mistyped
     file.write_bytes(b"\n".join(lines) + b"\n")
     again = _cli("run", str(cases), "--results", str(run), "--resume", "--json")
     assert again.returncode == 0, again.stderr

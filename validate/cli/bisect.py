@@ -288,7 +288,7 @@ def _prober(base: ValidateConfig, args: argparse.Namespace, folder: Path) -> Pro
             (run_dir / "validate.out").write_text(f"{exc}\n", encoding="utf-8")
             return Observation(outcome="error", reason=str(exc), folder=str(run_dir))
         (run_dir / "validate.out").write_text(describe(outcome) + "\n", encoding="utf-8")
-        return _observation(outcome)
+        return _observation(outcome, args.case_names[0])
 
     return probe
 
@@ -331,9 +331,11 @@ def _speed_prober(
     return probe
 
 
-def _observation(outcome: RunOutcome) -> Observation:
-    """The probe's outcome class: its one result's outcome (several: each case's, joined)."""
+def _observation(outcome: RunOutcome, case: str = "") -> Observation:
+    """What one probe saw: its one result, or the result of `case` among many (a pytest test id
+    among its suite's tests, issue #27), else every result's outcome, joined."""
     results, run_dir = outcome.results, outcome.folder  # the latest per cell x case
+    results = [r for r in results if r.case == case] or results
     if not results:
         return Observation(outcome="error", reason="no result recorded", folder=str(run_dir))
     if len(results) == 1:

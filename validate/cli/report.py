@@ -39,6 +39,7 @@ from validate.report.store import (
     DEFAULT_RUNS_DIR,
     bug_report_items,
     build_report,
+    bulk,
     load_known_issue_db,
     load_runs,
     newest_run,
@@ -85,6 +86,11 @@ def _format(args: argparse.Namespace) -> Format:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    with bulk():  # a million results: no cyclic collector passes meanwhile
+        return _report(args)
+
+
+def _report(args: argparse.Namespace) -> int:
     if args.out:
         writable_file("--out", Path(args.out))
     if args.bug_reports:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from fnmatch import fnmatchcase
+from dataclasses import dataclass, field
+from fnmatch import translate
+from functools import lru_cache
 from typing import TYPE_CHECKING, Final
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -72,9 +73,20 @@ class KnownIssue:
     fixed_in: str | None = None
     refs: tuple[str, ...] = ()
     note: str = ""
+    #: answers already given, per case and per pins: a run of 40,000 tests x 25 cells asks each
+    #: issue a million times about 40,000 names and 25 cells (issue #27)
+    _covered: dict[str, bool] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
+    _ranges: dict[tuple[str, str, str, bool], str | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def covers_case(self, case: str) -> bool:
-        return any(case_matches(case, pattern) for pattern in self.cases)
+        found = self._covered.get(case)
+        if found is None:
+            found = self._covered[case] = any(case_matches(case, p) for p in self.cases)
+        return found
 
     def matches(self, result: CaseResult, *, check_backend: bool = True) -> bool:
         """Whether the issue names this result's case and its cell lies in the declared range.
@@ -88,6 +100,18 @@ class KnownIssue:
 
     def out_of_range(self, pins: Mapping[str, str], *, check_backend: bool = True) -> str | None:
         """None when the cell lies in the declared range; else why not, e.g. "backend 9.23.2.1 not in ..."."""
+        key = (
+            pins.get("backend", ""),
+            pins.get("frontend", ""),
+            pins.get("arch", ""),
+            check_backend,
+        )
+        if key in self._ranges:
+            return self._ranges[key]
+        why = self._ranges[key] = self._out_of_range(pins, check_backend=check_backend)
+        return why
+
+    def _out_of_range(self, pins: Mapping[str, str], *, check_backend: bool) -> str | None:
         for axis, spec in (("backend", self.backend), ("frontend", self.frontend)):
             raw = pins.get(axis, "")
             if not str(spec) or (axis == "backend" and not check_backend):
@@ -105,10 +129,22 @@ class KnownIssue:
 
 
 def case_matches(case: str, pattern: str) -> bool:
-    """Glob match on the case name or its file name; `[`/`]` also match literally ("repro[*]")."""
-    names = {case, case.rsplit("/", 1)[-1]}
+    """Glob match on the case name or its file name; `[`/`]` also match literally ("repro[*]").
+
+    A pytest node id (`test/python/test_mhas.py::test_sdpa[fp16-64]`) is matched whole, and
+    from its file's base name on (`test_mhas.py::test_sdpa[*]`); `test_mhas.py::*` names every
+    test of a file, and a `/` inside the parameters never shortens the name."""
+    file, sep, rest = case.partition("::")
+    names = (case, file.rsplit("/", 1)[-1] + sep + rest)
+    glob = _glob(pattern)
+    return any(glob.match(name) is not None for name in names)
+
+
+@lru_cache(maxsize=4096)
+def _glob(pattern: str) -> re.Pattern[str]:
+    """The pattern as fnmatch reads it, or with `[`/`]` taken literally, as one regex."""
     literal = re.sub(r"([\[\]])", r"[\1]", pattern)
-    return any(fnmatchcase(n, p) for n in names for p in (pattern, literal))
+    return re.compile(f"(?:{translate(pattern)})|(?:{translate(literal)})")
 
 
 def _evidence(result: CaseResult) -> str:

@@ -34,7 +34,7 @@ from validate.model.axes import REGISTRY
 from validate.model.matrix import AXES
 from validate.model.order import natural_key, value_key
 from validate.model.outcome import Outcome, policy
-from validate.model.results import axis_value, cell_label, is_bad, result_key
+from validate.model.results import axis_value, cell_label, result_key
 from validate.plan.requirements import MISSING_MODULE_PREFIX, SkipKind, skip_kind
 
 if TYPE_CHECKING:
@@ -163,7 +163,8 @@ class Verdict:
 def passed_on_rerun(result: CaseResult) -> bool:
     """A flaky result: its outcome is not a pass (fail, crash, timeout, error) and a re-run of it
     passed. The runner records every attempt's outcome, the first run first."""
-    return not policy(result.outcome).good and "pass" in result.attempts[1:]
+    attempts = result.attempts
+    return len(attempts) > 1 and "pass" in attempts[1:] and not policy(result.outcome).good
 
 
 def rerun_note(result: CaseResult) -> str:
@@ -176,10 +177,6 @@ def rerun_note(result: CaseResult) -> str:
         else "a re-run"
     )
     return f"{result.outcome}, then pass on {which} (attempts {attempts})"
-
-
-def _skipped(results: Sequence[CaseResult], kind: SkipKind) -> tuple[CaseResult, ...]:
-    return tuple(r for r in results if r.outcome is Outcome.SKIP and skip_kind(r.reason) is kind)
 
 
 #: The axes that make an environment (what is installed): cells equal on them share one.
@@ -210,17 +207,34 @@ def decide(
     """The sign-off verdict for merged results, optionally compared with a baseline run. A flaky
     result is in `flaky` only; `flaky` (the policy) says whether it withholds sign-off;
     `require_gpu` whether GPU cases skipped for want of a GPU fail the exit code too."""
-    steady = [r for r in results if not passed_on_rerun(r)]
+    # one pass over the results: a pytest suite gives a million of them (issue #27)
+    counts: Counter[str] = Counter()
+    regressions, errors, notices, flaky_ones = [], [], [], []
+    skipped: dict[SkipKind, list[CaseResult]] = {SkipKind.NO_GPU: [], SkipKind.MISSING_MODULE: []}
+    for r in results:
+        counts[r.outcome] += 1
+        rule = policy(r.outcome)
+        if passed_on_rerun(r):
+            flaky_ones.append(r)
+        else:
+            if rule.bad:
+                regressions.append(r)
+            if rule.infra:
+                errors.append(r)
+        if rule.status == "xpass":
+            notices.append(r)
+        if r.outcome is Outcome.SKIP and (kind := skip_kind(r.reason)) in skipped:
+            skipped[kind].append(r)
     return Verdict(
-        counts=dict(sorted(Counter(str(r.outcome) for r in results).items())),
-        regressions=tuple(r for r in steady if is_bad(r)),
-        errors=tuple(r for r in steady if policy(r.outcome).infra),
-        notices=tuple(r for r in results if policy(r.outcome).status == "xpass"),
-        flaky=tuple(r for r in results if passed_on_rerun(r)),
+        counts=dict(sorted((str(k), n) for k, n in counts.items())),
+        regressions=tuple(regressions),
+        errors=tuple(errors),
+        notices=tuple(notices),
+        flaky=tuple(flaky_ones),
         baseline=None if baseline is None else compare(results, baseline),
         flaky_policy=flaky,
-        no_gpu=_skipped(results, SkipKind.NO_GPU),
-        missing_modules=_skipped(results, SkipKind.MISSING_MODULE),
+        no_gpu=tuple(skipped[SkipKind.NO_GPU]),
+        missing_modules=tuple(skipped[SkipKind.MISSING_MODULE]),
         pins_verified=pins_verified(results),
         require_gpu=require_gpu,
     )

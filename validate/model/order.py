@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ def version(text: str) -> Version:
     return _CLASS[0](text)
 
 
+@lru_cache(maxsize=4096)  # the same few versions, asked once per result of a large run
 def parse_version(text: str) -> Version | None:
     """A packaging Version, or None when the text is not one."""
     try:
@@ -32,6 +34,7 @@ def parse_version(text: str) -> Version | None:
         return None
 
 
+@lru_cache(maxsize=1 << 17)  # case names repeat once per cell (40,000 tests x 25 cells)
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders digits numerically: sm90 < sm100, KI-2 < KI-10."""
     return tuple(
@@ -39,6 +42,7 @@ def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     )
 
 
+@lru_cache(maxsize=4096)
 def value_key(text: str) -> tuple[int, Version, tuple[tuple[int, int | str], ...]]:
     """Versions first in packaging order (never string order), everything else naturally."""
     parsed = parse_version(text)

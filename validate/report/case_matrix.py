@@ -2,6 +2,12 @@
 there. The view a docs page shows below the per-cell summary; every entry that did not pass points
 at its evidence folder (the case's folder in the run: output.log, report.json, API logs).
 
+A pytest suite gives 40,000 test ids a cell (issue #27): a case id holding "::" is a pytest node
+id, and those are summarised per test file instead, one row per file, each entry its counts in
+that cell (`✓ 118 · ✕ 2 · skip 80`). Only the test ids that neither passed nor skipped are listed,
+each with its evidence; a skip is counted in its file's entry (and its reason in the table's
+footnotes). Notebooks and scripts keep one row per case.
+
 Symbols: the outcome policy's (✓ pass, ✕ fail/crash/timeout, ! error, ⚠ xfail, ? xpass, skip)
 followed by the outcome's name where it is not a pass, ≈ for a flaky result (a non-pass that passed
 on a re-run, judge/signoff.py `passed_on_rerun`), — where the case did not run in the cell.
@@ -9,12 +15,13 @@ on a re-run, judge/signoff.py `passed_on_rerun`), — where the case did not run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from validate.judge.signoff import passed_on_rerun
 from validate.model.axes import AXES
-from validate.model.outcome import Outcome, policy
+from validate.model.outcome import POLICY, Outcome, policy
 from validate.report.model import axis_label, axis_value, natural_key, result_key, value_key
 
 if TYPE_CHECKING:
@@ -27,9 +34,11 @@ __all__ = [
     "FLAKY_SYMBOL",
     "MATRIX_LEGEND",
     "CaseMatrix",
+    "FileEntry",
     "MatrixColumn",
     "MatrixEntry",
     "build_case_matrix",
+    "test_file",
 ]
 
 #: A non-pass that passed on a re-run (also the compatibility table's flaky segment).
@@ -40,6 +49,22 @@ MATRIX_LEGEND: Final = (
     f"reproduced) · ? xpass (known issue did not reproduce) · {FLAKY_SYMBOL} flaky (did not pass, "
     "then passed on a re-run) · skip: not supported or requirement not met · —: not run"
 )
+
+
+#: The order of a file entry's counts, worst first ("flaky": not a pass, then a pass on a re-run).
+_FILE_SEGMENTS: Final = ("regression", "error", "flaky", "known", "xpass", "pass", "skip")
+_SEGMENT_SYMBOLS: Final[dict[str, str]] = {
+    **{p.status: p.symbol for p in POLICY.values()},
+    "flaky": FLAKY_SYMBOL,
+}
+#: What a file entry lists by test id: everything but a pass or a skip.
+_COUNTED_ONLY: Final = frozenset({"pass", "skip"})
+
+
+def test_file(case: str) -> str | None:
+    """The file of a pytest node id (the part before the first "::"), or None for any other case."""
+    file, sep, _ = case.partition("::")
+    return file if sep else None
 
 
 _UNSET: Final = (None, "", "?")  # an axis a cell has no value for (axis_value gives "?")
@@ -82,13 +107,54 @@ class MatrixEntry:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FileEntry:
+    """The tests of one file in one cell: how many ended in each status (or flaky)."""
+
+    counts: Mapping[str, int]  # status (or "flaky") -> tests
+
+    @property
+    def status(self) -> str:
+        """The worst status any of its tests has (a colour for html)."""
+        return next(s for s in _FILE_SEGMENTS if self.counts.get(s))
+
+    @property
+    def passed(self) -> bool:
+        return set(self.counts) <= _COUNTED_ONLY
+
+    @property
+    def text(self) -> str:
+        """`✓ 118 · ✕ 2 · ≈ 1 · skip 80`: the count of each status, worst first."""
+        return " · ".join(
+            f"{_SEGMENT_SYMBOLS[s] or s} {n}" if s != "skip" else f"skip {n}"
+            for s in _FILE_SEGMENTS
+            if (n := self.counts.get(s))
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class CaseMatrix:
-    """Rows are cases (natural order), columns cells (packaging-Version order of their pins)."""
+    """Rows are cases (natural order), columns cells (packaging-Version order of their pins).
+
+    Pytest node ids are not rows: `files` (natural order) are, with one `FileEntry` per file and
+    cell, and `tests` lists the node ids with an entry that neither passed nor skipped."""
 
     columns: tuple[MatrixColumn, ...]
     cases: tuple[str, ...]
     entries: Mapping[tuple[str, str], MatrixEntry]  # (case, column ident) -> entry
     common: tuple[str, ...]  # axis labels every column shares (left out of the headers)
+    files: tuple[str, ...] = ()
+    file_entries: Mapping[tuple[str, str], FileEntry] = field(default_factory=dict)
+    tests: tuple[str, ...] = ()  # node ids listed in `entries` (not passed, not skipped)
+
+    @property
+    def empty(self) -> bool:
+        return not self.cases and not self.files
+
+    def file_entry(self, file: str, column: MatrixColumn) -> FileEntry | None:
+        return self.file_entries.get((file, column.ident))
+
+    def file_headers(self) -> list[str]:
+        return ["test file", *(c.label for c in self.columns)]
 
     def entry(self, case: str, column: MatrixColumn) -> MatrixEntry | None:
         return self.entries.get((case, column.ident))
@@ -97,7 +163,8 @@ class CaseMatrix:
         return ["case", *(c.label for c in self.columns)]
 
     def unpassed(self) -> list[tuple[str, MatrixColumn, MatrixEntry]]:
-        """Every entry that did not pass, row by row: what the md footnotes and html links cover."""
+        """Every entry that did not pass, row by row: what the md footnotes and html links cover
+        (of the pytest tests: those `tests` lists)."""
         return [
             (case, column, entry)
             for case in self.cases
@@ -105,9 +172,19 @@ class CaseMatrix:
             if (entry := self.entry(case, column)) is not None and not entry.passed
         ]
 
+    def listed_tests(self) -> list[tuple[str, MatrixColumn, MatrixEntry]]:
+        """The pytest test ids that neither passed nor skipped, by test id, then by cell."""
+        return [
+            (case, column, entry)
+            for case in self.tests
+            for column in self.columns
+            if (entry := self.entry(case, column)) is not None
+        ]
+
 
 def _ident(item: StoredResult) -> str:
-    return result_key(item.result).split("::", 1)[0]
+    """The cell part of a result key (its cell id, or its pins outside a matrix)."""
+    return item.result.cell_id or result_key(item.result).split("::", 1)[0]
 
 
 def _evidence(item: StoredResult) -> Path | None:
@@ -123,7 +200,8 @@ def _evidence(item: StoredResult) -> Path | None:
 def _columns(items: Sequence[StoredResult]) -> tuple[tuple[MatrixColumn, ...], tuple[str, ...]]:
     cells: dict[str, Mapping[str, str]] = {}
     for item in items:
-        cells.setdefault(_ident(item), {a: axis_value(item.result, a) for a in AXES})
+        if (ident := _ident(item)) not in cells:
+            cells[ident] = {a: axis_value(item.result, a) for a in AXES}
     varying = [a for a in AXES if len({c[a] for c in cells.values()}) > 1]
     first = next(iter(cells.values()), {})
     common = tuple(
@@ -148,19 +226,37 @@ def _short(reason: str) -> str:
 
 
 def build_case_matrix(items: Sequence[StoredResult]) -> CaseMatrix:
-    """Pivot stored results into cases x cells."""
+    """Pivot stored results into cases x cells, and pytest node ids into test files x cells."""
     columns, common = _columns(items)
     entries: dict[tuple[str, str], MatrixEntry] = {}
+    counts: dict[tuple[str, str], Counter[str]] = {}
+    tests: set[str] = set()
     for item in items:
         r = item.result
         flaky = passed_on_rerun(r)
-        entries[(r.case, _ident(item))] = MatrixEntry(
+        status = "flaky" if flaky else policy(r.outcome).status
+        ident = _ident(item)
+        file = test_file(r.case)
+        if file is not None:
+            counts.setdefault((file, ident), Counter())[status] += 1
+            if status in _COUNTED_ONLY:
+                continue  # a pass or a skip of a test id is counted, not listed
+            tests.add(r.case)
+        entries[(r.case, ident)] = MatrixEntry(
             key=result_key(r),
             outcome=str(r.outcome),
-            status="flaky" if flaky else policy(r.outcome).status,
+            status=status,
             flaky=flaky,
             reason=_short(r.reason),
             evidence=_evidence(item),
         )
-    cases = tuple(sorted({case for case, _ in entries}, key=natural_key))
-    return CaseMatrix(columns=columns, cases=cases, entries=entries, common=common)
+    cases = tuple(sorted({case for case, _ in entries if case not in tests}, key=natural_key))
+    return CaseMatrix(
+        columns=columns,
+        cases=cases,
+        entries=entries,
+        common=common,
+        files=tuple(sorted({file for file, _ in counts}, key=natural_key)),
+        file_entries={key: FileEntry(counts=dict(c)) for key, c in counts.items()},
+        tests=tuple(sorted(tests, key=natural_key)),
+    )

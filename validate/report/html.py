@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+<<<<<<< HEAD
 from validate.judge.signoff import summary, verdict_line
 from validate.model.outcome import policy
 from validate.report.case_matrix import MATRIX_LEGEND
@@ -18,12 +19,21 @@ from validate.report.ki_table import KI_SYMBOLS, KIState, ki_bands
 from validate.report.model import AXIS_TITLES, axis_label, cell_label, result_key
 from validate.report.speed import speed_html
 from validate.report.text import LEGEND, provenance_facts
+=======
+from validate.judge.signoff import passed_on_rerun, summary
+from validate.model.outcome import policy
+from validate.report.case_matrix import MATRIX_LEGEND, test_file
+from validate.report.ki_table import KI_SYMBOLS, KIState
+from validate.report.model import cell_label, result_key
+from validate.report.text import LEGEND, provenance_lines
+>>>>>>> wt-scale
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from validate.judge.signoff import Verdict
     from validate.report import Report
+    from validate.report.case_matrix import CaseMatrix
     from validate.report.ki_table import KITable
     from validate.report.model import RunInfo, StoredResult
     from validate.report.table import CompatTable
@@ -126,6 +136,8 @@ _JS = """
       env.appendChild(el("pre", JSON.stringify(environment(r.env), null, 2))); sec.appendChild(env);
       detail.appendChild(sec);
     });
+    var omitted = data.omitted[td.getAttribute("data-cell")];
+    if (omitted) { detail.appendChild(el("p", omitted + " pytest test ids that passed or skipped are counted, not listed")); }
   }
   document.querySelectorAll("td.cell[data-cell]").forEach(function (td) {
     td.addEventListener("click", function () { show(td); });
@@ -138,6 +150,20 @@ _JS = """
   }
 })();
 """
+
+
+def _carried(item: StoredResult) -> bool:
+    """Whether the page carries a result's details: all but a pytest test id's pass or skip."""
+    r = item.result
+    return (
+        test_file(r.case) is None
+        or passed_on_rerun(r)
+        or policy(r.outcome).status
+        not in (
+            "pass",
+            "skip",
+        )
+    )
 
 
 def _rank(item: StoredResult) -> int:
@@ -438,10 +464,30 @@ def _ki_section(ki: KITable) -> str:
 
 
 def _case_matrix(report: Report) -> str:
+<<<<<<< HEAD
     """Cases x cells, collapsed; an entry that did not pass links to its evidence folder."""
+=======
+    """Cases x cells; an entry that did not pass links to its evidence folder. Pytest test ids:
+    test files x cells (counts), then the test ids that neither passed nor skipped, linked."""
+>>>>>>> wt-scale
     matrix = report.cases
-    if matrix is None or not matrix.cases:
+    if matrix is None or matrix.empty:
         return "<p>No results.</p>"
+    scope = ", ".join(matrix.common)
+    scope = f"<p>{html.escape('In every column: ' + scope)}</p>" if scope else ""
+    parts = [scope]
+    if matrix.cases:
+        parts.append(_case_rows(report, matrix))
+    if matrix.files:
+        parts.append(_file_rows(report, matrix))
+    parts.append(
+        f"<p>{html.escape(MATRIX_LEGEND)}; an entry that did not pass links to its evidence "
+        "folder.</p>"
+    )
+    return "".join(parts)
+
+
+def _case_rows(report: Report, matrix: CaseMatrix) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in matrix.headers())
     rows = []
     for case in matrix.cases:
@@ -459,6 +505,7 @@ def _case_matrix(report: Report) -> str:
             colour = _COLOURS.get(entry.status, _COLOURS["empty"])[0]
             tds += f'<td class="st-{entry.status}"{tip} style="background:{colour}">{text}</td>'
         rows.append(f"<tr>{tds}</tr>")
+<<<<<<< HEAD
     scope = ", ".join(matrix.common)
     scope = f"<p>{html.escape('In every column: ' + scope)}</p>" if scope else ""
     unpassed = len(matrix.unpassed())
@@ -468,6 +515,49 @@ def _case_matrix(report: Report) -> str:
         f'<div class="scroll"><table class="matrix cases"><thead><tr>{head}</tr></thead><tbody>'
         f"{''.join(rows)}</tbody></table></div><p>{html.escape(MATRIX_LEGEND)}; an entry that did "
         "not pass links to its evidence folder.</p></details>"
+=======
+    return (
+        f'<table class="matrix cases"><thead><tr>{head}</tr></thead><tbody>'
+        f"{''.join(rows)}</tbody></table>"
+    )
+
+
+def _file_rows(report: Report, matrix: CaseMatrix) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in matrix.file_headers())
+    rows = []
+    for file in matrix.files:
+        tds = f"<th>{html.escape(file)}</th>"
+        for column in matrix.columns:
+            found = matrix.file_entry(file, column)
+            if found is None:
+                tds += '<td class="st-empty">—</td>'
+                continue
+            colour = _COLOURS.get(found.status, _COLOURS["empty"])[0]
+            tds += (
+                f'<td class="st-{found.status}" style="background:{colour}">'
+                f"{html.escape(found.text)}</td>"
+            )
+        rows.append(f"<tr>{tds}</tr>")
+    items = []
+    for case, column, entry in matrix.listed_tests():
+        href = report.href(entry.evidence)
+        text = html.escape(entry.text)
+        if href is not None:
+            text = f'<a href="{html.escape(href)}">{text}</a>'
+        why = f": {html.escape(entry.reason)}" if entry.reason else ""
+        items.append(
+            f"<li>{text} <code>{html.escape(case)}</code> at {html.escape(column.label)}{why}</li>"
+        )
+    listed = (
+        f"<p>Test ids that neither passed nor skipped ({len(items)}), linked to their evidence:"
+        f'</p><ul class="tests">{"".join(items)}</ul>'
+        if items
+        else ""
+    )
+    return (
+        f'<h3>Pytest tests per test file</h3><table class="matrix files"><thead><tr>{head}</tr>'
+        f"</thead><tbody>{''.join(rows)}</tbody></table>{listed}"
+>>>>>>> wt-scale
     )
 
 
@@ -523,8 +613,53 @@ def _subtitle(report: Report) -> str:
 
 def render_html(report: Report) -> str:
     """Render the page; all data is inline JSON, all styling and script inline."""
+<<<<<<< HEAD
     index = {result_key(item.result): i for i, item in enumerate(report.runs.items)}
     grid, cells = _grid(report, index)
+=======
+    table = report.table
+    # a pytest test id that passed or skipped is counted in its cell, not carried in the page
+    # (a suite gives 40,000 of them a cell, issue #27); every other result is
+    items = [item for item in report.runs.items if _carried(item)]
+    index = {result_key(item.result): i for i, item in enumerate(items)}
+    cells: dict[str, list[int]] = {}
+    omitted: dict[str, int] = {}
+    rows = []
+    headers = "".join(f"<th>{html.escape(h)}</th>" for h in table.headers())
+    for r, row in enumerate(table.row_keys):
+        tds = "".join(f"<th>{html.escape(v)}</th>" for v in row)
+        for c, col in enumerate(table.col_keys):
+            cell = table.cell(row, col)
+            if cell.status == "empty":
+                tds += f'<td class="st-empty">{html.escape(cell.text)}</td>'
+                continue
+            key = f"{r}:{c}"
+            carried = [index[k] for k in cell.keys if k in index]
+            cells[key] = sorted(carried, key=lambda i: _rank(items[i]))
+            if len(carried) < len(cell.keys):
+                omitted[key] = len(cell.keys) - len(carried)
+            label = f"{' / '.join(row)} · {' / '.join(col)}"
+            tds += (
+                f'<td class="cell st-{cell.status}" tabindex="0" data-cell="{key}" '
+                f'data-label="{html.escape(label)}" style="background:{_COLOURS[cell.status][0]}">'
+                f"{html.escape(cell.text)}</td>"
+            )
+        rows.append(f"<tr>{tds}</tr>")
+    data = {
+        "cells": cells,
+        "results": [_result(item, report) for item in items],
+        "omitted": omitted,
+        "colours": {k: v[0] for k, v in _COLOURS.items()},
+    }
+    # "<" as \u003c: no "</script" or "<!--" can end or confuse the data block
+    blob = json.dumps(data, default=str).replace("<", "\\u003c")
+    legend = "".join(
+        f'<span class="sw" style="background:{colour}"></span>{html.escape(text)}'
+        for colour, text in _COLOURS.values()
+    )
+    sources = [line for run in report.runs.runs for line in provenance_lines(run)]
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in table.footnote_lines())
+>>>>>>> wt-scale
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">

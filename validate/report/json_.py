@@ -14,7 +14,10 @@ Top-level object:
 ``case_matrix`` {common: [axis label], columns: [{cell_id, cell: {axis: value}, label}],
                 rows: [{case, cells: [null | entry]}]} (one entry per column, null: not run), entry =
                 {key, outcome, status, flaky, text, reason, evidence}; evidence is the link to the
-                case's folder (as --link-base makes it) or null
+                case's folder (as --link-base makes it) or null. Pytest node ids (a case id with
+                "::") are not rows: ``files`` = [{file, cells: [null | {status, text, counts:
+                {status: n}}]}] per test file, and ``tests`` = [{case, cells: [null | entry]}] for
+                the test ids that neither passed nor skipped
 ``verdict``     {signed_off, exit_code, counts: {outcome: n}, regressions: [key], errors: [key],
                 notices: [key], flaky: [key], flaky_policy: block|warn, flaky_blocks: bool,
                 no_gpu: [key], missing_modules: [key], pins_verified: n, require_gpu: bool,
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
     from validate.judge.signoff import Verdict
     from validate.model.results import CaseResult
     from validate.report import Report
+    from validate.report.case_matrix import MatrixEntry
     from validate.report.ki_table import KITableRow
     from validate.report.model import RunInfo
 
@@ -141,30 +145,45 @@ def _ki(row: KITableRow) -> dict[str, Any]:
     }
 
 
+def _entry(report: Report, entry: MatrixEntry | None) -> dict[str, Any] | None:
+    if entry is None:
+        return None
+    return {
+        "key": entry.key,
+        "outcome": entry.outcome,
+        "status": entry.status,
+        "flaky": entry.flaky,
+        "text": entry.text,
+        "reason": entry.reason,
+        "evidence": report.href(entry.evidence),
+    }
+
+
 def _case_matrix(report: Report) -> dict[str, Any]:
     matrix = report.cases
     if matrix is None:
-        return {"common": [], "columns": [], "rows": []}
+        return {"common": [], "columns": [], "rows": [], "files": [], "tests": []}
     rows = []
     for case in matrix.cases:
-        cells: list[dict[str, Any] | None] = []
-        for column in matrix.columns:
-            entry = matrix.entry(case, column)
-            cells.append(
-                None
-                if entry is None
-                else {
-                    "key": entry.key,
-                    "outcome": entry.outcome,
-                    "status": entry.status,
-                    "flaky": entry.flaky,
-                    "text": entry.text,
-                    "reason": entry.reason,
-                    "evidence": report.href(entry.evidence),
-                }
-            )
+        cells = [_entry(report, matrix.entry(case, column)) for column in matrix.columns]
         rows.append({"case": case, "cells": cells})
     return {
+        "files": [
+            {
+                "file": file,
+                "cells": [
+                    None
+                    if (found := matrix.file_entry(file, column)) is None
+                    else {"status": found.status, "text": found.text, "counts": dict(found.counts)}
+                    for column in matrix.columns
+                ],
+            }
+            for file in matrix.files
+        ],
+        "tests": [
+            {"case": case, "cells": [_entry(report, matrix.entry(case, c)) for c in matrix.columns]}
+            for case in matrix.tests
+        ],
         "common": list(matrix.common),
         "columns": [
             {"cell_id": c.ident, "cell": dict(c.cell), "label": c.label} for c in matrix.columns
@@ -176,6 +195,10 @@ def _case_matrix(report: Report) -> dict[str, Any]:
 def report_dict(report: Report) -> dict[str, Any]:
     """The v1 document as plain data (what render_json serialises)."""
     table = report.table
+    labels: dict[str, str] = {}  # cell id -> label, once per cell
+    for item in report.runs.items:
+        if item.result.cell_id and item.result.cell_id not in labels:
+            labels[item.result.cell_id] = cell_label(item.result)
     rows = [
         {
             "key": list(row),
@@ -216,7 +239,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             {
                 **item.result.to_dict(),
                 "key": result_key(item.result),
-                "cell_label": cell_label(item.result),
+                "cell_label": labels.get(item.result.cell_id) or cell_label(item.result),
                 "run_dir": str(item.run.path),
                 "passed_on_rerun": passed_on_rerun(item.result),
             }
@@ -225,5 +248,46 @@ def report_dict(report: Report) -> dict[str, Any]:
     }
 
 
+#: Top-level keys whose lists may hold a million entries: one compact entry per line.
+_LONG: Final = ("table", "case_matrix", "results")
+
+
 def render_json(report: Report) -> str:
-    return json.dumps(report_dict(report), indent=2, sort_keys=False, default=str) + "\n"
+    """The document, indented; the long parts (results, table, case matrix) one compact entry
+    per line, since indenting a million results is what made a report of a suite slow."""
+    doc = report_dict(report)
+    parts = []
+    for key, value in doc.items():
+        if key in _LONG:
+            text = _lines(value)
+        else:
+            text = json.dumps(value, indent=2, default=str).replace("\n", "\n  ")
+        parts.append(f"  {json.dumps(key)}: {text}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def _lines(value: Any) -> str:
+    """A list one compact element per line; a dict one key per line, its lists alike."""
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        return "[\n" + ",\n".join(f"    {_compact(v)}" for v in value) + "\n  ]"
+    if isinstance(value, dict):
+        items = [
+            f"    {json.dumps(k)}: {_compact(v)}"
+            if not isinstance(v, list) or not v
+            else f"    {json.dumps(k)}: [\n"
+            + ",\n".join(f"      {_compact(x)}" for x in v)
+            + "\n    ]"
+            for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + "\n  }" if items else "{}"
+    return _compact(value)
+
+
+#: One encoder for every entry: json.dumps with options builds a new one per call.
+_ENCODER: Final = json.JSONEncoder(default=str, separators=(",", ":"))
+
+
+def _compact(value: Any) -> str:
+    return _ENCODER.encode(value)

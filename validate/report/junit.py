@@ -1,5 +1,9 @@
 """JUnit XML that GitLab and Jenkins read: one testsuite per cell, one testcase per cell x case.
 
+A pytest node id is named as pytest's junitxml names it, under the cell's class: classname =
+the cell's (below) + the module path with dots (+ any test class), name = the test with its
+parameters: `cudnn-9_24_0_43....sm90.test.python.test_mhas` / `test_sdpa[fp16-64]`.
+
 Each testsuite carries <properties>: the known-issue state of its backend x frontend x arch, one
 property per known issue, e.g. `ki.KI-1.9_24_0_43.fe-1_27_0.sm90` = `affected` (report/ki_table.py).
 
@@ -16,6 +20,7 @@ environment lacks a module it imports); a skip for a declared requirement carrie
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Final
 
@@ -42,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["render_junit"]
 
 _TAIL_CHARS = 8000
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # all below 0x20 but \t \n \r
 #: The <testsuite> attribute that counts each element ("passed" is not written).
 _COUNTERS: Final[Mapping[JUnitElement | None, str]] = {
     "failure": "failures",
@@ -66,7 +72,7 @@ def _text(item: StoredResult) -> str:
 
 def _clean(text: str) -> str:
     """Drop characters XML 1.0 cannot carry (ANSI escapes and other control characters)."""
-    return "".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 0x20)
+    return _CONTROL.sub("", text)
 
 
 def classname(r: CaseResult) -> str:
@@ -83,11 +89,23 @@ def classname(r: CaseResult) -> str:
     return ".".join(parts)
 
 
-def _testcase(parent: ET.Element, item: StoredResult, flaky: FlakyPolicy) -> str:
+def node_names(case: str) -> tuple[str, str] | None:
+    """A pytest node id as pytest's own junitxml names it: (module path with dots, plus any test
+    class; the test's name with its parameters), e.g. `test/python/test_mhas.py::TestA::test_b[x]`
+    -> (`test.python.test_mhas.TestA`, `test_b[x]`); None for a case that is no node id."""
+    file, sep, rest = case.partition("::")
+    if not sep or not rest:
+        return None
+    *classes, name = rest.split("::")
+    module = file.removesuffix(".py").replace("/", ".").replace("\\", ".")
+    return ".".join([module, *classes]), name
+
+
+def _testcase(parent: ET.Element, item: StoredResult, flaky: FlakyPolicy, cell_class: str) -> str:
     r = item.result
-    case = ET.SubElement(
-        parent, "testcase", name=r.case, classname=classname(r), time=f"{r.duration_s:.3f}"
-    )
+    names = node_names(r.case)
+    name, klass = (r.case, cell_class) if names is None else (names[1], f"{cell_class}.{names[0]}")
+    case = ET.SubElement(parent, "testcase", name=name, classname=klass, time=f"{r.duration_s:.3f}")
     reason = _clean(r.reason or str(r.outcome))
     rule = policy(r.outcome)
     element = rule.junit
@@ -157,8 +175,9 @@ def render_junit(report: Report) -> str:
         for prop, text in speed_properties(report, items[0].result.cell_id):
             ET.SubElement(suite[0], "property", name=_clean(prop), value=text)  # <properties>
         counts = {"tests": len(items), "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
+        cell_class = classname(items[0].result)  # one cell per suite
         for item in items:
-            counts[_testcase(suite, item, report.verdict.flaky_policy)] += 1
+            counts[_testcase(suite, item, report.verdict.flaky_policy, cell_class)] += 1
         time = sum(i.result.duration_s for i in items)
         total_time += time
         for key in totals:

@@ -291,13 +291,27 @@ def _cases(keys: Sequence[str]) -> list[str]:
     return sorted({k.split("::", 1)[-1] for k in keys}, key=natural_key)
 
 
+def _column_keys(items: Sequence[StoredResult]) -> list[tuple[str, str, str]]:
+    """backend x frontend x arch of each result (worked out once per cell: a run holds a
+    million results of 25 cells)."""
+    by_cell: dict[str, tuple[str, str, str]] = {}
+    out = []
+    for item in items:
+        r = item.result
+        key = by_cell.get(r.cell_id) if r.cell_id else None
+        if key is None:
+            p = result_pins(r)
+            key = (p["backend"] or "?", p["frontend"] or "?", normal_arch(p["arch"]) or "?")
+            if r.cell_id:
+                by_cell[r.cell_id] = key
+        out.append(key)
+    return out
+
+
 def _columns(
-    items: Sequence[StoredResult], not_run: Collection[tuple[str, str, str]] = ()
+    keyed: Sequence[tuple[str, str, str]], not_run: Collection[tuple[str, str, str]] = ()
 ) -> tuple[tuple[KIColumn, ...], tuple[str, ...]]:
-    seen = {
-        (p["backend"] or "?", p["frontend"] or "?", normal_arch(p["arch"]) or "?")
-        for p in (result_pins(item.result) for item in items)
-    } | set(not_run)
+    seen = set(keyed) | set(not_run)
     keys = sorted(seen, key=lambda k: [value_key(v) for v in k])
     show_fe = len({k[1] for k in keys}) > 1
     show_arch = len({k[2] for k in keys}) > 1
@@ -359,11 +373,10 @@ def build_ki_table(
     those of `not_run`: the pins of planned cells a tier left out (no result). A column where no
     case the issue names ran to an outcome and some cell was left out is "not run"."""
     skipped = {(p["cudnn"], p["frontend"], normal_arch(p["arch"])) for p in not_run}
-    columns, common = _columns(items, skipped)
+    keyed = _column_keys(items)
+    columns, common = _columns(keyed, skipped)
     by_column: dict[tuple[str, str, str], list[StoredResult]] = {}
-    for item in items:
-        p = result_pins(item.result)
-        key = (p["backend"] or "?", p["frontend"] or "?", normal_arch(p["arch"]) or "?")
+    for item, key in zip(items, keyed, strict=True):
         by_column.setdefault(key, []).append(item)
     rows = tuple(
         KITableRow(

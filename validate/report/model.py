@@ -12,7 +12,7 @@ from validate.model.order import natural_key, parse_version, value_key
 from validate.model.results import axis_value, cell_label, is_bad, is_good, result_key
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Collection, Iterable, Mapping, Sequence
 
     from validate.model.results import CaseResult
 
@@ -108,7 +108,7 @@ def merge_runs(
         for result in results:
             key = result_key(result)
             new = StoredResult(result=result, run=info)
-            old = merged.pop(key, None)
+            old = merged.get(key)
             if old is not None and old.run is not info and old.result.outcome != result.outcome:
                 if prefer == "refuse":
                     conflicts.append((old, new))
@@ -117,8 +117,29 @@ def merge_runs(
             merged[key] = new
     if conflicts:
         raise ConfigError(_conflict_message(conflicts))
-    items = sorted(merged.values(), key=lambda s: _order(s.result))
-    return RunSet(runs=tuple(infos), items=tuple(items))
+    return RunSet(runs=tuple(infos), items=tuple(_sorted(merged.values())))
+
+
+def _sorted(items: Collection[StoredResult]) -> list[StoredResult]:
+    """By the cell's axes (version order), then the case (natural order). The keys are ranked
+    once per cell and once per case name, and a million results sort on two integers."""
+    cells: dict[object, tuple[Any, ...]] = {}
+    cases: set[str] = set()
+    for item in items:
+        r = item.result
+        if (cell := _cell(r)) not in cells:
+            cells[cell] = tuple(_SORT[a](axis_value(r, a)) for a in AXES)
+        cases.add(r.case)
+    cell_keys = {k: i for i, k in enumerate(sorted(set(cells.values())))}
+    cell_rank = {cell: cell_keys[k] for cell, k in cells.items()}
+    case_keys = {k: i for i, k in enumerate(sorted({natural_key(c) for c in cases}))}
+    case_rank = {case: case_keys[natural_key(case)] for case in cases}
+    return sorted(items, key=lambda s: (cell_rank[_cell(s.result)], case_rank[s.result.case]))
+
+
+def _cell(result: CaseResult) -> object:
+    """What tells a result's cell apart: its id, or its pins outside a matrix."""
+    return result.cell_id or tuple(sorted(result.cell.items()))
 
 
 def _started(item: StoredResult) -> str:
@@ -136,7 +157,3 @@ def _conflict_message(conflicts: Sequence[tuple[StoredResult, StoredResult]]) ->
         "pass each run once (shards of one run never overlap), or --prefer newest to keep the "
         "result that started last"
     )
-
-
-def _order(result: CaseResult) -> tuple[Any, ...]:
-    return (*(_SORT[a](axis_value(result, a)) for a in AXES), natural_key(result.case))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from validate._compat import assert_never
@@ -152,6 +153,7 @@ class CompatTable:
 _EMPTY = TableCell(counts={}, status="empty", affected=(), fixed=(), notes=(), keys=(), text="—")
 
 
+@lru_cache(maxsize=4096)  # the same few skip reasons, once per result of a suite
 def _short(reason: str) -> str:
     line = (reason.strip().splitlines() or ["(no reason recorded)"])[0].strip()
     return line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 1] + "…"
@@ -208,11 +210,13 @@ def _cell(
     note_counts: Counter[tuple[str, str]],
     note_full: dict[tuple[str, str], str],
 ) -> TableCell:
-    counts = Counter(str(r.outcome) for r in results)
-    statuses = Counter(_segment_of(r) for r in results)
+    counts: Counter[str] = Counter()
+    statuses: Counter[Segment] = Counter()
     marks: dict[str, list[int]] = {"skip": [], "error": []}
-    for r in results:
-        if (status := _segment_of(r)) in marks:
+    for r in results:  # one pass: a cell of a pytest suite holds 40,000 results
+        counts[r.outcome] += 1
+        statuses[status := _segment_of(r)] += 1
+        if status in marks:
             key = (status, _short(r.reason))
             index = notes.setdefault(key, len(notes) + 1)
             note_counts[key] += 1
@@ -228,7 +232,7 @@ def _cell(
     segments.extend(f"fixed in {version} ({ki})" for version, ki in fixed)
     present = {*statuses, *(("known",) if affected else ())}
     return TableCell(
-        counts=dict(sorted(counts.items())),
+        counts=dict(sorted((str(k), n) for k, n in counts.items())),
         status=next(s for s in _PRECEDENCE if s in present),
         affected=affected,
         fixed=fixed,

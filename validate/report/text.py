@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from validate.report import Report
-    from validate.report.case_matrix import CaseMatrix
+    from validate.report.case_matrix import CaseMatrix, MatrixColumn, MatrixEntry
     from validate.report.ki_table import KITable
     from validate.report.model import RunInfo
     from validate.report.table import CompatTable
@@ -91,10 +91,19 @@ def ki_lines(ki: KITable, tablefmt: str = "github") -> list[str]:
 
 def case_matrix_lines(report: Report, tablefmt: str = "github") -> list[str]:
     """The case x cell matrix below its heading: scope, table (each entry that did not pass marked
-    [eN]), the evidence folder of each mark (a Markdown link, or `text <href>` in rst), legend."""
+    [eN]), the evidence folder of each mark (a Markdown link, or `text <href>` in rst), legend.
+    Pytest test ids follow as a test file x cell table of counts, then the test ids that neither
+    passed nor skipped, each linked to its evidence."""
     matrix: CaseMatrix | None = report.cases
-    if matrix is None or not matrix.cases:
+    if matrix is None or matrix.empty:
         return ["No results.", ""]
+    out = _case_rows(report, matrix, tablefmt) if matrix.cases else []
+    if matrix.files:
+        out += _file_rows(report, matrix, tablefmt)
+    return [*out, f"Legend: {MATRIX_LEGEND}", ""]
+
+
+def _case_rows(report: Report, matrix: CaseMatrix, tablefmt: str) -> list[str]:
     marks: dict[str, int] = {}
     notes: list[str] = []
     for case, column, entry in matrix.unpassed():
@@ -102,13 +111,7 @@ def case_matrix_lines(report: Report, tablefmt: str = "github") -> list[str]:
         if href is None:
             continue
         marks[entry.key] = index = len(marks) + 1
-        where = f"`{case}` at {column.label}"
-        why = f" ({_inline(entry.reason, tablefmt)})" if entry.reason else ""
-        text = _folder_text(entry.evidence)
-        link = f"[{text}]({href})" if tablefmt == "github" else f"`{text} <{href}>`__"
-        if tablefmt != "github":
-            where = f"``{case}`` at {column.label}"
-        notes.append(f"- [e{index}] {entry.text}: {where}{why}: {link}")
+        notes.append(f"- [e{index}] {_evidence_item(case, column, entry, href, tablefmt)}")
     body = []
     for case in matrix.cases:
         row = [case]
@@ -128,7 +131,54 @@ def case_matrix_lines(report: Report, tablefmt: str = "github") -> list[str]:
     if notes:
         out += ["Evidence (the case's folder in its run) of each entry that did not pass:", ""]
         out += [*notes, ""]
-    return [*out, f"Legend: {MATRIX_LEGEND}", ""]
+    return out
+
+
+def _file_rows(report: Report, matrix: CaseMatrix, tablefmt: str) -> list[str]:
+    """Test files x cells (counts per status), then every test id that neither passed nor
+    skipped, with its evidence folder."""
+    body = [
+        [
+            file,
+            *(
+                "—" if (found := matrix.file_entry(file, column)) is None else found.text
+                for column in matrix.columns
+            ),
+        ]
+        for file in matrix.files
+    ]
+    if tablefmt == "github":
+        body = [[cell.replace("|", "\\|") for cell in row] for row in body]
+    scope = "Pytest tests, summarised per test file; columns: cells"
+    scope += f" ({', '.join(matrix.common)} in every column)." if matrix.common else "."
+    table = tabulate(body, headers=matrix.file_headers(), tablefmt=tablefmt, disable_numparse=True)
+    out = [scope, "", table, ""]
+    listed = matrix.listed_tests()
+    if listed:
+        out += [
+            f"Test ids that neither passed nor skipped ({len(listed)}), with their evidence:",
+            "",
+        ]
+        out += [
+            f"- {_evidence_item(case, column, entry, report.href(entry.evidence), tablefmt)}"
+            for case, column, entry in listed
+        ]
+        out += [""]
+    return out
+
+
+def _evidence_item(
+    case: str, column: MatrixColumn, entry: MatrixEntry, href: str | None, tablefmt: str
+) -> str:
+    """`✕ fail: `case` at <cell> (reason): [cases/<cell>/<folder>](href)`."""
+    quote = "`" if tablefmt == "github" else "``"
+    why = f" ({_inline(entry.reason, tablefmt)})" if entry.reason else ""
+    text = _folder_text(entry.evidence)
+    if href is None:
+        link = "no evidence folder"
+    else:
+        link = f"[{text}]({href})" if tablefmt == "github" else f"`{text} <{href}>`__"
+    return f"{entry.text}: {quote}{case}{quote} at {column.label}{why}: {link}"
 
 
 #: Characters that start markup inside running text: Markdown's and reStructuredText's.
