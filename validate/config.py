@@ -133,6 +133,8 @@ class ValidateConfig:
     durations: Path | None = None  # --durations: case seconds for --shard (default: history)
     argv: tuple[str, ...] = ()
     tier: str | None = None  # --tier: only the cells of this [tiers] entry (plan.tiers)
+    #: What env.versions.resolve_versions found (run.json's `versions`); None: not resolved yet
+    versions: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; `from_dict(to_dict())` gives an equal config."""

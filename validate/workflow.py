@@ -149,6 +149,7 @@ def provenance(config: ValidateConfig, host: HostFacts, plan: Plan, run_id: str)
         "samples": {"path": str(config.samples), "commit": samples_commit}
         if config.samples
         else None,
+        "versions": config.versions,  # the pins as checked and resolved (env.versions)
         "planned": [c.id for c in plan.planned],
         "pruned": [{"id": c.id, **c.pins(), "reason": r} for c, r in plan.pruned],
     }

@@ -266,7 +266,13 @@ def _handle(args: argparse.Namespace) -> int:
             if value is not None:
                 msg = f"{flag} is for --executor slurm"
                 raise ConfigError(msg)
+    from validate.env.versions import resolve_versions
+
     config = config_from_args(args)
+    if args.executor in EXECUTORS:  # options it cannot honour: bad input before any query
+        EXECUTORS[args.executor]().check(config)
+    # every version pin checked against its source before any environment or run folder
+    config = resolve_versions(config)
     if args.executor == "slurm":
         from validate import slurm
 
