@@ -59,7 +59,7 @@ def shown_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.username is None and parts.password is None:
         return url
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.hostname or ""))
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 class _Anchors(HTMLParser):
