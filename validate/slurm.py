@@ -56,7 +56,7 @@ from validate.workflow import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from validate.execute.cases import Case
     from validate.model.matrix import Cell
@@ -608,9 +608,10 @@ def run(
     shards: int = 1,
     queue_timeout: float | None = None,
     runners_path: Path | None = None,
+    resolve: Callable[[ValidateConfig], ValidateConfig] | None = None,
 ) -> int:
     """`validate --executor slurm`: submit (or, with --resume, reattach), wait, merge; the
-    sign-off exit code."""
+    sign-off exit code. `resolve`: as workflow.run's, after the input files are read."""
     from validate.execute import EXECUTORS
     from validate.plan.host import detect_host
 
@@ -642,6 +643,12 @@ def run(
         plan = prune_without_runner(tiered, runners)
         cases_stage(config)  # bad cases are bad input now, not in every task
         load_known_issues(config.known_issues)
+        if resolve is not None:  # the version pins, before the run folder (the tasks get them)
+            resolved = resolve(config)
+            if resolved.selectors != config.selectors:
+                tiered, tier, left_out = tier_stage(resolved)
+                plan = prune_without_runner(tiered, runners)
+            config = resolved
         run_id, claimed = claim_run_dir(given)  # without --results: a fresh folder of its own
         run_dir = claimed.resolve()
         config = replace(config, results_dir=run_dir, resume=False)

@@ -47,7 +47,7 @@ from validate.plan.steps import Step, plan_steps
 from validate.plan.tiers import TierChoice, apply_tier
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["SHIPPED_CASES", "KnownIssueStore", "ValidateConfig", "record_all", "run", "run_cells"]
 
@@ -333,8 +333,12 @@ def shard_units(
     return {k: frozenset(v) for k, v in only.items()}, record
 
 
-def run(config: ValidateConfig) -> int:
-    """The whole job; returns the sign-off exit code (0 signed off, 1 regressions/errors)."""
+def run(
+    config: ValidateConfig, *, resolve: Callable[[ValidateConfig], ValidateConfig] | None = None
+) -> int:
+    """The whole job; returns the sign-off exit code (0 signed off, 1 regressions/errors).
+    `resolve` (the CLI's env.versions.resolve_versions) checks the version pins against their
+    sources once the input files are read, before any work."""
     from validate.judge.signoff import decide, summary  # the report side is only needed at the end
 
     config = replace(config, executor=resolve_executor(config.executor))
@@ -348,6 +352,11 @@ def run(config: ValidateConfig) -> int:
     plan, tier, left_out = tier_stage(config)
     cases = cases_stage(config)
     issues = load_known_issues(config.known_issues)
+    if resolve is not None:
+        resolved = resolve(config)
+        if resolved.selectors != config.selectors:  # a partial version resolved: its cells
+            plan, tier, left_out = tier_stage(resolved)
+        config = resolved
     sharded = shard_units(config, plan, cases)  # reads --durations
     host = detect_host()
     run_id, results_dir = claim_run_dir(config.results_dir)  # a fresh folder of its own

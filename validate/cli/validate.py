@@ -269,10 +269,6 @@ def _handle(args: argparse.Namespace) -> int:
     from validate.env.versions import resolve_versions
 
     config = config_from_args(args)
-    if args.executor in EXECUTORS:  # options it cannot honour: bad input before any query
-        EXECUTORS[args.executor]().check(config)
-    # every version pin checked against its source before any environment or run folder
-    config = resolve_versions(config)
     if args.executor == "slurm":
         from validate import slurm
 
@@ -284,10 +280,13 @@ def _handle(args: argparse.Namespace) -> int:
             shards=args.shards or 1,
             queue_timeout=args.queue_timeout,
             runners_path=args.runners,
+            resolve=resolve_versions,
         )
     from validate.workflow import run
 
-    return run(config)
+    # every version pin checked against its source once the input files are read, before any
+    # environment or run folder (env/versions.py)
+    return run(config, resolve=resolve_versions)
 
 
 def _slurm_node(args: argparse.Namespace) -> int:
