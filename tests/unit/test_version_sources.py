@@ -1,5 +1,5 @@
 """Where the version check looks: the index pip or uv is configured with, read from their own
-settings files and variables (env/versions.py configured_sources), and what a simple index page
+settings files and variables (env/indexes.py configured_sources), and what a simple index page
 lists (env/releases.py simple_versions, on file:// pages written here)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from validate.env.indexes import PYPI_SIMPLE, configured_sources
 from validate.env.releases import shown_url, simple_versions
-from validate.env.versions import PYPI_SIMPLE, configured_sources
 
 if TYPE_CHECKING:
     from pathlib import Path
