@@ -137,6 +137,8 @@ class ValidateConfig:
     slower_ratio: float = 1.5
     slower_min_s: float = 1.0
     speed_repeats: int = 3
+    #: What env.versions.resolve_versions found (run.json's `versions`); None: not resolved yet
+    versions: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; `from_dict(to_dict())` gives an equal config."""

@@ -48,7 +48,7 @@ from validate.plan.steps import Step, plan_steps
 from validate.plan.tiers import TierChoice, apply_tier
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from validate.judge.signoff import Verdict
     from validate.judge.speed import SpeedCheck
@@ -164,6 +164,7 @@ def provenance(config: ValidateConfig, host: HostFacts, plan: Plan, run_id: str)
         "samples": {"path": str(config.samples), "commit": samples_commit}
         if config.samples
         else None,
+        "versions": config.versions,  # the pins as checked and resolved (env.versions)
         "planned": [c.id for c in plan.planned],
         "pruned": [{"id": c.id, **c.pins(), "reason": r} for c, r in plan.pruned],
     }
@@ -364,8 +365,12 @@ class RunOutcome:
         return self.verdict.exit_code
 
 
-def run(config: ValidateConfig) -> RunOutcome:
-    """The whole job: plan, run the cells, judge the known issues, seal, decide."""
+def run(
+    config: ValidateConfig, *, resolve: Callable[[ValidateConfig], ValidateConfig] | None = None
+) -> RunOutcome:
+    """The whole job: plan, run the cells, judge the known issues, seal, decide. `resolve` (the
+    CLI's env.versions.resolve_versions) checks the version pins against their sources once the
+    input files are read, before any work."""
     from validate.judge.signoff import decide  # the report side is only needed at the end
 
     config = replace(config, executor=resolve_executor(config.executor))
@@ -379,6 +384,11 @@ def run(config: ValidateConfig) -> RunOutcome:
     plan, tier, left_out = tier_stage(config)
     cases = cases_stage(config)
     issues = load_known_issues(config.known_issues)
+    if resolve is not None:
+        resolved = resolve(config)
+        if resolved.selectors != config.selectors:  # a partial version resolved: its cells
+            plan, tier, left_out = tier_stage(resolved)
+        config = resolved
     sharded = shard_units(config, plan, cases)  # reads --durations
     host = detect_host()
     with open_run(config.results_dir) as opened:  # a fresh folder of its own, or --results

@@ -246,10 +246,18 @@ def test_the_progress_has_no_eta_on_a_cold_start_and_one_with_a_history(
 def test_a_cell_whose_environment_cannot_be_built_is_an_error_and_the_run_goes_on(
     wheelhouse: Path, env_cache: Path, tmp_path: Path
 ) -> None:
+    """A release the wheelhouse lists but pip cannot install (its wheel is broken): that cell's
+    cases are `error`, the other cell runs. (A release no source has is refused before any
+    work: tests/integration/test_versions.py.)"""
     run_dir = tmp_path / "run"
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    for wheel in wheelhouse.glob("*.whl"):
+        (house / wheel.name).symlink_to(wheel)
+    (house / "nvidia_cudnn_cu13-9.99.0.1-py3-none-manylinux_2_27_x86_64.whl").write_bytes(b"")
     proc = _validate(
         *["--cudnn", f"{BACKEND},9.99.0.1", "--frontend", "1.27.0", *CELL],
-        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache), "--no-backend-deps"],
+        *["--wheelhouse", str(house), "--cache-dir", str(env_cache), "--no-backend-deps"],
         *["--case", "pin_check.py", "--results", str(run_dir)],
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -295,11 +303,17 @@ def test_backend_store_gives_each_cell_its_version_and_a_missing_one_is_an_error
     wheelhouse: Path, env_cache: Path, backend_store: Path, tmp_path: Path
 ) -> None:
     """Both layouts of --backend-store, each cell pin-checked against its own folder; the
-    version the store lacks is `error` naming the store, and the run goes on. BACKEND is asked
-    for as BACKEND.0: the axis registry's equality finds its folder."""
+    matrix file's version the store lacks is `error` naming the store, and the run goes on (a
+    --cudnn value it lacks is refused up front: tests/integration/test_versions.py). BACKEND is
+    declared as BACKEND.0: the axis registry's equality finds its folder."""
     run_dir = tmp_path / "run"
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(
+        f'[axes]\ncudnn = ["{OTHER_BACKEND}", "{BACKEND}.0", "9.14.0.64"]\nfrontend = ["1.27.0"]\n'
+        'cuda = ["13.0"]\ndriver = ["580"]\narch = ["sm90"]\n'
+    )
     proc = _validate(
-        *["--cudnn", f"{OTHER_BACKEND},{BACKEND}.0,9.14.0.64", "--frontend", "1.27.0", *CELL],
+        *["--matrix", str(matrix), *CELL],
         *["--backend-store", str(backend_store), "--wheelhouse", str(wheelhouse)],
         *["--cache-dir", str(env_cache), "--case", "pin_check.py", "--results", str(run_dir)],
     )

@@ -67,7 +67,10 @@ def test_validate_reaches_a_registered_dispatcher(
     assert f"results: {tmp_path / 'r'}" in capsys.readouterr().out
     ((config, options),) = FakeDispatcher.calls
     assert config.executor == "fake"
-    assert options == DispatchOptions(shards=3)
+    from validate.env.versions import resolve_versions
+
+    # the version pins' check goes down to the dispatcher, which runs it once the files are read
+    assert options == DispatchOptions(shards=3, resolve=resolve_versions)
 
 
 def test_dispatch_flags_need_a_dispatcher(capsys: pytest.CaptureFixture[str]) -> None:

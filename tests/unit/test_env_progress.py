@@ -96,7 +96,7 @@ def test_pip_raw_progress_counts_bytes() -> None:
             pip_line(line, act)
         assert (
             act.state()
-            == "downloading cmake-4.1.0-py3-none-manylinux2014_x86_64.whl (29.7 MB): 262.1 kB of 29.7 MB"
+            == "downloading cmake-4.1.0-py3-none-manylinux2014_x86_64.whl (29.7 MB): 262.1 kB of 29.7 MB (1%)"
         )
 
 
@@ -189,3 +189,20 @@ def test_on_a_terminal_rich_draws_the_rows() -> None:
     assert "5.0 MB of 10.0 MB" in screen
     assert "a log line while the display is live" in screen
     assert "DONE" in screen
+
+
+def test_uv_download_rows_count_bytes() -> None:
+    """uv's rows as it redraws them on a terminal (progress.run_streamed pty_stderr): the bytes
+    of every download it shows, summed. A long run of spaces before a row is read at once."""
+    row = (
+        "Preparing packages... (0/2)"
+        + " " * 400
+        + "bigpkg    ------------ 960.00 KiB/5.72 MiB"
+        + " " * 30
+        + "other  ----- 1.00 MiB/2.00 MiB"
+    )
+    with activity("environment") as act:
+        uv_line(row, act)
+        assert act.state() == "downloading 2 files: 2.0 MB of 8.1 MB (25%)"
+        uv_line("Prepared 2 packages in 3.1s", act)
+        assert act.state() == "prepared 2 packages"

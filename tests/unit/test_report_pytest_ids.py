@@ -13,7 +13,7 @@ import pytest
 from validate.cli.bisect import _observation
 from validate.judge.known_issues import apply_known_issues, case_matches, load_known_issues
 from validate.model.outcome import Outcome
-from validate.model.results import CaseResult, ResultStore
+from validate.model.results import CaseResult, ResultStore, load_results
 from validate.report import render
 from validate.report.junit import node_names
 from validate.report.store import build_report, load_runs
@@ -188,6 +188,9 @@ def test_a_bisect_probe_of_a_test_id_reads_that_test_among_its_suites(tmp_path: 
     store = ResultStore(run / "results.jsonl")
     store.append(_result(f"{MHA}::test_sdpa[fp16-64]", "pass", "9.24.0.43"))
     store.append(_result(f"{MHA}::test_sdpa[fp16-128]", "fail", "9.24.0.43", reason="mismatch"))
-    seen = _observation(run, f"{MHA}::test_sdpa[fp16-128]")
+    latest = load_results([run])
+    seen = _observation(latest, run, f"{MHA}::test_sdpa[fp16-128]")
     assert (seen.outcome, seen.reason) == ("fail", "mismatch")
-    assert _observation(run).outcome.count("=") == 2  # no case named: every outcome, as before
+    assert (
+        _observation(latest, run).outcome.count("=") == 2
+    )  # no case named: every outcome, as before

@@ -36,8 +36,9 @@ from validate.model.results import load_results, write_json
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Sequence
 
-    from validate.workflow import RunOutcome
+    from validate.model.results import CaseResult
 
 __all__ = ["register"]
 
@@ -288,7 +289,7 @@ def _prober(base: ValidateConfig, args: argparse.Namespace, folder: Path) -> Pro
             (run_dir / "validate.out").write_text(f"{exc}\n", encoding="utf-8")
             return Observation(outcome="error", reason=str(exc), folder=str(run_dir))
         (run_dir / "validate.out").write_text(describe(outcome) + "\n", encoding="utf-8")
-        return _observation(outcome, args.case_names[0])
+        return _observation(outcome.results, outcome.folder, args.case_names[0])
 
     return probe
 
@@ -331,11 +332,11 @@ def _speed_prober(
     return probe
 
 
-def _observation(outcome: RunOutcome, case: str = "") -> Observation:
-    """What one probe saw: its one result, or the result of `case` among many (a pytest test id
-    among its suite's tests, issue #27), else every result's outcome, joined."""
-    results, run_dir = outcome.results, outcome.folder  # the latest per cell x case
-    results = [r for r in results if r.case == case] or results
+def _observation(latest: Sequence[CaseResult], run_dir: Path, case: str = "") -> Observation:
+    """What one probe saw in its results (the latest per cell x case): its one result, or the
+    result of `case` among many (a pytest test id among its suite's tests, issue #27), else
+    every result's outcome, joined."""
+    results = [r for r in latest if r.case == case] or list(latest)
     if not results:
         return Observation(outcome="error", reason="no result recorded", folder=str(run_dir))
     if len(results) == 1:

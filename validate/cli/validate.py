@@ -276,19 +276,26 @@ def _handle(args: argparse.Namespace) -> int:
             if value is not None:
                 msg = f"{flag} is for --executor {'|'.join(DISPATCHERS)}"
                 raise ConfigError(msg)
+    from validate.env.versions import resolve_versions
+
     config = config_from_args(args)
     if dispatcher is not None:
         if args.runners is not None and not args.runners.is_file():
             msg = f"--runners {args.runners}: no such file"
             raise ConfigError(msg)
         options = DispatchOptions(
-            shards=args.shards or 1, queue_timeout=args.queue_timeout, runners=args.runners
+            shards=args.shards or 1,
+            queue_timeout=args.queue_timeout,
+            runners=args.runners,
+            resolve=resolve_versions,
         )
         outcome = dispatcher().run(config, options)
     else:
         from validate.workflow import run
 
-        outcome = run(config)
+        # every version pin checked against its source once the input files are read, before
+        # any environment or run folder (env/versions.py)
+        outcome = run(config, resolve=resolve_versions)
     return _show(outcome)
 
 

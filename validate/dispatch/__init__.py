@@ -34,11 +34,13 @@ __all__ = ["DISPATCHERS", "DispatchOptions", "Dispatcher"]
 @dataclass(frozen=True, kw_only=True)
 class DispatchOptions:
     """The flags of a dispatched run: tasks per group, how long a task may wait in the queue,
-    the runner pools file (None: matrix/runners.toml)."""
+    the runner pools file (None: matrix/runners.toml); `resolve`, the version pins' check (as
+    workflow.run's), run once the input files are read."""
 
     shards: int = 1
     queue_timeout: float | None = None
     runners: Path | None = None
+    resolve: Callable[[ValidateConfig], ValidateConfig] | None = None
 
 
 @runtime_checkable

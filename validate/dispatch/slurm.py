@@ -55,7 +55,7 @@ from validate.workflow import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from validate.dispatch import DispatchOptions
     from validate.dispatch.runners import JobGroup
@@ -616,9 +616,11 @@ def run(
     shards: int = 1,
     queue_timeout: float | None = None,
     runners_path: Path | None = None,
+    resolve: Callable[[ValidateConfig], ValidateConfig] | None = None,
 ) -> RunOutcome:
     """`validate --executor slurm`: submit (or, with --resume, reattach), wait, merge; the
-    merged run's outcome. The tool holds RUN's lock while it waits."""
+    merged run's outcome. The tool holds RUN's lock while it waits. `resolve`: as
+    workflow.run's, after the input files are read."""
     from validate.execute import EXECUTORS
     from validate.plan.host import detect_host
 
@@ -647,6 +649,12 @@ def run(
         plan = prune_without_runner(tiered, runners)
         cases_stage(config)  # bad cases are bad input now, not in every task
         load_known_issues(config.known_issues)
+        if resolve is not None:  # the version pins, before the run folder (the tasks get them)
+            resolved = resolve(config)
+            if resolved.selectors != config.selectors:
+                tiered, tier, left_out = tier_stage(resolved)
+                plan = prune_without_runner(tiered, runners)
+            config = resolved
     # without --results a fresh folder of its own; either way locked while the tool waits, so no
     # second tool submits into it or reattaches to the same jobs
     with open_run(given) as opened:
@@ -680,4 +688,5 @@ class SlurmDispatcher:
             shards=options.shards,
             queue_timeout=options.queue_timeout,
             runners_path=options.runners,
+            resolve=options.resolve,
         )

@@ -15,9 +15,10 @@ pip 23.0.1, Ubuntu 24.04's 24.0). Every option the tool passes, and the first pi
 | `install/wheel --no-index --find-links --no-deps -r`, `-v`, `--disable-pip-version-check` | venvs, frontend_build, Dockerfiles | < 9 | long-standing options |
 
 So nothing needs more than the declared 23.1 except `raw`, which is only a finer progress
-display: below 24.1 the tool passes `--progress-bar off` and reads pip's ordinary lines
+display: below 24.1 the tool passes `--progress-bar off`, reads pip's ordinary lines
 (`Collecting`, `Processing`, `Downloading X (N MB)`, `Installing collected packages`,
-`Successfully installed`), see `progress.pip_line`. The image's pip runs only the Dockerfiles'
+`Successfully installed`), see `progress.pip_line`, and takes a download's bytes from the size
+of the file pip writes it into, in a TMPDIR of the tool's (`progress.run_streamed` `grow`). The image's pip runs only the Dockerfiles'
 long-standing options, so Debian's 23.0.1 below the floor builds images too.
 
 uv (optional, used when on PATH; no floor declared, tested with uv 0.13): `uv venv --quiet
@@ -36,7 +37,7 @@ from packaging.version import InvalidVersion, Version
 
 from validate.errors import EnvBuildError
 
-__all__ = ["PIP_FLOOR", "RAW_PROGRESS", "pip_version", "progress_args"]
+__all__ = ["PIP_FLOOR", "RAW_PROGRESS", "pip_version", "progress_args", "raw_progress"]
 
 #: pyproject's `pip>=23.1`: what `pip --python` and the rest need is well below it.
 PIP_FLOOR: Final = Version("23.1")
@@ -70,7 +71,13 @@ def pip_version(python: str = sys.executable) -> Version:
     return version
 
 
+def raw_progress(version: Version) -> bool:
+    """Whether this pip prints its downloads' bytes (`Progress N of M`); older ones are watched
+    through the files they download into (progress.run_streamed `grow`)."""
+    return version >= RAW_PROGRESS
+
+
 def progress_args(version: Version) -> list[str]:
     """`raw` where pip has it; elsewhere no bar (its one closing line off a terminal is noise in
     the error tail), the progress then comes from pip's ordinary lines."""
-    return ["--progress-bar", "raw" if version >= RAW_PROGRESS else "off"]
+    return ["--progress-bar", "raw" if raw_progress(version) else "off"]

@@ -11,6 +11,15 @@ something every half minute and a fast one says nothing extra.
 (`uv_line`, `pip_line`, `ninja_line`, or one of the caller's), to an optional log file, and is
 kept for the error message. The command line itself is logged at DEBUG only: inline `-c`
 scripts and long argument lists stay out of the INFO log.
+
+A download's bytes (shown as `120.0 MB of 313.7 MB (38%, 4.1 MB/s)`) come from the installer:
+- pip >= 24.1: `--progress-bar raw` prints `Progress N of M` lines;
+- older pip has no such output off a terminal: pip writes each download into
+  `$TMPDIR/pip-unpack-*/<file>`, so the tool gives it a TMPDIR of its own and reads the size of
+  the file being downloaded (`grow`), the total from pip's `Downloading X (313.7 MB)` line;
+- uv draws its byte counts only on a terminal: its stderr is a pseudo-terminal (`pty_stderr`)
+  and its redraws (`name ---- 120.00 MiB/313.70 MiB`) are read like lines.
+`$CUDNN_MATRIX_PROGRESS_INTERVAL_S` sets the plain mode's interval (the tests use a short one).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Final
@@ -47,6 +57,8 @@ log = logging.getLogger("validate.env.progress")
 
 #: Plain mode: the least time between two running-state lines of one step.
 PLAIN_INTERVAL_S: Final = 30.0
+#: Sets the plain interval in seconds instead (the progress tests use a short one).
+INTERVAL_ENV: Final = "CUDNN_MATRIX_PROGRESS_INTERVAL_S"
 _UV_COUNT = re.compile(
     r"^(Resolved|Prepared|Installed|Uninstalled|Audited|Built)\s+(\d+)\s+packages?"
 )
@@ -61,6 +73,11 @@ _PIP_EVENT = re.compile(
 _PIP_PROCESSING = re.compile(r"^\s*Processing\s+(\S+)")
 _PIP_INSTALLING = re.compile(r"^\s*Installing collected packages:\s+(.*)")
 _NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]\s+(.*)")
+#: uv's per-download row on a terminal: `nvidia-cudnn-cu13  ------  120.00 MiB/313.70 MiB`.
+#: (A bar of bar characters only: with spaces in it, a long run of spaces backtracks badly.)
+_UV_ROW = re.compile(r"(\S+) +[-━─╸╺=>]{4,} +([\d.]+ ?[kKMGT]?i?B)/([\d.]+ ?[kKMGT]?i?B)")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_UNITS: Final = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
 def interactive() -> bool:
@@ -76,6 +93,23 @@ def _terminal() -> Any:
 
     stream = sys.stderr
     return stream._stream if isinstance(stream, SafeStream) else stream
+
+
+def _plain_interval() -> float:
+    """PLAIN_INTERVAL_S, or the interval $CUDNN_MATRIX_PROGRESS_INTERVAL_S names."""
+    try:
+        return max(0.0, float(os.environ.get(INTERVAL_ENV) or PLAIN_INTERVAL_S))
+    except ValueError:
+        return PLAIN_INTERVAL_S
+
+
+def _bytes(size: str) -> float:
+    """'313.7 MB' -> 313.7e6, '120.00 MiB' -> 120 * 2**20 (pip's and uv's size words)."""
+    match = re.match(r"([\d.]+)\s*([kKMGT]?)(i?)B", size.strip())
+    if match is None:
+        return 0.0
+    power = "KMGT".index(match[2].upper()) + 1 if match[2] else 0
+    return float(match[1]) * float((1024 if match[3] else 1000) ** power)
 
 
 def _size(value: float) -> str:
@@ -95,48 +129,73 @@ class Activity:
     total: float | None = None
     done: float = 0.0
     text: str = ""
-    interval: float = PLAIN_INTERVAL_S  # plain mode: least seconds between running-state lines
+    interval: float = field(default_factory=_plain_interval)  # plain: least s between lines
     started: float = field(default_factory=time.monotonic)
+    file: str = ""  # the file a pip without `raw` is downloading (run_streamed's `grow`)
+    parts: dict[str, tuple[float, float]] = field(default_factory=dict)  # uv: name -> bytes
+    _since: tuple[float, float] = (0.0, 0.0)  # (monotonic, done) where this download began
     _plain_at: float = field(default_factory=time.monotonic)
     _plain_said: str = ""
     _task: Any = None  # the rich task id on a terminal
+    lock: threading.RLock = field(default_factory=threading.RLock)  # two readers (pty, stdout)
+
+    def download(self, text: str, *, total: float | None, file: str = "") -> None:
+        """A download begins: bytes from 0 of `total` (None: not known yet)."""
+        self.unit, self.done, self.total, self.file = "bytes", 0.0, total, file
+        self._since = (time.monotonic(), 0.0)
+        self.text = text
+
+    def _rate(self) -> str:
+        began, at_start = self._since
+        elapsed = time.monotonic() - began
+        if not began or elapsed < 1.0 or self.done <= at_start:
+            return ""
+        return f"{_size((self.done - at_start) / elapsed)}/s"
 
     def state(self) -> str:
-        """'downloading: 120.0 MB of 313.7 MB' / 'compiling: 3 of 7' / the text alone."""
+        """'downloading: 120.0 MB of 313.7 MB (38%, 4.1 MB/s)' / 'compiling: 3 of 7' / the text."""
         amount = ""
-        if self.total:
-            if self.unit == "bytes":
+        if self.unit == "bytes" and (self.total or self.done):
+            extra = [self._rate()]
+            if self.total:
                 amount = f"{_size(self.done)} of {_size(self.total)}"
+                extra.insert(0, f"{min(100.0, 100 * self.done / self.total):.0f}%")
             else:
-                amount = f"{self.done:.0f} of {self.total:.0f}"
+                amount = _size(self.done)
+            shown = ", ".join(part for part in extra if part)
+            amount += f" ({shown})" if shown else ""
+        elif self.total:
+            amount = f"{self.done:.0f} of {self.total:.0f}"
         return ": ".join(part for part in (self.text, amount) if part)
 
     def update(
         self, text: str | None = None, *, done: float | None = None, total: float | None = None
     ) -> None:
-        if text is not None:
-            self.text = text
-        if total is not None:
-            self.total = total
-        if done is not None:
-            self.done = done
-        if _DISPLAY.progress is not None:
-            _DISPLAY.refresh(self)
-            return
-        now = time.monotonic()
-        said = self.state()
-        if said and said != self._plain_said and now - self._plain_at >= self.interval:
-            log.info("  %s: %s (%.0fs)", self.title, said, now - self.started)
-            self._plain_at, self._plain_said = now, said
+        with self.lock:
+            if text is not None:
+                self.text = text
+            if total is not None:
+                self.total = total
+            if done is not None:
+                self.done = done
+            if _DISPLAY.progress is not None:
+                _DISPLAY.refresh(self)
+                return
+            now = time.monotonic()
+            said = self.state()
+            if said and said != self._plain_said and now - self._plain_at >= self.interval:
+                log.info("  %s: %s (%.0fs)", self.title, said, now - self.started)
+                self._plain_at, self._plain_said = now, said
 
     def milestone(self, text: str) -> None:
         """An event worth a line of its own in plain mode (on a terminal: the row's text)."""
-        self.text = text
-        if _DISPLAY.progress is not None:
-            _DISPLAY.refresh(self)
-            return
-        log.info("  %s: %s", self.title, text)
-        self._plain_at, self._plain_said = time.monotonic(), text
+        with self.lock:
+            self.text = text
+            if _DISPLAY.progress is not None:
+                _DISPLAY.refresh(self)
+                return
+            log.info("  %s: %s", self.title, text)
+            self._plain_at, self._plain_said = time.monotonic(), text
 
 
 class _Display:
@@ -228,10 +287,12 @@ _DISPLAY = _Display()
 
 @contextmanager
 def activity(
-    title: str, *, unit: str = "", total: float | None = None, interval: float = PLAIN_INTERVAL_S
+    title: str, *, unit: str = "", total: float | None = None, interval: float | None = None
 ) -> Iterator[Activity]:
     """A long step for as long as the block runs (nested steps are rows of one display)."""
-    act = Activity(title=title, unit=unit, total=total, interval=interval)
+    act = Activity(title=title, unit=unit, total=total)
+    if interval is not None:
+        act.interval = interval
     _DISPLAY.start(act)
     try:
         yield act
@@ -244,10 +305,25 @@ def uv_line(line: str, act: Activity) -> None:
     """uv (not --quiet): packages as they are resolved, downloaded and installed."""
     if match := _UV_COUNT.match(line):
         text = f"{match[1].lower()} {match[2]} package{'s' if match[2] != '1' else ''}"
+        if act.parts:  # the downloads are over
+            act.parts.clear()
+            act.unit, act.done, act.total = "", 0.0, None
         if match[1] == "Installed":
             act.milestone(text)
         else:
             act.update(text)
+    elif rows := _UV_ROW.findall(line):  # a redraw of uv's download rows (on a pseudo-terminal)
+        if not act.parts:
+            act.download(f"downloading {rows[0][0]}", total=None)
+        for name, done, total in rows:
+            act.parts[name] = (_bytes(done), _bytes(total))
+        names = list(act.parts)
+        text = f"downloading {names[0]}" if len(names) == 1 else f"downloading {len(names)} files"
+        act.update(
+            text,
+            done=sum(d for d, _ in act.parts.values()),
+            total=sum(t for _, t in act.parts.values()),
+        )
     elif match := _UV_DOWNLOADING.match(line):  # uv names only the large downloads
         act.milestone(f"downloading {match[1]} ({match[2]})")
     elif match := _UV_DOWNLOADED.match(line):
@@ -276,9 +352,9 @@ def pip_line(line: str, act: Activity) -> None:
         act.update(done=float(match[1]), total=float(match[2]))
     elif match := _PIP_DOWNLOADING.match(line):
         size = match[2] or ""
-        act.unit = "bytes"
-        act.done, act.total = 0.0, None
-        text = f"downloading {match[1].rsplit('/', 1)[-1]}" + (f" ({size})" if size else "")
+        name = urllib.parse.unquote(match[1].rsplit("/", 1)[-1])
+        text = f"downloading {name}" + (f" ({size})" if size else "")
+        act.download(text, total=_bytes(size) or None, file=name)
         if _megabytes(size) >= 10:
             act.milestone(text)
         else:
@@ -287,7 +363,7 @@ def pip_line(line: str, act: Activity) -> None:
         act.update(f"processing {match[1].rsplit('/', 1)[-1]}")
     elif match := _PIP_INSTALLING.match(line):  # pip says nothing more until it is done
         names = [name.strip() for name in match[1].split(",") if name.strip()]
-        act.unit, act.done, act.total = "", 0.0, None
+        act.unit, act.done, act.total, act.file = "", 0.0, None, ""
         act.update(f"installing {len(names)} package{'s' if len(names) != 1 else ''}")
     elif match := _PIP_EVENT.match(line):
         text = f"{match[1].lower()} {match[2]}".strip()
@@ -338,16 +414,25 @@ def run_streamed(
     env: Mapping[str, str] | None = None,
     log_file: IO[str] | None = None,
     cwd: Path | None = None,
+    grow: Path | None = None,
+    pty_stderr: bool = False,
 ) -> Streamed:
-    """Run `argv`, feeding each output line to `parse` (and `log_file`) as it arrives."""
+    """Run `argv`, feeding each output line to `parse` (and `log_file`) as it arrives.
+
+    `grow`: the TMPDIR given to a pip without `--progress-bar raw`: the size of the file it
+    is downloading there (`act.file`) is the download's bytes. `pty_stderr`: stderr is a
+    pseudo-terminal (uv draws its byte counts only there); each redraw goes to `parse` too,
+    the finished lines also to the log and the error tail.
+    """
     log.debug("+ %s", _describe(argv))
     if log_file is not None:
         log_file.write(f"+ {shlex.join(argv)}\n")
         log_file.flush()
+    master, slave = _open_pty() if pty_stderr else (None, None)
     proc = subprocess.Popen(
         list(argv),
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=slave if slave is not None else subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         text=True,
         errors="replace",
@@ -355,16 +440,98 @@ def run_streamed(
         cwd=cwd,
         bufsize=1,
     )
+    if slave is not None:
+        os.close(slave)
     kept: list[str] = []
+    lock = threading.Lock()
+
+    def take(line: str, *, final: bool = True) -> None:
+        with lock:
+            if final:
+                kept.append(line + "\n")
+                if log_file is not None:
+                    log_file.write(line + "\n")
+            if parse is not None:
+                parse(line, act)
+
+    ended = threading.Event()
+    helpers = []
+    if master is not None:
+        helpers.append(threading.Thread(target=_read_pty, args=(master, take), daemon=True))
+    if grow is not None:
+        helpers.append(threading.Thread(target=_watch_growth, args=(grow, act, ended), daemon=True))
+    for helper in helpers:
+        helper.start()
     assert proc.stdout is not None
     with proc.stdout:
         for line in proc.stdout:
-            kept.append(line)
-            if log_file is not None:
-                log_file.write(line)
-            if parse is not None:
-                parse(line.rstrip("\n"), act)
+            take(line.rstrip("\n"))
     returncode = proc.wait()
+    ended.set()
+    for helper in helpers:
+        helper.join(timeout=10)  # a pty another process still holds open: stop reading it
+    if master is not None:
+        os.close(master)
     if log_file is not None:
         log_file.flush()
     return Streamed(returncode=returncode, output="".join(kept))
+
+
+def _open_pty() -> tuple[int | None, int | None]:
+    """(master, slave) of a 200-column pseudo-terminal; (None, None) where there is none."""
+    try:
+        import fcntl
+        import pty
+        import struct
+        import termios
+
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    except (ImportError, OSError):
+        return None, None
+    return master, slave
+
+
+def _read_pty(master: int, take: Callable[..., None]) -> None:
+    """Lines and redraws from a pseudo-terminal: a piece ended by a newline is a line, one
+    ended by a carriage return a redraw; terminal codes are dropped."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: every writer has closed it
+            data = b""
+        text = (pending + decoder.decode(data, final=not data)).replace("\r\n", "\n")
+        held = "\r" if data and text.endswith("\r") else ""  # maybe half of a \r\n
+        parts = re.split(r"([\r\n])", text.removesuffix(held))
+        tail = parts.pop()  # after the last line end: wait for the rest
+        for piece, end in zip(parts[::2], parts[1::2], strict=True):
+            _take_piece(take, piece, final=end == "\n")
+        if not data:
+            _take_piece(take, tail, final=True)
+            return
+        pending = tail + held
+
+
+def _take_piece(take: Callable[..., None], piece: str, *, final: bool) -> None:
+    if text := _ANSI.sub("", piece).rstrip():
+        take(text, final=final)
+
+
+def _watch_growth(folder: Path, act: Activity, ended: threading.Event) -> None:
+    """The size of the file a pip without `raw` downloads into its TMPDIR, twice a second."""
+    while not ended.wait(0.5):
+        name = act.file
+        if not name:
+            continue
+        sizes = []
+        for path in folder.glob(f"pip-unpack-*/{name}"):
+            try:
+                sizes.append(path.stat().st_size)
+            except OSError:
+                continue
+        if sizes and max(sizes) != act.done and act.file == name:
+            act.update(done=float(max(sizes)))

@@ -263,9 +263,31 @@ def parse_frontend_source(
         check=False,
     )
     if proc.returncode != 0:
-        msg = f"{flag}: ref {ref!r} not found in {checkout}"
+        msg = f"{flag}: ref {ref!r} not found in {checkout}{_nearest_tags(checkout, ref, git)}"
         raise ConfigError(msg)
     return FrontendSource(kind="git", path=checkout.resolve(), ref=ref, commit=proc.stdout.strip())
+
+
+def _nearest_tags(checkout: Path, ref: str, git: str) -> str:
+    """' (nearest tags: v1.26.0, v1.27.0)' for a ref that reads as a version, else ''."""
+    wanted = ref.removeprefix("v")
+    if not _is_version(wanted):
+        return ""
+    proc = subprocess.run(
+        [git, "-C", str(checkout), "tag", "--list"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    tags = {
+        Version(t.removeprefix("v")): t
+        for t in proc.stdout.split()
+        if _is_version(t.removeprefix("v"))
+    }
+    ordered = sorted(tags)
+    at = sum(v < Version(wanted) for v in ordered)
+    near = [tags[v] for v in ordered[max(0, at - 2) : at + 2]]
+    return f" (nearest tags: {', '.join(near)})" if near else " (it has no version tags)"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,7 +26,7 @@ from packaging.version import Version
 
 from validate import __version__
 from validate.env.frontend_build import build_frontend_wheel
-from validate.env.pipcli import pip_version, progress_args
+from validate.env.pipcli import pip_version, progress_args, raw_progress
 from validate.env.progress import Activity, activity, pip_line, run_streamed, uv_line
 from validate.env.sources import (
     BackendSource,
@@ -361,17 +361,25 @@ def _install(
         return
     index = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
     deps = ["--no-deps"] if no_deps else []
-    if tool == "uv":
-        argv = ["uv", "pip", "install", "--python", str(python), *index, *deps, *reqs]
-        parse = uv_line
-    else:
-        pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check"]
-        argv = [*pip, "install", *progress_args(pip_version()), *index, *deps, *reqs]
-        parse = pip_line
-    names = [Path(req).name if os.sep in req else req for req in reqs]
-    act.update(f"installing {len(reqs)} requirement{'s' if len(reqs) > 1 else ''}", done=0, total=0)
-    act.milestone(f"installing {', '.join(names)}")
-    proc = run_streamed(argv, act, parse, env={**os.environ, "NO_COLOR": "1"})
+    env = {**os.environ, "NO_COLOR": "1"}
+    with contextlib.ExitStack() as stack:
+        grow = None
+        if tool == "uv":
+            argv = ["uv", "pip", "install", "--python", str(python), *index, *deps, *reqs]
+            parse = uv_line
+        else:
+            pip = [sys.executable, "-m", "pip", "--python", str(python)]
+            argv = [*pip, "--disable-pip-version-check", "install", *progress_args(pip_version())]
+            argv += [*index, *deps, *reqs]
+            parse = pip_line
+            if not raw_progress(pip_version()):  # its downloads' bytes: the files in its TMPDIR
+                grow = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cm-pip-")))
+                env["TMPDIR"] = str(grow)
+        names = [Path(req).name if os.sep in req else req for req in reqs]
+        plural = "s" if len(reqs) > 1 else ""
+        act.update(f"installing {len(reqs)} requirement{plural}", done=0, total=0)
+        act.milestone(f"installing {', '.join(names)}")
+        proc = run_streamed(argv, act, parse, env=env, grow=grow, pty_stderr=tool == "uv")
     if proc.returncode != 0:
         msg = f"installing {' '.join(names)} failed (exit {proc.returncode}): {shlex.join(argv)}\n{proc.tail()}"
         raise EnvBuildError(msg)

@@ -6,10 +6,11 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from validate.env.pipcli import pip_version, progress_args
+from validate.env.pipcli import pip_version, progress_args, raw_progress
 from validate.env.progress import activity, pip_line, run_streamed
 from validate.env.sources import backend_package
 from validate.errors import ConfigError, EnvBuildError
@@ -61,8 +62,14 @@ class Wheelhouse:
         dest.mkdir(parents=True, exist_ok=True)
         what = " ".join(requirements)
         logger.info("downloading %s for Python %s into %s", what, python, dest)
-        with activity(f"download {what if len(what) <= 60 else what[:57] + '...'}") as act:
-            proc = run_streamed(argv, act, pip_line)
+        with (
+            activity(f"download {what if len(what) <= 60 else what[:57] + '...'}") as act,
+            tempfile.TemporaryDirectory(prefix="cm-pip-") as tmp,
+        ):
+            # a pip without `raw`: its downloads' bytes are the files in its TMPDIR
+            grow = None if raw_progress(pip_version()) else Path(tmp)
+            env = {**os.environ, "TMPDIR": tmp} if grow else None
+            proc = run_streamed(argv, act, pip_line, env=env, grow=grow)
         if proc.returncode != 0:
             msg = f"pip download {what} into {dest} failed:\n{proc.tail(_TAIL_LINES)}"
             raise EnvBuildError(msg)

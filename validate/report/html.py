@@ -11,22 +11,13 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-<<<<<<< HEAD
-from validate.judge.signoff import summary, verdict_line
+from validate.judge.signoff import passed_on_rerun, summary, verdict_line
 from validate.model.outcome import policy
-from validate.report.case_matrix import MATRIX_LEGEND
+from validate.report.case_matrix import MATRIX_LEGEND, test_file
 from validate.report.ki_table import KI_SYMBOLS, KIState, ki_bands
 from validate.report.model import AXIS_TITLES, axis_label, cell_label, result_key
 from validate.report.speed import speed_html
 from validate.report.text import LEGEND, provenance_facts
-=======
-from validate.judge.signoff import passed_on_rerun, summary
-from validate.model.outcome import policy
-from validate.report.case_matrix import MATRIX_LEGEND, test_file
-from validate.report.ki_table import KI_SYMBOLS, KIState
-from validate.report.model import cell_label, result_key
-from validate.report.text import LEGEND, provenance_lines
->>>>>>> wt-scale
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -235,12 +226,19 @@ def _result(item: StoredResult, report: Report, envs: _EnvParts) -> dict[str, An
     }
 
 
-def _data_block(report: Report, cells: Mapping[str, list[int]]) -> str:
-    """The inline JSON the drill-down reads."""
+def _data_block(
+    report: Report,
+    items: Sequence[StoredResult],
+    cells: Mapping[str, list[int]],
+    omitted: Mapping[str, int],
+) -> str:
+    """The inline JSON the drill-down reads: the carried results, each cell's, and per cell how
+    many pytest test ids it counts without carrying."""
     envs = _EnvParts()
     data = {
         "cells": cells,
-        "results": [_result(item, report, envs) for item in report.runs.items],
+        "results": [_result(item, report, envs) for item in items],
+        "omitted": omitted,
         "env_parts": envs.parts,
         "colours": {k: v[0] for k, v in _COLOURS.items()},
     }
@@ -371,13 +369,17 @@ def _fit(table: CompatTable) -> tuple[_Grid, list[list[int]]]:
     return grid, groups
 
 
-def _grid(report: Report, index: Mapping[str, int]) -> tuple[str, dict[str, list[int]]]:
-    """The compatibility grid (cells clickable for their results) and, per data cell, the indices
-    of its results (worst first) for the data block."""
+def _grid(
+    report: Report, items: Sequence[StoredResult]
+) -> tuple[str, dict[str, list[int]], dict[str, int]]:
+    """The compatibility grid (cells clickable for their results); per data cell, the indices
+    of its results in `items` (those the page carries, worst first) and the count of those it
+    leaves out."""
     table = report.table
-    items = report.runs.items
+    index = {result_key(item.result): i for i, item in enumerate(items)}
     grid, groups = _fit(table)
     cells: dict[str, list[int]] = {}
+    omitted: dict[str, int] = {}
     tables = []
     for group in groups:
         head = "".join(
@@ -394,7 +396,10 @@ def _grid(report: Report, index: Mapping[str, int]) -> tuple[str, dict[str, list
                     tds += f'<td class="st-empty">{_esc(cell.text)}</td>'
                     continue
                 key = f"{r}:{c}"
-                cells[key] = sorted((index[k] for k in cell.keys), key=lambda i: _rank(items[i]))
+                carried = [index[k] for k in cell.keys if k in index]
+                cells[key] = sorted(carried, key=lambda i: _rank(items[i]))
+                if len(carried) < len(cell.keys):
+                    omitted[key] = len(cell.keys) - len(carried)
                 label = f"{' / '.join(row)} · {' / '.join(col)}"
                 tds += (
                     f'<td class="cell st-{cell.status}" tabindex="0" data-cell="{key}" '
@@ -406,7 +411,7 @@ def _grid(report: Report, index: Mapping[str, int]) -> tuple[str, dict[str, list
             f'<table class="matrix grid"><thead><tr>{head}</tr></thead><tbody>'
             f"{chr(10).join(rows)}</tbody></table>"
         )
-    return f'<div id="grid">{"".join(tables)}</div>', cells
+    return f'<div id="grid">{"".join(tables)}</div>', cells, omitted
 
 
 def _grid_notes(table: CompatTable) -> str:
@@ -464,12 +469,9 @@ def _ki_section(ki: KITable) -> str:
 
 
 def _case_matrix(report: Report) -> str:
-<<<<<<< HEAD
-    """Cases x cells, collapsed; an entry that did not pass links to its evidence folder."""
-=======
-    """Cases x cells; an entry that did not pass links to its evidence folder. Pytest test ids:
-    test files x cells (counts), then the test ids that neither passed nor skipped, linked."""
->>>>>>> wt-scale
+    """Cases x cells, collapsed; an entry that did not pass links to its evidence folder. Pytest
+    test ids: test files x cells (counts), then the test ids that neither passed nor skipped,
+    linked."""
     matrix = report.cases
     if matrix is None or matrix.empty:
         return "<p>No results.</p>"
@@ -484,7 +486,14 @@ def _case_matrix(report: Report) -> str:
         f"<p>{html.escape(MATRIX_LEGEND)}; an entry that did not pass links to its evidence "
         "folder.</p>"
     )
-    return "".join(parts)
+    size = f"{len(matrix.cases)} cases" if matrix.cases else ""
+    if matrix.files:
+        size += f"{', ' if size else ''}{len(matrix.files)} test files"
+    unpassed = len(matrix.unpassed()) + len(matrix.listed_tests())
+    return (
+        f"<details><summary>{size} &times; {len(matrix.columns)} cells; {unpassed} entries "
+        f"did not pass</summary>{''.join(parts)}</details>"
+    )
 
 
 def _case_rows(report: Report, matrix: CaseMatrix) -> str:
@@ -505,20 +514,9 @@ def _case_rows(report: Report, matrix: CaseMatrix) -> str:
             colour = _COLOURS.get(entry.status, _COLOURS["empty"])[0]
             tds += f'<td class="st-{entry.status}"{tip} style="background:{colour}">{text}</td>'
         rows.append(f"<tr>{tds}</tr>")
-<<<<<<< HEAD
-    scope = ", ".join(matrix.common)
-    scope = f"<p>{html.escape('In every column: ' + scope)}</p>" if scope else ""
-    unpassed = len(matrix.unpassed())
     return (
-        f"<details><summary>{len(matrix.cases)} cases &times; {len(matrix.columns)} cells; "
-        f"{unpassed} entries did not pass</summary>{scope}"
         f'<div class="scroll"><table class="matrix cases"><thead><tr>{head}</tr></thead><tbody>'
-        f"{''.join(rows)}</tbody></table></div><p>{html.escape(MATRIX_LEGEND)}; an entry that did "
-        "not pass links to its evidence folder.</p></details>"
-=======
-    return (
-        f'<table class="matrix cases"><thead><tr>{head}</tr></thead><tbody>'
-        f"{''.join(rows)}</tbody></table>"
+        f"{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -557,7 +555,6 @@ def _file_rows(report: Report, matrix: CaseMatrix) -> str:
     return (
         f'<h3>Pytest tests per test file</h3><table class="matrix files"><thead><tr>{head}</tr>'
         f"</thead><tbody>{''.join(rows)}</tbody></table>{listed}"
->>>>>>> wt-scale
     )
 
 
@@ -613,53 +610,10 @@ def _subtitle(report: Report) -> str:
 
 def render_html(report: Report) -> str:
     """Render the page; all data is inline JSON, all styling and script inline."""
-<<<<<<< HEAD
-    index = {result_key(item.result): i for i, item in enumerate(report.runs.items)}
-    grid, cells = _grid(report, index)
-=======
-    table = report.table
     # a pytest test id that passed or skipped is counted in its cell, not carried in the page
     # (a suite gives 40,000 of them a cell, issue #27); every other result is
     items = [item for item in report.runs.items if _carried(item)]
-    index = {result_key(item.result): i for i, item in enumerate(items)}
-    cells: dict[str, list[int]] = {}
-    omitted: dict[str, int] = {}
-    rows = []
-    headers = "".join(f"<th>{html.escape(h)}</th>" for h in table.headers())
-    for r, row in enumerate(table.row_keys):
-        tds = "".join(f"<th>{html.escape(v)}</th>" for v in row)
-        for c, col in enumerate(table.col_keys):
-            cell = table.cell(row, col)
-            if cell.status == "empty":
-                tds += f'<td class="st-empty">{html.escape(cell.text)}</td>'
-                continue
-            key = f"{r}:{c}"
-            carried = [index[k] for k in cell.keys if k in index]
-            cells[key] = sorted(carried, key=lambda i: _rank(items[i]))
-            if len(carried) < len(cell.keys):
-                omitted[key] = len(cell.keys) - len(carried)
-            label = f"{' / '.join(row)} · {' / '.join(col)}"
-            tds += (
-                f'<td class="cell st-{cell.status}" tabindex="0" data-cell="{key}" '
-                f'data-label="{html.escape(label)}" style="background:{_COLOURS[cell.status][0]}">'
-                f"{html.escape(cell.text)}</td>"
-            )
-        rows.append(f"<tr>{tds}</tr>")
-    data = {
-        "cells": cells,
-        "results": [_result(item, report) for item in items],
-        "omitted": omitted,
-        "colours": {k: v[0] for k, v in _COLOURS.items()},
-    }
-    # "<" as \u003c: no "</script" or "<!--" can end or confuse the data block
-    blob = json.dumps(data, default=str).replace("<", "\\u003c")
-    legend = "".join(
-        f'<span class="sw" style="background:{colour}"></span>{html.escape(text)}'
-        for colour, text in _COLOURS.values()
-    )
-    sources = [line for run in report.runs.runs for line in provenance_lines(run)]
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in table.footnote_lines())
->>>>>>> wt-scale
+    grid, cells, omitted = _grid(report, items)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -683,7 +637,7 @@ def render_html(report: Report) -> str:
 {_signoff(report.verdict)}
 <h2 id="runs">Runs</h2>
 {_runs(report)}
-{_data_block(report, cells)}
+{_data_block(report, items, cells, omitted)}
 <script>{_JS}</script>
 </body></html>
 """
