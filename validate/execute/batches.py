@@ -1,0 +1,376 @@
+"""Tests run in batches inside long-lived pytest processes, every test's end attributed.
+
+A batch is a list of pytest node ids run by one pytest process with the tool's plugin
+(resources/pytest_plugin/cudnn_matrix_pytest.py), which records each test's `start` (fsynced,
+before its setup) and `done` in a record file. This module starts the process, reads the record
+as it grows and turns it into one `TestEnd` per id:
+
+- `done`: the plugin's verdict (pass, fail, error, skip, xfail, xpass; a failure whose text
+  names a poisoned CUDA context is a `crash`);
+- a `start` without `done` when the process ended: that test is the `crash`, with the signal or
+  exit status and the last lines of the output it wrote since its start;
+- a test running past its limit: the process group is ended (TERM, then KILL) and the test is a
+  `timeout`;
+- the plugin ends the process itself after a test that reported a poisoned context (exit 75).
+
+After any of these the ids not yet run go to a fresh process; a process that ended without
+starting any test ends the batch (each id left is an `error` naming why), so nothing loops.
+Every id gets exactly one end. Fork isolation is not used: the frontend's suite initialises
+CUDA in the parent (DOMAIN.md §9).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from validate.execute.classify import classify_exception, signal_name
+from validate.execute.resources import RESOURCES
+from validate.execute.resources.cuda_errors import POISON
+from validate.execute.resources.guard import PARENT_ENV
+from validate.execute.runner import _LIVE
+from validate.model.outcome import Outcome
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+
+__all__ = ["PLUGIN", "PLUGIN_DIR", "REPLACE_EXIT", "BatchRun", "TestEnd", "plugin_env"]
+
+log = logging.getLogger(__name__)
+
+#: The folder put on the suite process's PYTHONPATH, and the plugin's module name in it.
+PLUGIN_DIR: Final = RESOURCES / "pytest_plugin"
+PLUGIN: Final = "cudnn_matrix_pytest"
+RECORD_ENV: Final = "CUDNN_MATRIX_PYTEST_RECORD"
+IDS_ENV: Final = "CUDNN_MATRIX_PYTEST_IDS"
+#: The plugin's exit status after a poisoned test (it ended the process on purpose).
+REPLACE_EXIT: Final = 75
+_POLL_S: Final = 0.05
+_TERM_GRACE_S: Final = 5.0
+_TAIL_LINES: Final = 40
+_TAIL_BYTES: Final = 64 * 1024
+_TEXT_LIMIT: Final = 4000
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestEnd:
+    """How one test of a batch ended (the suite turns it into a CaseResult)."""
+
+    id: str
+    outcome: Outcome
+    reason: str
+    duration_s: float = 0.0
+    exit_code: int | None = None
+    signal: str | None = None
+    exception: Mapping[str, Any] | None = None
+    tail: str = ""
+    log_path: str = ""
+    started_at: str = ""
+
+
+def plugin_env(base: Mapping[str, str], record: Path, ids: Path | None = None) -> dict[str, str]:
+    """The suite process's environment: the plugin's folder first on PYTHONPATH, its record
+    file (and the batch's ids), and the tool's pid (the plugin dies with the tool)."""
+    env = dict(base)
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = f"{PLUGIN_DIR}{os.pathsep}{path}" if path else str(PLUGIN_DIR)
+    env[RECORD_ENV] = str(record)
+    if ids is not None:
+        env[IDS_ENV] = str(ids)
+    env[PARENT_ENV] = str(os.getpid())
+    env["PYTHONFAULTHANDLER"] = "1"  # a segfault's Python stack lands in the output
+    return env
+
+
+class _Record:
+    """The lines of a record file as they are appended (a torn last line waits for its end)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        events = []
+        for line in lines:
+            with suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    events.append(event)
+        return events
+
+
+def _stamp(t: float | None = None) -> str:
+    when = dt.datetime.fromtimestamp(t, dt.timezone.utc) if t else dt.datetime.now(dt.timezone.utc)
+    return when.isoformat(timespec="seconds")
+
+
+def _tail_from(path: Path, offset: int | None) -> str:
+    """The last lines `path` got from `offset` on (the dead test's own output)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            end = fh.tell()
+            start = max(offset or 0, end - _TAIL_BYTES)
+            fh.seek(start)
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-_TAIL_LINES:])
+
+
+def _kill(pgid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _end_from_done(event: Mapping[str, Any], log_path: Path, started: float | None) -> TestEnd:
+    """The plugin's verdict as a TestEnd: a failure goes through the tool's classifier (a
+    poisoned CUDA context is a crash, a missing module an environment error)."""
+    test_id = str(event["id"])
+    outcome = str(event.get("outcome"))
+    reason = str(event.get("reason") or "")
+    message = str(event.get("message") or "")
+    text = str(event.get("text") or "")
+    exception = None
+    result: tuple[Outcome, str]
+    match outcome:
+        case "pass":
+            result = (Outcome.PASS, "")
+        case "skip":
+            result = (Outcome.SKIP, reason)
+        case "xfail":
+            result = (Outcome.XFAIL, f"pytest xfail: {reason}".rstrip(": "))
+        case "xpass":
+            result = (Outcome.XPASS, f"pytest xpass (not strict): {reason}".rstrip(": "))
+        case "fail" | "error":
+            ename, _, evalue = message.partition(": ")
+            if not evalue:
+                ename, evalue = "", message
+            found, why = classify_exception(ename, evalue, text)
+            when = str(event.get("when") or "call")
+            if outcome == "error" and found is not Outcome.CRASH:
+                result = (Outcome.ERROR, f"{when} failed: {message}"[:600])
+            elif found in (Outcome.CRASH, Outcome.ERROR):
+                result = (found, why)
+            else:  # a product failure stays one (no graph-not-supported skip for a test)
+                result = (Outcome.FAIL, message.strip().splitlines()[0][:600] if message else why)
+            if event.get("teardown"):
+                result = (result[0], f"{result[1]}; teardown failed too: {event['teardown']}")
+            exception = {"ename": ename, "evalue": evalue[:_TEXT_LIMIT], "traceback": text}
+        case _:
+            result = (Outcome.ERROR, f"the plugin reported {outcome!r}")
+    return TestEnd(
+        id=test_id,
+        outcome=result[0],
+        reason=result[1],
+        duration_s=float(event.get("duration") or 0.0),
+        exception=exception,
+        tail=text[-_TEXT_LIMIT:] if result[0] is not Outcome.PASS else "",
+        log_path=str(log_path),
+        started_at=_stamp(started),
+    )
+
+
+@dataclass
+class _Running:
+    id: str
+    since: float  # monotonic, when its `start` was read
+    t: float | None  # its wall-clock start, from the plugin
+    offset: int | None
+
+
+class BatchRun:
+    """Run `ids` to the end in as many fresh pytest processes as it takes (see the module doc).
+
+    `argv` is the pytest command without the ids (python -m pytest, the plugin, the selection);
+    `limit_s(id)` the time a test may run; `on_end` gets each id's end once, from this thread;
+    `stopped()` says the run was interrupted (nothing more starts and nothing is recorded)."""
+
+    def __init__(
+        self,
+        *,
+        ids: Sequence[str],
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        folder: Path,
+        limit_s: Callable[[str], float],
+        on_end: Callable[[TestEnd], None],
+    ) -> None:
+        self.ids, self.argv, self.env, self.cwd, self.folder = list(ids), argv, env, cwd, folder
+        self.limit_s, self.on_end = limit_s, on_end
+        self.processes = 0  # how many pytest processes the batch took
+
+    def run(self) -> None:
+        left = list(self.ids)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        while left and not _LIVE.stopped.is_set():
+            self.processes += 1
+            left = self._one_process(left, self.processes)
+
+    def _end(self, end: TestEnd, left: list[str], ended: set[str]) -> None:
+        if end.id in ended or _LIVE.stopped.is_set():
+            return
+        ended.add(end.id)
+        with suppress(ValueError):
+            left.remove(end.id)
+        self.on_end(end)
+
+    def _one_process(self, ids: list[str], n: int) -> list[str]:
+        """One pytest process over `ids`; returns the ids it left for a fresh one."""
+        left = list(ids)
+        ended: set[str] = set()
+        log_path = self.folder / f"output.{n}.log"
+        record_path = self.folder / f"record.{n}.jsonl"
+        ids_path = self.folder / f"ids.{n}.txt"
+        record_path.unlink(missing_ok=True)
+        ids_path.write_text("".join(f"{i}\n" for i in ids), encoding="utf-8")
+        env = plugin_env(self.env, record_path, ids_path)
+        log.debug("+ %s (%d tests)", " ".join(self.argv), len(ids))
+        with log_path.open("wb") as out:
+            proc = subprocess.Popen(
+                list(self.argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        _LIVE.add(proc.pid, log_path.with_suffix(".kernel"))  # ended on Ctrl-C with the cases
+        record = _Record(record_path)
+        running: _Running | None = None
+        last = time.monotonic()  # the last sign of life: start, or a test's start or end
+        started_any = False
+        killed: str | None = None  # "timeout" (a test ran past its limit) or "stalled"
+        replaced = False
+        returncode: int | None = None
+        try:
+            while True:
+                try:
+                    returncode = proc.wait(timeout=_POLL_S)
+                except subprocess.TimeoutExpired:
+                    returncode = None
+                for event in record.read():
+                    match event.get("ev"):
+                        case "start":
+                            running = _Running(
+                                str(event["id"]),
+                                time.monotonic(),
+                                event.get("t"),
+                                event.get("offset"),
+                            )
+                            started_any = True
+                            last = running.since
+                        case "done":
+                            since = running.t if running and running.id == event["id"] else None
+                            self._end(_end_from_done(event, log_path, since), left, ended)
+                            running, last = None, time.monotonic()
+                        case "missing":
+                            why = "not collected by the batch's pytest process (its collection differs)"
+                            self._end(
+                                TestEnd(id=str(event["id"]), outcome=Outcome.ERROR, reason=why),
+                                left,
+                                ended,
+                            )
+                        case "replace":
+                            replaced = True
+                if returncode is not None:
+                    break
+                now = time.monotonic()
+                if running is not None and now - running.since > self.limit_s(running.id):
+                    killed = "timeout"
+                elif running is None and now - last > self.limit_s(""):
+                    killed = "stalled"
+                if killed:
+                    _kill(proc.pid, signal.SIGTERM)
+                    try:
+                        returncode = proc.wait(timeout=_TERM_GRACE_S)
+                    except subprocess.TimeoutExpired:
+                        _kill(proc.pid, signal.SIGKILL)
+                        returncode = proc.wait()
+                    break
+        finally:
+            if returncode is None:  # an exception in this thread: the process must not outlive it
+                _kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+            _LIVE.discard(proc.pid)
+            _kill(proc.pid, signal.SIGKILL)  # whatever the process group left behind
+        for event in record.read():  # what it wrote before it ended, not read yet
+            if event.get("ev") == "done":
+                since = running.t if running and running.id == event["id"] else None
+                self._end(_end_from_done(event, log_path, since), left, ended)
+                running = None
+            elif event.get("ev") == "start":
+                running = _Running(
+                    str(event["id"]), time.monotonic(), event.get("t"), event.get("offset")
+                )
+                started_any = True
+        sig = signal_name(returncode)
+        status = f"killed by {sig}" if sig else f"exited with status {returncode}"
+        if running is not None:
+            tail = _tail_from(log_path, running.offset)
+            took = (time.time() - running.t) if running.t else time.monotonic() - running.since
+            if killed == "timeout":
+                limit = self.limit_s(running.id)
+                outcome, reason = (
+                    Outcome.TIMEOUT,
+                    f"timed out after {limit:g}s; its pytest process was killed",
+                )
+            else:
+                poisoned = next((ln.strip() for ln in tail.splitlines() if POISON.search(ln)), None)
+                outcome = Outcome.CRASH
+                reason = f"the pytest process {status} during this test"
+                if poisoned:
+                    reason += f"; CUDA context poisoned: {poisoned[:300]}"
+            end = TestEnd(
+                id=running.id,
+                outcome=outcome,
+                reason=reason,
+                duration_s=round(took, 3),
+                exit_code=returncode if returncode >= 0 else None,
+                signal=sig,
+                tail=tail,
+                log_path=str(log_path),
+                started_at=_stamp(running.t),
+            )
+            self._end(end, left, ended)
+        elif left and not started_any and not _LIVE.stopped.is_set():
+            why = "stalled before its first test" if killed == "stalled" else status
+            tail = _tail_from(log_path, 0)
+            last_line = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "")
+            reason = f"its pytest process {why} before running it: {last_line[:300]}"
+            for test_id in list(left):
+                end = TestEnd(
+                    id=test_id,
+                    outcome=Outcome.ERROR,
+                    reason=reason,
+                    exit_code=returncode,
+                    signal=sig,
+                    tail=tail,
+                    log_path=str(log_path),
+                )
+                self._end(end, left, ended)
+        if left and not replaced and running is None and returncode in (0, 1):
+            log.debug("%d tests left after a clean end of %s: next process", len(left), log_path)
+        return left

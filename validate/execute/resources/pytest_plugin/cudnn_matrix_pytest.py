@@ -1,0 +1,258 @@
+"""pytest plugin the tool loads into a suite's pytest process (`-p cudnn_matrix_pytest`).
+
+Stdlib and pytest only: it runs in the cell's environment, with this folder on PYTHONPATH (a
+folder of its own, so no other file of the tool's shadows a module of the suite's).
+
+It writes one JSON object per line to the file named by $CUDNN_MATRIX_PYTEST_RECORD, each line
+written whole with one write(2) on an O_APPEND descriptor, so a line is in the file once the
+call returns and survives any death of this process (a signal, `os._exit`):
+
+- collection (`--collect-only`): `item` per collected test (node id, file, markers), `collect_error`
+  per module that failed to collect, then `collected`;
+- a batch run ($CUDNN_MATRIX_PYTEST_IDS names a file of node ids): only those files are collected,
+  only those tests run, in that order (the selection's -m/-k are not applied again: the ids were
+  selected by the collection); an id not collected now is a `missing` line. Each test writes
+  `start` (fsynced, before its setup: the test running when the process dies is the one whose
+  `start` has no `done`), then `done` with its pytest outcome.
+
+A test whose report names a poisoned CUDA context (resources/cuda_errors.py) ends the process
+right after its `done` (`replace`, exit status 75): every later CUDA call in it would fail, so
+the tool starts the rest of the batch in a fresh process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+RECORD_ENV = "CUDNN_MATRIX_PYTEST_RECORD"
+IDS_ENV = "CUDNN_MATRIX_PYTEST_IDS"
+#: The exit status of a process this plugin ended after a poisoned test (EX_TEMPFAIL).
+REPLACE_EXIT = 75
+_TEXT_LIMIT = 4000  # characters of a report's text kept in a `done` line
+
+
+def _load_sibling(name: str) -> Any:
+    """A stdlib module of the tool's resources folder (one level up), by its path."""
+    path = Path(__file__).resolve().parent.parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_cudnn_matrix_{name}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Recorder:
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, event: dict[str, Any], *, sync: bool = False) -> None:
+        data = (json.dumps(event, default=str) + "\n").encode("utf-8", "replace")
+        os.write(self._fd, data)  # one O_APPEND write: the line lands whole
+        if sync:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        os.fsync(self._fd)
+        os.close(self._fd)
+
+
+def _stdout_offset() -> int | None:
+    """Where the process's output file stands now (the tool slices a dead test's output from
+    it); None when stdout is not a file."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        return os.lseek(1, 0, os.SEEK_CUR)
+    except OSError:
+        return None
+
+
+def _longrepr(report: pytest.TestReport | pytest.CollectReport) -> str:
+    try:
+        return str(report.longreprtext)
+    except Exception:  # noqa: BLE001 - a report that cannot render itself
+        return repr(report.longrepr)
+
+
+class _Plugin:
+    def __init__(self, record: _Recorder, ids: list[str] | None) -> None:
+        self.record = record
+        self.ids = ids
+        self.reports: dict[str, list[pytest.TestReport]] = {}
+        self.poison = _load_sibling("cuda_errors").POISON
+        self.files: set[Path] | None = None  # a batch run: its files, and their folders
+        self.dirs: set[Path] = set()
+
+    # --- both modes ---------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        self.record.write(
+            {
+                "ev": "session",
+                "pid": os.getpid(),
+                "pytest": pytest.__version__,
+                "python": sys.version.split()[0],
+                "rootdir": str(config.rootpath),
+            }
+        )
+        if self.ids is not None:
+            # The ids were chosen by the collection with the selection's -m/-k: not again here
+            # (a later -m in the selection must not deselect them), and no stop after a failure.
+            config.option.markexpr = ""
+            config.option.keyword = ""
+            config.option.maxfail = 0
+            root = config.rootpath
+            self.files = {(root / i.split("::", 1)[0]).resolve() for i in self.ids}
+            self.dirs = {parent for f in self.files for parent in f.parents}
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.record.write(
+                {"ev": "collect_error", "id": report.nodeid, "text": _longrepr(report)[-8000:]}
+            )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        if self.ids is None:
+            return
+        by_id = {item.nodeid: item for item in items}
+        wanted = [by_id[i] for i in self.ids if i in by_id]
+        for missing in (i for i in self.ids if i not in by_id):
+            self.record.write({"ev": "missing", "id": missing})
+        keep = {id(item) for item in wanted}
+        dropped = [item for item in items if id(item) not in keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = wanted
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.ids is not None:
+            self.record.write({"ev": "collected", "n": len(session.items)})
+            return
+        for item in session.items:
+            path = item.nodeid.split("::", 1)[0]
+            marks = sorted({mark.name for mark in item.iter_markers()})
+            self.record.write({"ev": "item", "id": item.nodeid, "file": path, "markers": marks})
+        self.record.write({"ev": "collected", "n": len(session.items)}, sync=True)
+
+    # --- batch runs ---------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
+        """Collect only the batch's files (and the folders on their way)."""
+        if self.files is None:
+            return None
+        path = collection_path.resolve()
+        if path in self.files or path in self.dirs:
+            return None
+        if path.is_dir():
+            return True
+        return True if path.suffix == ".py" else None
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.reports[nodeid] = []
+        start = {"ev": "start", "id": nodeid, "t": time.time(), "offset": _stdout_offset()}
+        self.record.write(start, sync=True)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.reports.setdefault(report.nodeid, []).append(report)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        reports = self.reports.pop(nodeid, [])
+        done = _verdict(reports)
+        done.update(ev="done", id=nodeid, t=time.time())
+        self.record.write(done)
+        text = "\n".join([done.get("text", ""), *_sections(reports)])
+        hit = next((ln for ln in text.splitlines() if self.poison.search(ln)), None)
+        if hit is not None:
+            self.record.write({"ev": "replace", "id": nodeid, "line": hit.strip()[:300]}, sync=True)
+            _stdout_offset()  # flush what the test printed
+            os._exit(REPLACE_EXIT)
+
+    def pytest_unconfigure(self) -> None:
+        self.record.write({"ev": "end"})
+        self.record.close()
+
+
+def _sections(reports: Iterable[pytest.TestReport]) -> list[str]:
+    return [content for report in reports for _, content in report.sections]
+
+
+def _verdict(reports: list[pytest.TestReport]) -> dict[str, Any]:
+    """The test's outcome from its setup/call/teardown reports, as pytest counts it: a failed
+    setup or teardown is an error, a skip in setup or call a skip (with its reason), xfail and
+    non-strict xpass as such (a strict xpass is already a failed call report)."""
+    duration = sum(r.duration for r in reports)
+    by_when = {r.when: r for r in reports}
+    setup, call, teardown = by_when.get("setup"), by_when.get("call"), by_when.get("teardown")
+    out: dict[str, Any] = {"duration": round(duration, 6)}
+    first = setup if setup is not None and not setup.passed else call
+    if first is not None and first.skipped:
+        if hasattr(first, "wasxfail"):
+            out.update(outcome="xfail", reason=str(first.wasxfail))
+        else:
+            longrepr = first.longrepr
+            why = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            out.update(outcome="skip", reason=str(why).removeprefix("Skipped: "))
+    elif setup is not None and setup.failed:
+        out.update(outcome="error", when="setup", **_failure(setup))
+    elif call is not None and call.failed:
+        out.update(outcome="fail", when="call", **_failure(call))
+    elif call is not None and call.passed and hasattr(call, "wasxfail"):
+        out.update(outcome="xpass", reason=str(call.wasxfail))
+    elif call is not None and call.passed:
+        out.update(outcome="pass")
+    else:  # no call report: the setup passed and nothing ran (should not happen)
+        out.update(outcome="error", when="call", message="no call report")
+    if teardown is not None and teardown.failed:
+        if out["outcome"] in ("pass", "xpass", "skip", "xfail"):
+            out.update(outcome="error", when="teardown", **_failure(teardown))
+        else:
+            out["teardown"] = _failure(teardown)["message"]
+    return out
+
+
+def _failure(report: pytest.TestReport) -> dict[str, str]:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = str(getattr(crash, "message", "") or "")
+    text = _longrepr(report)
+    if not message:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        message = lines[-1] if lines else "failed"
+    return {"message": message[:_TEXT_LIMIT], "text": text[-_TEXT_LIMIT:]}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the recorder when the tool asked for one (no record file: a no-op)."""
+    path = os.environ.get(RECORD_ENV)
+    if not path or config.pluginmanager.has_plugin("cudnn_matrix_recorder"):
+        return
+    ids_file = os.environ.get(IDS_ENV)
+    ids = None
+    if ids_file:
+        with open(ids_file, encoding="utf-8") as fh:  # noqa: PTH123 - plain open, as the rest
+            ids = [line.rstrip("\n") for line in fh if line.strip()]
+    # the suite process dies with the tool (a kill -9 of it must not leave tests running)
+    _load_sibling("guard").die_with_parent()
+    plugin = _Plugin(_Recorder(path), ids)
+    # pytest_configure is historic: the plugin registered now gets its own call right away
+    config.pluginmanager.register(plugin, "cudnn_matrix_recorder")
