@@ -43,7 +43,9 @@ class ExecResult:
     record and the executors' ExecResult). A failing case is data here, never an exception.
     """
 
-    kind: Literal["notebook", "script", "runner"]  # runner: a whole runner, never classified
+    kind: Literal[
+        "notebook", "script", "pytest", "runner"
+    ]  # runner: a whole runner, never classified
     returncode: int | None  # of the process the tool started; negative = killed by that signal
     timed_out: bool = False
     timeout_s: float = 0.0

@@ -129,11 +129,19 @@ class Collected:
     log_path: str = ""
 
 
+_EXC_LINE: Final = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b")
+
+
 def _exception_line(text: str) -> str:
-    """The exception a collection traceback ends with ("E   ModuleNotFoundError: ...")."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    marked = [ln.removeprefix("E").strip() for ln in lines if ln.startswith("E ")]
-    found = marked[-1] if marked else (lines[-1] if lines else "")
+    """The exception a collection traceback ends with ("E   ModuleNotFoundError: ...", or an
+    INTERNALERROR> line), else its last line."""
+    lines = [
+        ln.removeprefix("INTERNALERROR>").removeprefix("E ").strip()
+        for ln in text.splitlines()
+        if ln.strip()
+    ]
+    named = [ln for ln in lines if _EXC_LINE.match(ln)]
+    found = named[-1] if named else (lines[-1] if lines else "")
     return found[:300]
 
 

@@ -30,12 +30,15 @@ __all__ = [
     "discover_samples",
     "load_manifest",
     "select_cases",
+    "suite_case",
 ]
 
 #: The cases `validate` runs when none are named: the pin check and the #361 fusion repro.
 SHIPPED_CASES: Final = RESOURCES / "cases"
 
-CaseKind = Literal["notebook", "script"]
+#: "pytest": a whole pytest suite (`--tests`), run in batches by execute/suite.py, one result per
+#: test id; never one process of its own
+CaseKind = Literal["notebook", "script", "pytest"]
 _SUFFIXES: dict[str, CaseKind] = {".ipynb": "notebook", ".py": "script"}
 
 
@@ -76,6 +79,9 @@ class Case:
                 return notebook.command(python, self.path, report, timeout_s)
             case "script":
                 return script.command(python, self.path, report, self.args)
+            case "pytest":
+                msg = f"{self.name}: a pytest suite runs in batches (execute/suite.py), not alone"
+                raise CaseError(msg)
 
 
 def _kind(path: Path) -> CaseKind | None:
@@ -235,6 +241,17 @@ def discover_samples(checkout: Path, *, requirements: Path | None = None) -> lis
     return discover_cases(notebooks, table=table)
 
 
+def suite_case(root: Path, select: str | None) -> Case:
+    """A pytest suite (`--tests`) as one case of kind "pytest": its selection in `args`. Its
+    results are named by test id; the suite's own name only where it could not be collected."""
+    from validate.execute.suite import Suite  # the same stage; imported when a suite is named
+
+    suite = Suite.from_flags(root, select)
+    return Case(
+        name=suite.name, path=suite.root, kind="pytest", args=suite.select, source=str(root)
+    )
+
+
 def select_cases(
     cases: Sequence[Case], patterns: Sequence[str], flag: str = "--case"
 ) -> list[Case]:
@@ -258,6 +275,9 @@ def cases_for(config: ValidateConfig) -> list[Case]:
     cases: list[Case] = discover_cases(config.cases) if config.cases else []
     if config.samples is not None:
         cases += discover_samples(config.samples)
-    if not config.cases and config.samples is None:
+    if not config.cases and config.samples is None and config.tests is None:
         cases = discover_cases([SHIPPED_CASES])
+    if config.tests is not None:
+        cases = select_cases(check_unique(cases), config.case_names) if cases else []
+        return [*cases, suite_case(config.tests, config.tests_select)]
     return select_cases(check_unique(cases), config.case_names)

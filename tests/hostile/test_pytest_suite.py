@@ -1,0 +1,233 @@
+"""A pytest suite as cases (issue 27), on a suite written for these tests that crashes on purpose
+(tests/resources/pytest_suite): every test id gets exactly one verdict, each crash, poisoned
+context and hang is attributed to the test that caused it, and a kill -9 of the tool followed by
+`--resume` completes the run with no result lost or counted twice. Real pytest processes, real
+signals; the GPU is the only thing faked (tests/resources/pytest_gpu_suite's conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from proctags import kill_tagged, tagged, tagged_env
+
+from validate.env.target import ExecTarget
+from validate.execute.runner import RunOptions
+from validate.execute.suite import CollectedTest, Suite, SuiteRun, collect, split_batches
+from validate.model.results import ResultStore
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+RESOURCES = Path(__file__).resolve().parents[1] / "resources"
+SUITE = RESOURCES / "pytest_suite"
+GPU_SUITE = RESOURCES / "pytest_gpu_suite"
+REPO = Path(__file__).resolve().parents[2]
+
+#: The verdict of every test of the suite that does not simply pass, and why.
+EXPECTED = {
+    "test_broken_import.py": ("error", "ModuleNotFoundError"),
+    "test_crashes.py::test_segfault": ("crash", "killed by SIGSEGV"),
+    "test_crashes.py::test_abort": ("crash", "killed by SIGABRT"),
+    "test_crashes.py::test_cuda_exit": ("crash", "exited with status 70"),
+    "test_hang.py::test_hang": ("timeout", "timed out after 3s"),
+    "test_fixtures.py::test_setup_error": ("error", "setup failed: RuntimeError"),
+    "test_fixtures.py::test_teardown_error": ("error", "teardown failed: RuntimeError"),
+    "test_fixtures.py::test_plain_failure": ("fail", "AssertionError: arithmetic is broken"),
+    "test_poison.py::test_poisoner": ("crash", "CUDA context poisoned"),
+    "test_marks.py::test_strict_xfail": ("xfail", "known bug 123"),
+    "test_marks.py::test_strict_xpass": ("fail", "[XPASS(strict)] fixed already?"),
+    "test_marks.py::test_xpass": ("xpass", "maybe fixed"),
+    "test_marks.py::test_skip_marker": ("skip", "needs a Blackwell GPU"),
+    "test_marks.py::test_skipif": ("skip", "backend too old"),
+    "test_marks.py::test_skip_inside": ("skip", "graph not supported here"),
+}
+#: Tests that pass only where each crash, poison and hang was contained to its own test.
+PASS_AFTER = [
+    "test_crashes.py::test_before_crashes",
+    "test_crashes.py::test_after_crashes",
+    "test_hang.py::test_after_hang",
+    "test_poison.py::test_victim",
+    "test_marks.py::test_exclusive",
+]
+TOTAL = 2000 + 19 + 1  # collected tests + the module that fails to collect
+
+
+def _tool(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "validate", "run", "--tests", str(SUITE), *args],
+        cwd=REPO,
+        env={**(env or os.environ), "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _lines(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "results.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _check_verdicts(rows: list[dict[str, Any]]) -> None:
+    keys = Counter(r["case"] for r in rows)
+    assert [k for k, n in keys.items() if n > 1] == []  # none counted twice
+    assert len(keys) == TOTAL  # none lost
+    got = {r["case"]: r for r in rows}
+    for test_id, (outcome, why) in EXPECTED.items():
+        assert (test_id, got[test_id]["outcome"]) == (test_id, outcome), got[test_id]["reason"]
+        assert why in got[test_id]["reason"], got[test_id]
+    for test_id in PASS_AFTER:
+        assert got[test_id]["outcome"] == "pass", got[test_id]
+    quick = [r for r in rows if r["case"].startswith("test_many.py::test_quick[")]
+    assert len(quick) == 2000
+    assert {r["outcome"] for r in quick} == {"pass"}
+
+
+@pytest.fixture
+def tag() -> Iterator[tuple[str, dict[str, str]]]:
+    found = tagged_env()
+    yield found
+    kill_tagged(found[0])
+
+
+def test_every_test_id_gets_one_verdict_with_two_jobs(tmp_path: Path) -> None:
+    """--jobs 2 over the whole suite: a segfault, an abort and os._exit(70) after a CUDA error
+    line are the crash of their own test (its signal or status, its last output line), the
+    hang is a timeout, and the tests after each one still run and pass."""
+    proc = _tool("--jobs", "2", "--timeout", "3", "--results", str(tmp_path / "run"))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out  # the suite has failures
+    rows = _lines(tmp_path / "run")
+    _check_verdicts(rows)
+    cuda = next(r for r in rows if r["case"] == "test_crashes.py::test_cuda_exit")
+    assert cuda["exit_code"] == 70
+    assert "CUDA error: an illegal memory access was encountered" in cuda["tail"]
+    assert "CUDA context poisoned" in cuda["reason"]
+    segv = next(r for r in rows if r["case"] == "test_crashes.py::test_segfault")
+    assert segv["signal"] == "SIGSEGV"
+    assert "test_segfault" in segv["tail"]  # faulthandler's stack of the dead test, not another's
+    broken = next(r for r in rows if r["case"] == "test_broken_import.py")
+    assert "synthetic_suite_module_that_does_not_exist" in broken["reason"]
+
+
+def test_plain_pytest_fails_the_test_after_the_poisoned_one() -> None:
+    """The suite's poison pair fails under plain pytest (one process): the victim passes under
+    the tool only because the process was replaced after the poison report."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_poison.py"],
+        cwd=SUITE,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert "FAILED test_poison.py::test_victim" in proc.stdout
+
+
+def test_poisoned_test_replaces_the_process(tmp_path: Path) -> None:
+    """One slot, the poison pair: the poisoner's process ends after it (the plugin's exit 75) and
+    the victim runs in a second process."""
+    proc = _tool(
+        "--tests-select", "test_poison.py", "--jobs", "1", "--results", str(tmp_path / "run")
+    )
+    out, _ = proc.communicate(timeout=120)
+    got = {r["case"]: r["outcome"] for r in _lines(tmp_path / "run")}
+    assert got == {"test_poison.py::test_poisoner": "crash", "test_poison.py::test_victim": "pass"}
+    outputs = sorted((tmp_path / "run" / "cases" / "local" / "pytest").glob("batch-*/output.*.log"))
+    assert len(outputs) == 2, out
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_tool_then_resume_loses_nothing(
+    tmp_path: Path, tag: tuple[str, dict[str, str]]
+) -> None:
+    """kill -9 of the tool mid-run (the hang holds one slot, so the run cannot have ended): its
+    pytest processes die with it, and --resume runs exactly the ids without a stored result."""
+    name, env = tag
+    run_dir = tmp_path / "run"
+    first = _tool("--jobs", "2", "--timeout", "60", "--results", str(run_dir), env=env)
+    deadline = time.monotonic() + 120
+    while len(_lines(run_dir)) < 500 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=30)
+    before = _lines(run_dir)
+    assert 500 <= len(before) < TOTAL
+    for _ in range(100):  # the suite's processes die with the tool (PDEATHSIG)
+        if not tagged(name, "pytest"):
+            break
+        time.sleep(0.05)
+    assert tagged(name, "pytest") == []
+    second = _tool("--jobs", "2", "--timeout", "3", "--results", str(run_dir), "--resume", env=env)
+    out, _ = second.communicate(timeout=300)
+    assert second.returncode == 1, out
+    after = _lines(run_dir)
+    assert after[: len(before)] == before  # nothing stored twice, nothing rewritten
+    _check_verdicts(after)
+
+
+def _target(*, has_gpu: bool) -> ExecTarget:
+    return ExecTarget(python=Path(sys.executable), has_gpu=has_gpu)
+
+
+def test_a_suite_that_needs_a_gpu_to_collect_is_one_skip_without_one(tmp_path: Path) -> None:
+    """The conftest asserts CUDA at configure time: without a GPU that is one `skip` for the
+    suite; the same failure on a GPU host is an `error` (nothing there says "no GPU")."""
+    suite = Suite.from_flags(GPU_SUITE, None)
+    no_gpu = collect(suite, _target(has_gpu=False), tmp_path / "a", 60)
+    assert no_gpu.tests == ()
+    ((name, outcome, reason),) = no_gpu.problems
+    assert (name, str(outcome)) == ("pytest:pytest_gpu_suite", "skip")
+    assert reason.startswith("needs a GPU")
+    assert "torch.cuda.is_available" in reason
+    with_gpu = collect(suite, _target(has_gpu=True), tmp_path / "b", 60)
+    assert [str(p[1]) for p in with_gpu.problems] == ["error"]
+
+
+def test_a_suite_that_finds_its_gpu_collects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SYNTHETIC_CUDA", "1")  # the fake GPU the suite's conftest asks for
+    found = collect(Suite.from_flags(GPU_SUITE, None), _target(has_gpu=True), tmp_path, 60)
+    assert (found.problems, [t.id for t in found.tests]) == ((), ["test_gpu.py::test_kernel"])
+
+
+def test_gpu_exclusive_tests_are_one_exclusive_pool_job(tmp_path: Path) -> None:
+    """The collection job's follow-ups: contiguous batches, at most one per slot, and the
+    `gpu_exclusive` tests in one batch the pool runs with nothing beside it."""
+    options = RunOptions(results_dir=tmp_path, timeout_s=60)
+    suite = Suite.from_flags(SUITE, "test_marks.py test_many.py")
+    run = SuiteRun(
+        suite, _target(has_gpu=False), options, ResultStore(tmp_path / "r.jsonl"), slots=3
+    )
+    jobs = run.job().run()
+    assert [(j.cases, j.exclusive) for j in jobs] == [
+        (669, False),
+        (669, False),
+        (668, False),
+        (1, True),
+    ]
+
+
+def test_batches_are_contiguous_and_balanced_by_the_history() -> None:
+    tests = [CollectedTest(id=f"t.py::t{i}", file="t.py") for i in range(6)]
+    durations = {"t.py::t0": 10.0, "t.py::t1": 10.0}  # the others unknown: the mean, 10 s
+    batches = split_batches(tests, 3, durations.get)
+    assert [[t.id[-2:] for t in b] for b, _ in batches] == [
+        ["t0", "t1"],
+        ["t2", "t3"],
+        ["t4", "t5"],
+    ]
+    lopsided = {t.id: 1.0 for t in tests} | {"t.py::t0": 100.0}
+    assert [len(b) for b, _ in split_batches(tests, 2, lopsided.get)] == [1, 5]
