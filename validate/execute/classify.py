@@ -1,4 +1,8 @@
-"""Pure classification of one finished case process into (Outcome, reason); no I/O here."""
+"""Pure classification of one finished case process into (Outcome, reason); no I/O here.
+
+What holds for every case kind is here (a pin not honoured, the tool's timeout, exceptions read
+by their text); what a kind's own report and exit status mean is its `classify` (cases/kinds.py).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import json
 import re
 import signal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 from validate.execute.resources.cuda_errors import POISON
 from validate.model.outcome import Outcome
@@ -15,7 +19,14 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-__all__ = ["ExecResult", "classify", "classify_exception", "poisoned_at", "signal_name"]
+__all__ = [
+    "ExecResult",
+    "classify",
+    "classify_exception",
+    "poisoned",
+    "poisoned_at",
+    "signal_name",
+]
 
 #: CUDA errors that poison the context: the process is as good as dead (DOMAIN.md §6).
 _POISON: Final = POISON
@@ -43,9 +54,7 @@ class ExecResult:
     record and the executors' ExecResult). A failing case is data here, never an exception.
     """
 
-    kind: Literal[
-        "notebook", "script", "pytest", "runner"
-    ]  # runner: a whole runner, never classified
+    kind: str  # a case kind's name (cases/kinds.py KINDS), or "runner": never classified
     returncode: int | None  # of the process the tool started; negative = killed by that signal
     timed_out: bool = False
     timeout_s: float = 0.0
@@ -97,45 +106,9 @@ def _timeout(run: ExecResult) -> tuple[Outcome, str]:
     return Outcome.TIMEOUT, f"timed out after {run.timeout_s:g}s; process group killed"
 
 
-def _classify_notebook(run: ExecResult, report: Mapping[str, Any]) -> tuple[Outcome, str]:
-    cell = report.get("cell_index")
-    where = f" (cell {cell})" if cell is not None else ""
-    match report.get("status"):
-        case "pass":
-            return Outcome.PASS, ""
-        case "fail":
-            context = f"{report.get('traceback', '')}\n{report.get('cell_source', '')}"
-            outcome, reason = classify_exception(
-                str(report.get("ename", "")), str(report.get("evalue", "")), context
-            )
-            return outcome, f"{reason}{where}"
-        case "timeout":
-            return Outcome.TIMEOUT, f"cell timed out after {run.timeout_s:g}s{where}"
-        case "dead":
-            sig = report.get("kernel_signal")
-            code = report.get("kernel_exit_code")
-            how = f"killed by {sig}" if sig else f"exited with status {code}"
-            return Outcome.CRASH, f"kernel died{where}: {how}"
-        case _:
-            ename, evalue = report.get("ename", "?"), report.get("evalue", "")
-            return Outcome.ERROR, f"notebook runner: {ename}: {evalue}"[:400]
-
-
-def _own_verdict(verdict: tuple[Outcome, str], tail: str = "") -> tuple[Outcome, str]:
-    """A script's own pass or fail verdict is still a crash when a context-poisoning CUDA error
-    shows anywhere in the script: in its reason (the repro catches `illegal memory access` to say
-    which graph it was in) or in its output (an error printed, or kept in its RESULT JSON, while
-    a later one - "cudnnHandle Destroy failed" at teardown - became the reason)."""
-    outcome, reason = verdict
-    if outcome not in (Outcome.FAIL, Outcome.PASS):
-        return verdict
-    if _POISON.search(reason):
-        return Outcome.CRASH, f"CUDA context poisoned: {reason}"
-    where = poisoned_at(tail)
-    if where is None:
-        return verdict
-    said = f"; the script said {outcome}" + (f": {reason}" if reason else "")
-    return Outcome.CRASH, f"CUDA context poisoned: {where}{said}"[:600]
+def poisoned(text: str) -> bool:
+    """Whether `text` names a CUDA error that poisons the context (the process is as good as dead)."""
+    return _POISON.search(text) is not None
 
 
 def poisoned_at(tail: str) -> str | None:
@@ -177,46 +150,13 @@ def _poisoned_result(text: str) -> str | None:
     return None
 
 
-def _classify_script(run: ExecResult, report: Mapping[str, Any] | None) -> tuple[Outcome, str]:
-    if isinstance(run.result_file, str):
-        return Outcome.ERROR, run.result_file
-    if run.result_file is not None:
-        return _own_verdict(run.result_file, run.tail)
-    if run.verdict is not None:
-        return _own_verdict(run.verdict, run.tail)
-    exc = (report or {}).get("exception")
-    if exc:
-        return classify_exception(
-            str(exc.get("ename", "")), str(exc.get("evalue", "")), str(exc.get("traceback", ""))
-        )
-    code = run.returncode
-    if code == 0:
-        return Outcome.PASS, ""
-    if code == 1:
-        outcome, reason = classify_exception("", "", run.tail)
-        if outcome is Outcome.FAIL:
-            return Outcome.FAIL, "exit status 1"
-        return outcome, reason
-    return Outcome.ERROR, f"script exited with status {code} (contract: 0 pass, 1 fail)"
-
-
 def classify(run: ExecResult, *, pin_error: str | None = None) -> tuple[Outcome, str]:
-    """The verdict for one case process. A pin that was not honoured overrides everything."""
+    """The verdict for one case process. A pin that was not honoured overrides everything, then
+    the tool's timeout; the rest is the case kind's."""
     if pin_error:
         return Outcome.ERROR, pin_error
     if run.timed_out:
         return _timeout(run)
-    sig = signal_name(run.returncode)
-    if run.kind == "notebook":
-        if run.report is not None:
-            return _classify_notebook(run, run.report)
-        if sig:
-            return Outcome.CRASH, f"notebook runner killed by {sig}"
-        last = next((ln for ln in reversed(run.tail.splitlines()) if ln.strip()), "")
-        outcome, reason = classify_exception("", "", last) if last else (Outcome.ERROR, "")
-        if outcome is Outcome.FAIL:
-            outcome, reason = Outcome.ERROR, last[:300]
-        return outcome, f"notebook runner exited with status {run.returncode}, no result: {reason}"
-    if sig:
-        return Outcome.CRASH, f"killed by {sig}"
-    return _classify_script(run, run.report)
+    from validate.execute.cases.kinds import KINDS  # the kinds classify with this module's parts
+
+    return KINDS[run.kind].classify(run)

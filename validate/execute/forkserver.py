@@ -1,6 +1,7 @@
 """Case bootstraps forked from a warm interpreter instead of started fresh (fork_server.py).
 
-A script case, or a notebook's bootstrap (its kernel is still started fresh), still runs in a
+A case of a forkable kind (cases/kinds.py: a script case, or a notebook's bootstrap, whose kernel
+is still started fresh) still runs in a
 process and a session of its own (the runner's process-group kill, its
 time limit, the GPU sampler's session accounting and Ctrl-C work on it unchanged); only the
 interpreter start and the bootstrap's imports are paid once per server instead of once per case.
@@ -23,8 +24,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from validate.execute.cases.notebook import RUN_NOTEBOOK
-from validate.execute.cases.script import RUN_SCRIPT
+from validate.execute.cases.kinds import forked_bootstraps
 from validate.execute.resources.fork_server import LATE, TITLE_ROOM
 
 if TYPE_CHECKING:
@@ -35,8 +35,6 @@ __all__ = ["FORK_SERVER", "OFF_ENV", "ForkServerLost", "ForkServers", "ForkedPro
 log = logging.getLogger(__name__)
 
 FORK_SERVER: Final = Path(__file__).resolve().parent / "resources" / "fork_server.py"
-#: The bootstraps a server can fork, by the path a fresh start runs (resources/fork_server.py).
-_KINDS: Final = {str(RUN_SCRIPT): "script", str(RUN_NOTEBOOK): "notebook"}
 #: `CUDNN_MATRIX_FORK_SERVER=0` in the tool's environment: every case starts fresh.
 OFF_ENV: Final = "CUDNN_MATRIX_FORK_SERVER"
 _ENDED: Final = "the fork server ended"
@@ -68,7 +66,7 @@ class ForkedProcess:
 class _Server:
     """One running fork server and the thread that reads its answers."""
 
-    def __init__(self, python: Path, env: Mapping[str, str], kind: str) -> None:
+    def __init__(self, python: Path, env: Mapping[str, str], boot: str, kind: str) -> None:
         self._cond = threading.Condition()
         self._writing = threading.Lock()  # one request at a time on the pipe
         self._answers: dict[tuple[int, str], Any] = {}
@@ -77,7 +75,8 @@ class _Server:
         self._ready = False
         self.python = str(python)
         self._proc = subprocess.Popen(
-            [str(python), str(FORK_SERVER), " " * TITLE_ROOM, kind],  # room for a case's title
+            # room for a case's title, the bootstrap it forks, and its kind (for `ps`)
+            [str(python), str(FORK_SERVER), " " * TITLE_ROOM, boot, kind],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -185,9 +184,9 @@ class _Slot:
         self.server: _Server | None = None
 
 
-def _new_server(python: Path, env: Mapping[str, str], kind: str) -> _Server | None:
+def _new_server(python: Path, env: Mapping[str, str], boot: str, kind: str) -> _Server | None:
     try:
-        server = _Server(python, env, kind)
+        server = _Server(python, env, boot, kind)
     except OSError as exc:
         log.debug("fork server for %s did not start: %s", python, exc)
         return None
@@ -241,7 +240,7 @@ class ForkServers:
         server died under this request. A server starts outside the lock (a notebook server
         imports nbclient, about half a second): other environments start theirs meanwhile, and
         only this environment's cases wait for it."""
-        kind = _KINDS.get(argv[1]) if len(argv) > 2 else None
+        kind = forked_bootstraps().get(argv[1]) if len(argv) > 2 else None  # (cases/kinds.py)
         if kind is None:
             return None
         python = Path(argv[0])
@@ -255,7 +254,7 @@ class ForkServers:
                 slot = self._slots[key] = _Slot()
         if mine:
             try:
-                slot.server = _new_server(python, dict(key[2]), kind)
+                slot.server = _new_server(python, dict(key[2]), argv[1], kind)
             finally:
                 slot.ready.set()
             with self._lock:

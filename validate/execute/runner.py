@@ -27,11 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from validate.errors import ResultsLost
-from validate.execute.cases.script import (
-    RESULT_FILE_ENV,
-    read_result_file,
-    verdict_line,
-)
+from validate.execute.cases.kinds import KINDS
+from validate.execute.cases.script import RESULT_FILE_ENV
 from validate.execute.classify import ExecResult, classify, signal_name
 from validate.execute.forkserver import ForkServerLost, ForkServers
 from validate.execute.history import History
@@ -67,7 +64,6 @@ log = logging.getLogger(__name__)
 FAILING: Final = frozenset(o for o, p in POLICY.items() if p.blocking)
 _TAIL_BYTES: Final = 8192
 _TERM_GRACE_S: Final = 5.0
-_NOTEBOOK_GRACE_S: Final = 30.0  # kernel start-up and env capture on top of the cell timeout
 #: A case with a recorded duration never gets a timeout below this multiple of it (`--timeout`).
 TIMEOUT_FLOOR: Final = 3.0
 #: Outcomes that contention can cause: an attempt with one of them that shared its GPU (or the
@@ -378,7 +374,8 @@ def _attempt(
     result_file = folder / f"script-result{suffix}.json"
     for stale in (report_path, result_file):
         stale.unlink(missing_ok=True)
-    limit = options.timeout_s + (_NOTEBOOK_GRACE_S if case.kind == "notebook" else 0.0)
+    kind = KINDS[case.kind]
+    limit = options.timeout_s + kind.grace_s
     env = _case_env(target, result_file, folder if api_logs else None)
     start = time.monotonic()
     argv = case.command(target.python, report_path, options.timeout_s)
@@ -401,10 +398,8 @@ def _attempt(
         log_path=log_path,
         tail=tail,
         report=report,
-        result_file=read_result_file(result_file) if case.kind == "script" else None,
-        verdict=verdict_line(tail) if case.kind == "script" else None,
     )
-    return result, usage
+    return kind.gather(result, result_file), usage
 
 
 def _captured(run: ExecResult) -> Mapping[str, Any]:
@@ -417,8 +412,7 @@ def _verdict(run: ExecResult, target: ExecTarget) -> tuple[Outcome, str]:
 
 
 def _exception(run: ExecResult) -> dict[str, Any] | None:
-    report = run.report or {}
-    source: Mapping[str, Any] = report if run.kind == "notebook" else report.get("exception") or {}
+    source = KINDS[run.kind].exception(run.report or {})
     if not source.get("ename") and not source.get("traceback"):
         return None
     keys = ("ename", "evalue", "cell_index", "cell_source", "traceback")

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from validate.execute.cases.kinds import kind_for_result
 from validate.model.axes import AXES
 from validate.model.outcome import policy
 from validate.report.model import cell_label
@@ -189,11 +190,7 @@ def bug_report(item: StoredResult, baseline: CaseResult | None = None) -> str:
         _fence(
             "export CUDNN_FRONTEND_LOG_INFO=1 CUDNN_FRONTEND_LOG_FILE=fe.log\n"
             "export CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=be.log\n"
-            + (
-                f"jupyter execute {shlex.quote(r.case_path)}"
-                if r.case_path.endswith(".ipynb")
-                else f"python {shlex.quote(r.case_path or r.case)}"
-            ),
+            + kind_for_result(r.case_path, r.case).repro_line(r.case_path, r.case),
             "sh",
         ),
         "",

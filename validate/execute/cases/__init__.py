@@ -1,4 +1,5 @@
-"""Cases: a notebook (.ipynb) or a script (.py), discovered from files, folders or a checkout."""
+"""Cases: one of the kinds in cases/kinds.py (a notebook, a script), discovered from files, folders
+or a checkout."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from validate.datafile import Key, read_toml
 from validate.errors import CaseError
-from validate.execute.cases import notebook, script
+from validate.execute.cases.kinds import KINDS, kind_for_path
 from validate.execute.resources import RESOURCES
 from validate.plan.requirements import DEFAULT_CASES_TOML, Requirements, RequirementTable
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from validate.config import ValidateConfig
 
 __all__ = [
+    "KINDS",
     "MANIFEST",
     "SHIPPED_CASES",
     "Case",
@@ -36,10 +38,8 @@ __all__ = [
 #: The cases `validate` runs when none are named: the pin check and the #361 fusion repro.
 SHIPPED_CASES: Final = RESOURCES / "cases"
 
-#: "pytest": a whole pytest suite (`--tests`), run in batches by execute/suite.py, one result per
-#: test id; never one process of its own
-CaseKind = Literal["notebook", "script", "pytest"]
-_SUFFIXES: dict[str, CaseKind] = {".ipynb": "notebook", ".py": "script"}
+#: A case kind's name, a key of KINDS (cases/kinds.py).
+CaseKind: TypeAlias = str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,18 +74,18 @@ class Case:
 
     def command(self, python: Path, report: Path, timeout_s: float) -> list[str]:
         """argv that runs this case under `python` and writes its report JSON."""
-        match self.kind:
-            case "notebook":
-                return notebook.command(python, self.path, report, timeout_s)
-            case "script":
-                return script.command(python, self.path, report, self.args)
-            case "pytest":
-                msg = f"{self.name}: a pytest suite runs in batches (execute/suite.py), not alone"
-                raise CaseError(msg)
+        return KINDS[self.kind].command(self, python, report, timeout_s)
 
 
 def _kind(path: Path) -> CaseKind | None:
-    return _SUFFIXES.get(path.suffix)
+    kind = kind_for_path(path)
+    return kind.name if kind is not None else None
+
+
+def _expected() -> str:
+    """What a case file is, for an error: "a .ipynb notebook or a .py script"."""
+    files = [f"a {k.suffix} {k.name}" for k in KINDS.values() if k.suffix is not None]
+    return " or ".join(filter(None, (", ".join(files[:-1]), files[-1])))
 
 
 def _is_case_file(path: Path) -> bool:
@@ -97,7 +97,8 @@ def _is_case_file(path: Path) -> bool:
 
 
 def discover_cases(paths: Iterable[Path], *, table: RequirementTable | None = None) -> list[Case]:
-    """Cases from files and folders (folders: *.ipynb and *.py, recursively, sorted).
+    """Cases from files and folders (folders: files with a kind's suffix, *.ipynb and *.py,
+    recursively, sorted).
 
     Names are file names; when two cases share one, their paths relative to the common
     folder are used instead so that result keys stay unique.
@@ -117,7 +118,7 @@ def discover_cases(paths: Iterable[Path], *, table: RequirementTable | None = No
             )
         elif path.is_file():
             if _kind(path) is None:
-                msg = f"{path}: not a case (expected a .ipynb notebook or a .py script)"
+                msg = f"{path}: not a case (expected {_expected()})"
                 raise CaseError(msg)
             found.append(path)
         else:

@@ -18,16 +18,30 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Final
+import shlex
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final
 
+from validate.execute.classify import classify_exception, poisoned, poisoned_at, signal_name
 from validate.execute.resources import RESOURCES
 from validate.model.outcome import Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-__all__ = ["RESULT_FILE_ENV", "RUN_SCRIPT", "command", "read_result_file", "verdict_line"]
+    from validate.execute.cases import Case
+    from validate.execute.classify import ExecResult
+
+__all__ = [
+    "KIND",
+    "RESULT_FILE_ENV",
+    "RUN_SCRIPT",
+    "ScriptKind",
+    "command",
+    "read_result_file",
+    "verdict_line",
+]
 
 RUN_SCRIPT: Final = RESOURCES / "run_script.py"
 RESULT_FILE_ENV: Final = "CUDNN_MATRIX_RESULT_FILE"
@@ -59,3 +73,84 @@ def read_result_file(path: Path) -> tuple[Outcome, str] | str | None:
     except (ValueError, KeyError, TypeError) as exc:
         return f"bad result file {path}: {type(exc).__name__}: {exc}"
     return outcome, str(data.get("reason", ""))
+
+
+def _own_verdict(verdict: tuple[Outcome, str], tail: str = "") -> tuple[Outcome, str]:
+    """A script's own pass or fail verdict is still a crash when a context-poisoning CUDA error
+    shows anywhere in the script: in its reason (the repro catches `illegal memory access` to say
+    which graph it was in) or in its output (an error printed, or kept in its RESULT JSON, while
+    a later one - "cudnnHandle Destroy failed" at teardown - became the reason)."""
+    outcome, reason = verdict
+    if outcome not in (Outcome.FAIL, Outcome.PASS):
+        return verdict
+    if poisoned(reason):
+        return Outcome.CRASH, f"CUDA context poisoned: {reason}"
+    where = poisoned_at(tail)
+    if where is None:
+        return verdict
+    said = f"; the script said {outcome}" + (f": {reason}" if reason else "")
+    return Outcome.CRASH, f"CUDA context poisoned: {where}{said}"[:600]
+
+
+def _classify_script(run: ExecResult, report: Mapping[str, Any] | None) -> tuple[Outcome, str]:
+    if isinstance(run.result_file, str):
+        return Outcome.ERROR, run.result_file
+    if run.result_file is not None:
+        return _own_verdict(run.result_file, run.tail)
+    if run.verdict is not None:
+        return _own_verdict(run.verdict, run.tail)
+    exc = (report or {}).get("exception")
+    if exc:
+        return classify_exception(
+            str(exc.get("ename", "")), str(exc.get("evalue", "")), str(exc.get("traceback", ""))
+        )
+    code = run.returncode
+    if code == 0:
+        return Outcome.PASS, ""
+    if code == 1:
+        outcome, reason = classify_exception("", "", run.tail)
+        if outcome is Outcome.FAIL:
+            return Outcome.FAIL, "exit status 1"
+        return outcome, reason
+    return Outcome.ERROR, f"script exited with status {code} (contract: 0 pass, 1 fail)"
+
+
+class ScriptKind:
+    """`.py` files (and a manifest's variants of one, cases/__init__.py `load_manifest`); the
+    contract in this module's docstring."""
+
+    name = "script"
+    suffix: str | None = ".py"
+    bootstrap: Path = RUN_SCRIPT
+    forkable = True  # the interpreter and the bootstrap's stdlib imported once per environment
+    batched = False
+    grace_s = 0.0
+
+    def command(self, case: Case, python: Path, report: Path, timeout_s: float) -> list[str]:  # noqa: ARG002
+        return command(python, case.path, report, case.args)
+
+    def collect(self, python: Path, paths: Sequence[Path]) -> list[Case]:  # noqa: ARG002
+        return []
+
+    def gather(self, run: ExecResult, result_file: Path) -> ExecResult:
+        return replace(
+            run, result_file=read_result_file(result_file), verdict=verdict_line(run.tail)
+        )
+
+    def classify(self, run: ExecResult) -> tuple[Outcome, str]:
+        sig = signal_name(run.returncode)
+        if sig:
+            return Outcome.CRASH, f"killed by {sig}"
+        return _classify_script(run, run.report)
+
+    def exception(self, report: Mapping[str, Any]) -> Mapping[str, Any]:
+        return report.get("exception") or {}
+
+    def owns(self, case_path: str, case: str) -> bool:  # noqa: ARG002
+        return case_path.endswith(".py")
+
+    def repro_line(self, case_path: str, case: str) -> str:
+        return f"python {shlex.quote(case_path or case)}"
+
+
+KIND: Final = ScriptKind()

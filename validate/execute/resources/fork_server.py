@@ -1,8 +1,9 @@
 """Fork server for case bootstraps; executed by the CASE env's Python. Stdlib only (Python 3.9+),
-and for notebooks what run_notebook.py imports.
+and what the bootstrap imports (for notebooks, what run_notebook.py imports).
 
-Usage: python fork_server.py ROOM [script|notebook]   (requests on stdin, answers on stdout; ROOM
-is TITLE_ROOM spaces, the room for each case's command line; the kind picks the bootstrap)
+Usage: python fork_server.py ROOM BOOTSTRAP KIND   (requests on stdin, answers on stdout; ROOM
+is TITLE_ROOM spaces, the room for each case's command line; BOOTSTRAP the file a fresh start of
+the kind's cases runs, which defines `fork_boot()`; KIND only names it, in messages and `ps`)
 
 A fresh `python run_script.py ...` per case pays the interpreter's start (about 15 ms) and the
 bootstrap's imports every time, which is most of a small script's cost (bench/runner_bench.py).
@@ -61,12 +62,7 @@ LATE = (
 )
 
 _HERE = os.path.dirname(os.path.abspath(__file__))  # noqa: PTH100, PTH120 - no pathlib
-#: What each kind of case runs (its sys.argv[0]) and the server's command-line name for it.
-BOOTS = {
-    "script": os.path.join(_HERE, "run_script.py"),  # noqa: PTH118 - no pathlib
-    "notebook": os.path.join(_HERE, "run_notebook.py"),  # noqa: PTH118
-}
-_ARGV0: list[str] = []
+_ARGV0: list[str] = []  # the bootstrap's path: each case's sys.argv[0], as a fresh start has it
 
 
 def _write(fd: int, line: str) -> None:
@@ -150,7 +146,7 @@ def _child(request: dict[str, Any], boot: Any, closing: list[int]) -> int:
     sys.argv = [_ARGV0[0], *request["argv"]]
     _retitle([request["python"], *sys.argv])
     sys.path[0] = _HERE
-    return int(boot.main())
+    return int(boot())
 
 
 def _drain(fd: int) -> None:
@@ -300,29 +296,24 @@ def _serve(boot: Any) -> int:
                 _write(out, f"pid {request['id']} {pid}")
 
 
-def _load(kind: str) -> Any:
-    """Import the bootstrap of `kind` as its fresh start would, once: the script bootstrap and
-    the stdlib it needs, or run_notebook.py with nbclient, nbformat and jupyter_client (a third
-    of a small notebook's CPU time, bench/runner_bench.py)."""
-    _ARGV0.append(BOOTS[kind])
-    if sys.path[:1] != [_HERE]:  # python -P adds no script folder
-        sys.path.insert(0, _HERE)
-    if kind == "notebook":
-        os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # as run_notebook's start
-        import run_notebook  # type: ignore[import-not-found] # beside this file
-
-        return run_notebook
-    import script_boot  # type: ignore[import-not-found] # beside this file, found at run time
-
-    # as run_script.py keeps it: a case's own `script_boot` module is its own
-    sys.modules["_cudnn_matrix_script_boot"] = sys.modules.pop("script_boot")
-    script_boot.preload()
-    return script_boot
+def _load(path: str) -> Any:
+    """Import the bootstrap at `path` (kept under a private name: a case's own module of that name
+    is its own) and what it needs, once, through its `fork_boot()`: the script bootstrap and the
+    stdlib it needs, or run_notebook.py with nbclient, nbformat and jupyter_client (a third of a
+    small notebook's CPU time, bench/runner_bench.py). Returns what runs one case."""
+    _ARGV0.append(path)
+    folder, file = os.path.split(path)
+    if sys.path[:1] != [folder]:  # python -P adds no script folder
+        sys.path.insert(0, folder)
+    name = file.rpartition(".")[0]
+    module = __import__(name)
+    sys.modules[f"_cudnn_matrix_{name}"] = sys.modules.pop(name)
+    return module.fork_boot()
 
 
 def main() -> int:
-    kind = sys.argv[2] if len(sys.argv) > 2 else "script"  # ROOM, then KIND
-    boot = _load(kind)
+    boot_path, kind = sys.argv[2], sys.argv[3]  # after ROOM
+    boot = _load(boot_path)
     threading = sys.modules.get("threading")
     if threading is not None and threading.active_count() > 1:
         # a thread would not survive the fork (and what it holds, locks included, would be

@@ -21,13 +21,16 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nbformat
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import capture  # type: ignore[import-not-found]
@@ -259,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     result["duration_s"] = round(time.monotonic() - start, 3)
     _write(args.result, result)
     return 0
+
+
+def fork_boot() -> Callable[[], int]:
+    """For resources/fork_server.py, once this module is imported (nbclient, nbformat,
+    jupyter_client): set up as a fresh start is; returns what runs one notebook (sys.argv)."""
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # as below
+    return main
 
 
 if __name__ == "__main__":

@@ -10,13 +10,25 @@ module's bytecode is cached.
 
 import sys
 
+
+def fork_boot() -> object:
+    """For resources/fork_server.py: the bootstrap's imports done, as a fresh start does them;
+    returns what runs one case (script_boot.main, with sys.argv as a fresh start has it)."""
+    import script_boot  # type: ignore[import-not-found] # beside this file, found at run time
+
+    # as below: a case's own `script_boot` module is its own
+    sys.modules["_cudnn_matrix_script_boot"] = sys.modules.pop("script_boot")
+    script_boot.preload()
+    return script_boot.main
+
+
 if __name__ == "__main__":
     from os.path import abspath, dirname  # os is imported by every start; no pathlib
 
     _here = dirname(abspath(__file__))  # noqa: PTH100, PTH120 - no pathlib
     if sys.path[:1] != [_here]:  # python -P adds no script folder
         sys.path.insert(0, _here)
-    import script_boot  # type: ignore[import-not-found] # beside this file, found at run time
+    import script_boot  # beside this file, found at run time (as in fork_boot)
 
     # kept only under a private name: a case's own `script_boot` module is its own
     sys.modules["_cudnn_matrix_script_boot"] = sys.modules.pop("script_boot")
