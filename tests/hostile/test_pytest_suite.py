@@ -231,3 +231,73 @@ def test_batches_are_contiguous_and_balanced_by_the_history() -> None:
     ]
     lopsided = {t.id: 1.0 for t in tests} | {"t.py::t0": 100.0}
     assert [len(b) for b, _ in split_batches(tests, 2, lopsided.get)] == [1, 5]
+
+
+def test_validate_runs_the_suite_in_the_cell_environment(tmp_path: Path) -> None:
+    """`validate --tests`: the suite is collected and run with the cell's interpreter (here the
+    ensure hook hands this one back, no install), its results carry the cell, and the cell's
+    environment spec pins pytest."""
+    from validate.config import ValidateConfig
+    from validate.execute.cases import cases_for
+    from validate.execute.local import LocalExecutor
+    from validate.model.matrix import Cell
+    from validate.plan.host import HostFacts
+    from validate.plan.rules import Plan
+    from validate.workflow import run_cells
+
+    specs: list[Any] = []
+
+    def ensure(spec: Any) -> ExecTarget:
+        specs.append(spec)
+        return ExecTarget(python=Path(sys.executable))
+
+    cell = Cell(cudnn="9.24.0.43", frontend="1.27.0", cuda="13.0", driver="580", arch="sm90")
+    config = ValidateConfig(
+        tests=SUITE,
+        tests_select="test_crashes.py test_poison.py",
+        jobs=2,
+        timeout_s=30,
+        cache_dir=tmp_path / "cache",
+        results_dir=tmp_path / "run",
+    )
+    cases = cases_for(config)
+    assert [(c.name, c.kind) for c in cases] == [("pytest:pytest_suite", "pytest")]
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    plan = Plan(planned=[cell], pruned=[])
+    run_cells(config, plan, cases, HostFacts(), store, "R", executor=LocalExecutor(ensure=ensure))
+    got = {r.case: (r.cell_id, str(r.outcome)) for r in store}
+    assert got == {
+        "test_crashes.py::test_before_crashes": (cell.id, "pass"),
+        "test_crashes.py::test_segfault": (cell.id, "crash"),
+        "test_crashes.py::test_abort": (cell.id, "crash"),
+        "test_crashes.py::test_cuda_exit": (cell.id, "crash"),
+        "test_crashes.py::test_after_crashes": (cell.id, "pass"),
+        "test_poison.py::test_poisoner": (cell.id, "crash"),
+        "test_poison.py::test_victim": (cell.id, "pass"),
+    }
+    assert [e for s in specs for e in s.extras if e.startswith("pytest")] == [
+        f"pytest=={pytest.__version__}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tests", "/no/such/suite"], "--tests /no/such/suite: not a folder"),
+        (["--tests-select", "-m L0"], "--tests-select needs --tests PATH"),
+        (["--tests", str(SUITE), "--tests-select", '-k "unclosed'], "--tests-select"),
+    ],
+)
+def test_bad_suite_flags_are_one_line_exit_2(args: list[str], message: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "validate", "validate", "--cudnn", "9.24.0.43", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,7 +1,7 @@
 """Tests run in batches inside long-lived pytest processes, every test's end attributed.
 
 A batch is a list of pytest node ids run by one pytest process with the tool's plugin
-(resources/pytest_plugin/cudnn_matrix_pytest.py), which records each test's `start` (fsynced,
+(resources/run_pytest.py, the process's bootstrap), which records each test's `start` (fsynced,
 before its setup) and `done` in a record file. This module starts the process, reads the record
 as it grows and turns it into one `TestEnd` per id:
 
@@ -43,13 +43,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-__all__ = ["PLUGIN", "PLUGIN_DIR", "REPLACE_EXIT", "BatchRun", "TestEnd", "plugin_env"]
+__all__ = ["BOOTSTRAP", "REPLACE_EXIT", "BatchRun", "TestEnd", "plugin_env"]
 
 log = logging.getLogger(__name__)
 
-#: The folder put on the suite process's PYTHONPATH, and the plugin's module name in it.
-PLUGIN_DIR: Final = RESOURCES / "pytest_plugin"
-PLUGIN: Final = "cudnn_matrix_pytest"
+#: pytest with the plugin: what the suite's processes run (`python run_pytest.py ARGS`).
+BOOTSTRAP: Final = RESOURCES / "run_pytest.py"
 RECORD_ENV: Final = "CUDNN_MATRIX_PYTEST_RECORD"
 IDS_ENV: Final = "CUDNN_MATRIX_PYTEST_IDS"
 #: The plugin's exit status after a poisoned test (it ended the process on purpose).
@@ -78,11 +77,9 @@ class TestEnd:
 
 
 def plugin_env(base: Mapping[str, str], record: Path, ids: Path | None = None) -> dict[str, str]:
-    """The suite process's environment: the plugin's folder first on PYTHONPATH, its record
-    file (and the batch's ids), and the tool's pid (the plugin dies with the tool)."""
+    """The suite process's environment: the plugin's record file (and the batch's ids), and the
+    tool's pid (the plugin dies with the tool)."""
     env = dict(base)
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = f"{PLUGIN_DIR}{os.pathsep}{path}" if path else str(PLUGIN_DIR)
     env[RECORD_ENV] = str(record)
     if ids is not None:
         env[IDS_ENV] = str(ids)

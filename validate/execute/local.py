@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 from validate.env.sources import BackendSource, FrontendSource, short_version
 from validate.env.venvs import EnvSpec, cache_root, ensure_env
 from validate.errors import EnvBuildError
+from validate.execute.cases.kinds import KINDS
 from validate.execute.history import History
 from validate.execute.records import record_all
 from validate.execute.runner import CaseBatch, RunOptions
@@ -146,15 +147,15 @@ class LocalExecutor:
         )
         history = run.history if run.history is not None else History.load(history_path)
         no_gpu = gpu_skip_reason(run.host)
-        suites = [c for c in cases if c.kind == "pytest"]
-        files = [c for c in cases if c.kind != "pytest"]
+        suites = [c for c in cases if KINDS[c.kind].batched]
+        files = [c for c in cases if not KINDS[c.kind].batched]
         jobs: list[Job] = []
         for cell in step.cells:
             if no_gpu and cell is not step.first:
                 reason = f"{no_gpu}: pins checked in cell {step.first.id} (same environment)"
                 record_all(run.store, cell, cases, Outcome.SKIP, reason, run.run_id)
                 continue
-            for case in suites:  # a pytest suite: its collection job, whose follow-ups are batches
+            for case in suites:  # a suite (the one batched kind): its collection job, then batches
                 suite = Suite(root=case.path, select=case.args)
                 on_cell = target.for_cell(cell, run.host)
                 jobs.append(

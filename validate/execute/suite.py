@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from validate.errors import ConfigError
-from validate.execute.batches import PLUGIN, BatchRun, TestEnd, plugin_env
+from validate.execute.batches import BOOTSTRAP, BatchRun, TestEnd, plugin_env
+from validate.execute.cases.pytest_suite import SUITE_PREFIX
 from validate.execute.history import History
 from validate.execute.pool import Job, Pool
 from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, run_pool
@@ -93,23 +94,13 @@ class Suite:
     @property
     def name(self) -> str:
         """The case name of results about the whole suite (it could not be collected)."""
-        return f"pytest:{self.root.name}"
+        return f"{SUITE_PREFIX}{self.root.name}"
 
     def argv(self, python: Path, *extra: str) -> list[str]:
         """pytest with the plugin and the selection (the suite's own ini and addopts apply).
         No cache folder is written into the suite, and output is teed (not only captured), so
         a test that ends the process leaves its last lines in the batch's output file."""
-        return [
-            str(python),
-            "-m",
-            "pytest",
-            *self.select,
-            "-p",
-            PLUGIN,
-            "-p",
-            "no:cacheprovider",
-            *extra,
-        ]
+        return [str(python), str(BOOTSTRAP), *self.select, "-p", "no:cacheprovider", *extra]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias
 
 from validate.datafile import Key, read_toml
 from validate.errors import CaseError
+from validate.execute.cases import pytest_suite
 from validate.execute.cases.kinds import KINDS, kind_for_path
 from validate.execute.resources import RESOURCES
 from validate.plan.requirements import DEFAULT_CASES_TOML, Requirements, RequirementTable
@@ -243,13 +244,17 @@ def discover_samples(checkout: Path, *, requirements: Path | None = None) -> lis
 
 
 def suite_case(root: Path, select: str | None) -> Case:
-    """A pytest suite (`--tests`) as one case of kind "pytest": its selection in `args`. Its
+    """A pytest suite (`--tests`) as one case of the pytest kind: its selection in `args`. Its
     results are named by test id; the suite's own name only where it could not be collected."""
     from validate.execute.suite import Suite  # the same stage; imported when a suite is named
 
     suite = Suite.from_flags(root, select)
     return Case(
-        name=suite.name, path=suite.root, kind="pytest", args=suite.select, source=str(root)
+        name=suite.name,
+        path=suite.root,
+        kind=pytest_suite.KIND.name,
+        args=suite.select,
+        source=str(root),
     )
 
 

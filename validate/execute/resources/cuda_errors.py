@@ -2,7 +2,7 @@
 
 After one of these every later CUDA call in the process fails (DOMAIN.md §6): the case is a
 `crash`, and a long-lived test process must be replaced before its next test. Read by
-execute/classify.py and by the pytest plugin (pytest_plugin/cudnn_matrix_pytest.py, loaded
+execute/classify.py and by the pytest plugin (run_pytest.py, which loads it
 by its path inside the suite's environment).
 """
 

@@ -1,9 +1,12 @@
-"""pytest plugin the tool loads into a suite's pytest process (`-p cudnn_matrix_pytest`).
+"""Bootstrap of a pytest suite's process: pytest with the tool's plugin (this module).
 
-Stdlib and pytest only: it runs in the cell's environment, with this folder on PYTHONPATH (a
-folder of its own, so no other file of the tool's shadows a module of the suite's).
+Usage: python run_pytest.py PYTEST_ARGS...  (as `python -m pytest PYTEST_ARGS...`, cwd the root)
 
-It writes one JSON object per line to the file named by $CUDNN_MATRIX_PYTEST_RECORD, each line
+Stdlib and pytest only: it runs in the cell's environment. This folder is taken off sys.path
+before pytest starts (the current folder takes its place, as `python -m` puts it there), so no
+file of the tool's shadows a module of the suite's; the plugin is handed to pytest as an object.
+
+The plugin writes one JSON object per line to the file named by $CUDNN_MATRIX_PYTEST_RECORD, each line
 written whole with one write(2) on an O_APPEND descriptor, so a line is in the file once the
 call returns and survives any death of this process (a signal, `os._exit`):
 
@@ -43,8 +46,8 @@ _TEXT_LIMIT = 4000  # characters of a report's text kept in a `done` line
 
 
 def _load_sibling(name: str) -> Any:
-    """A stdlib module of the tool's resources folder (one level up), by its path."""
-    path = Path(__file__).resolve().parent.parent / f"{name}.py"
+    """A stdlib module of the tool's resources folder (beside this file), by its path."""
+    path = Path(__file__).resolve().parent / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"_cudnn_matrix_{name}", path)
     assert spec is not None
     assert spec.loader is not None
@@ -242,7 +245,7 @@ def _failure(report: pytest.TestReport) -> dict[str, str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the recorder when the tool asked for one (no record file: a no-op)."""
+    """Register the recorder (the tool always names a record file; without one: a no-op)."""
     path = os.environ.get(RECORD_ENV)
     if not path or config.pluginmanager.has_plugin("cudnn_matrix_recorder"):
         return
@@ -256,3 +259,15 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = _Plugin(_Recorder(path), ids)
     # pytest_configure is historic: the plugin registered now gets its own call right away
     config.pluginmanager.register(plugin, "cudnn_matrix_recorder")
+
+
+def main() -> int:
+    """pytest over sys.argv[1:] with this module as a plugin."""
+    here = os.path.dirname(os.path.abspath(__file__))  # noqa: PTH100, PTH120 - no pathlib here
+    if sys.path and os.path.abspath(sys.path[0] or ".") == here:  # noqa: PTH100
+        sys.path[0] = os.getcwd()  # noqa: PTH109 - what `python -m pytest` has there
+    return int(pytest.main(sys.argv[1:], plugins=[sys.modules[__name__]]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
