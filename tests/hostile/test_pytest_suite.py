@@ -20,8 +20,9 @@ import pytest
 from proctags import kill_tagged, tagged, tagged_env
 
 from validate.env.target import ExecTarget
+from validate.execute.resources.shares import split
 from validate.execute.runner import RunOptions
-from validate.execute.suite import CollectedTest, Suite, SuiteRun, collect, split_batches
+from validate.execute.suite import Suite, SuiteRun, collect
 from validate.model.results import ResultStore
 
 if TYPE_CHECKING:
@@ -144,7 +145,7 @@ def test_poisoned_test_replaces_the_process(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=120)
     got = {r["case"]: r["outcome"] for r in _lines(tmp_path / "run")}
     assert got == {"test_poison.py::test_poisoner": "crash", "test_poison.py::test_victim": "pass"}
-    outputs = sorted((tmp_path / "run" / "cases" / "local" / "pytest").glob("batch-*/output.*.log"))
+    outputs = sorted((tmp_path / "run" / "cases" / "local" / "pytest").glob("share-*/output.*.log"))
     assert len(outputs) == 2, out
 
 
@@ -203,34 +204,32 @@ def test_a_suite_that_finds_its_gpu_collects(
     assert (found.problems, [t.id for t in found.tests]) == ((), ["test_gpu.py::test_kernel"])
 
 
-def test_gpu_exclusive_tests_are_one_exclusive_pool_job(tmp_path: Path) -> None:
-    """The collection job's follow-ups: contiguous batches, at most one per slot, and the
-    `gpu_exclusive` tests in one batch the pool runs with nothing beside it."""
+def test_gpu_exclusive_tests_run_alone_after_the_shares_on_a_gpu_host(tmp_path: Path) -> None:
+    """One job per slot; on a GPU host (faked: the flag) share 1's job hands the `gpu_exclusive`
+    test to one exclusive follow-up job, and no share runs it."""
     options = RunOptions(results_dir=tmp_path, timeout_s=60)
-    suite = Suite.from_flags(SUITE, "test_marks.py test_many.py")
-    run = SuiteRun(
-        suite, _target(has_gpu=False), options, ResultStore(tmp_path / "r.jsonl"), slots=3
-    )
-    jobs = run.job().run()
-    assert [(j.cases, j.exclusive) for j in jobs] == [
-        (669, False),
-        (669, False),
-        (668, False),
-        (1, True),
-    ]
+    suite = Suite.from_flags(SUITE, "test_marks.py")
+    store = ResultStore(tmp_path / "r.jsonl")
+    run = SuiteRun(suite, _target(has_gpu=True), options, store, slots=2)
+    first, second = run.jobs()
+    follow = first.run()
+    assert [(j.cases, j.exclusive) for j in follow] == [(1, True)]
+    assert second.run() == ()
+    assert "test_marks.py::test_exclusive" not in {r.case for r in store}
+    (job,) = follow
+    job.run()
+    got = {r.case: str(r.outcome) for r in store}
+    assert got["test_marks.py::test_exclusive"] == "pass"
+    assert len(got) == 7
 
 
-def test_batches_are_contiguous_and_balanced_by_the_history() -> None:
-    tests = [CollectedTest(id=f"t.py::t{i}", file="t.py") for i in range(6)]
+def test_shares_are_contiguous_and_balanced_by_the_history() -> None:
+    ids = [f"t.py::t{i}" for i in range(6)]
     durations = {"t.py::t0": 10.0, "t.py::t1": 10.0}  # the others unknown: the mean, 10 s
-    batches = split_batches(tests, 3, durations.get)
-    assert [[t.id[-2:] for t in b] for b, _ in batches] == [
-        ["t0", "t1"],
-        ["t2", "t3"],
-        ["t4", "t5"],
-    ]
-    lopsided = {t.id: 1.0 for t in tests} | {"t.py::t0": 100.0}
-    assert [len(b) for b, _ in split_batches(tests, 2, lopsided.get)] == [1, 5]
+    assert split(ids, durations, 3) == [ids[0:2], ids[2:4], ids[4:6]]
+    lopsided = dict.fromkeys(ids, 1.0) | {"t.py::t0": 100.0}
+    assert split(ids, lopsided, 2) == [ids[:1], ids[1:]]
+    assert split(ids[:2], {}, 4) == [ids[:1], ids[1:2]]
 
 
 def test_validate_runs_the_suite_in_the_cell_environment(tmp_path: Path) -> None:

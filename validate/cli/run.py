@@ -55,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="run only cases with this name or fnmatch pattern (repeatable)",
     )
     add_tests_args(parser)
+    parser.add_argument(
+        "--python",
+        type=Path,
+        metavar="PY",
+        help="the interpreter the cases (and a --tests suite) run under (default: this one)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
     parser.add_argument(
         "--resume", action="store_true", help="skip cases already recorded in --results DIR"
@@ -112,8 +118,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.jobs is None:
         logging.getLogger("validate").info("%s", bound.line())
     jobs = bound.slots
+    if args.python is not None and not args.python.is_file():
+        msg = f"--python {args.python}: no such interpreter"
+        raise ConfigError(msg)
     target = ExecTarget(
-        python=Path(sys.executable),
+        python=args.python or Path(sys.executable),
         expected_backend=args.expect_backend,
         host_arch=host.arch,
         has_gpu=host.has_gpu,

@@ -43,7 +43,17 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-__all__ = ["BOOTSTRAP", "REPLACE_EXIT", "BatchRun", "TestEnd", "plugin_env"]
+__all__ = [
+    "BOOTSTRAP",
+    "EXCLUSIVE_ENV",
+    "REPLACE_EXIT",
+    "SHARE_ENV",
+    "SKIP_ENV",
+    "WEIGHTS_ENV",
+    "BatchRun",
+    "TestEnd",
+    "plugin_env",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +61,11 @@ log = logging.getLogger(__name__)
 BOOTSTRAP: Final = RESOURCES / "run_pytest.py"
 RECORD_ENV: Final = "CUDNN_MATRIX_PYTEST_RECORD"
 IDS_ENV: Final = "CUDNN_MATRIX_PYTEST_IDS"
+#: A share's settings (resources/run_pytest.py): "k/n", and files of ids to skip and of weights.
+SHARE_ENV: Final = "CUDNN_MATRIX_PYTEST_SHARE"
+SKIP_ENV: Final = "CUDNN_MATRIX_PYTEST_SKIP"
+WEIGHTS_ENV: Final = "CUDNN_MATRIX_PYTEST_WEIGHTS"
+EXCLUSIVE_ENV: Final = "CUDNN_MATRIX_PYTEST_EXCLUSIVE"
 #: The plugin's exit status after a poisoned test (it ended the process on purpose).
 REPLACE_EXIT: Final = 75
 _POLL_S: Final = 0.05
@@ -197,177 +212,220 @@ class _Running:
 
 
 class BatchRun:
-    """Run `ids` to the end in as many fresh pytest processes as it takes (see the module doc).
+    """Run a batch to the end in as many fresh pytest processes as it takes (see the module doc).
 
-    `argv` is the pytest command without the ids (python -m pytest, the plugin, the selection);
-    `limit_s(id)` the time a test may run; `on_end` gets each id's end once, from this thread;
-    `stopped()` says the run was interrupted (nothing more starts and nothing is recorded)."""
+    `ids`: the node ids to run; None: a share, whose ids the first process's plugin assigns
+    itself from the collected selection (`share_env` says which share; `on_collect` gets that
+    process's collection lines: `item`, `collect_error`, `collected`). `argv` is the pytest
+    command without the ids; `limit_s(id)` the time a test may run ("" for the start-up);
+    `on_ends` gets the ends read in one poll, each id once (their results may share one fsync).
+    """
 
     def __init__(
         self,
         *,
-        ids: Sequence[str],
+        ids: Sequence[str] | None,
         argv: Sequence[str],
         env: Mapping[str, str],
         cwd: Path,
         folder: Path,
         limit_s: Callable[[str], float],
-        on_end: Callable[[TestEnd], None],
+        on_ends: Callable[[list[TestEnd]], None],
+        share_env: Mapping[str, str] | None = None,
+        on_collect: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
-        self.ids, self.argv, self.env, self.cwd, self.folder = list(ids), argv, env, cwd, folder
-        self.limit_s, self.on_end = limit_s, on_end
+        self.ids = None if ids is None else list(ids)
+        self.argv, self.env, self.cwd, self.folder = argv, env, cwd, folder
+        self.limit_s, self.on_ends = limit_s, on_ends
+        self.share_env, self.on_collect = share_env, on_collect
         self.processes = 0  # how many pytest processes the batch took
+        #: a share's first process that ended without assigning ids (it could not collect):
+        #: its exit status and output file, for the caller to judge
+        self.unassigned: tuple[int, Path] | None = None
 
-    def run(self) -> None:
-        left = list(self.ids)
+    def run(self) -> bool:
+        """Run every id; False when a share's first process assigned none (nothing ran)."""
+        left: list[str] | None = self.ids
         self.folder.mkdir(parents=True, exist_ok=True)
-        while left and not _LIVE.stopped.is_set():
+        while (left is None or left) and not _LIVE.stopped.is_set():
             self.processes += 1
             left = self._one_process(left, self.processes)
+            if left is None:
+                return False
+        return True
 
-    def _end(self, end: TestEnd, left: list[str], ended: set[str]) -> None:
-        if end.id in ended or _LIVE.stopped.is_set():
+    def _one_process(self, ids: list[str] | None, n: int) -> list[str] | None:
+        """One pytest process over `ids` (None: its share); returns the ids it left for a fresh
+        one, or None when it was a share that never assigned its ids."""
+        state = _Process(self, ids, n)
+        state.run()
+        return state.finish()
+
+
+class _Process:
+    """One pytest process of a batch: started, its record followed, its end attributed."""
+
+    def __init__(self, batch: BatchRun, ids: list[str] | None, n: int) -> None:
+        self.batch = batch
+        self.left: list[str] | None = None if ids is None else list(ids)
+        self.ended: set[str] = set()
+        self.pending: list[TestEnd] = []
+        self.log_path = batch.folder / f"output.{n}.log"
+        self.record_path = batch.folder / f"record.{n}.jsonl"
+        self.ids_path = None if ids is None else batch.folder / f"ids.{n}.txt"
+        self.running: _Running | None = None
+        self.started_any = False
+        self.killed: str | None = None  # "timeout" (a test ran past its limit) or "stalled"
+        self.replaced = False
+        self.returncode = 0
+
+    def _end(self, end: TestEnd) -> None:
+        if end.id in self.ended or _LIVE.stopped.is_set():
             return
-        ended.add(end.id)
-        with suppress(ValueError):
-            left.remove(end.id)
-        self.on_end(end)
+        self.ended.add(end.id)
+        if self.left is not None:
+            with suppress(ValueError):
+                self.left.remove(end.id)
+        self.pending.append(end)
 
-    def _one_process(self, ids: list[str], n: int) -> list[str]:
-        """One pytest process over `ids`; returns the ids it left for a fresh one."""
-        left = list(ids)
-        ended: set[str] = set()
-        log_path = self.folder / f"output.{n}.log"
-        record_path = self.folder / f"record.{n}.jsonl"
-        ids_path = self.folder / f"ids.{n}.txt"
-        record_path.unlink(missing_ok=True)
-        ids_path.write_text("".join(f"{i}\n" for i in ids), encoding="utf-8")
-        env = plugin_env(self.env, record_path, ids_path)
-        log.debug("+ %s (%d tests)", " ".join(self.argv), len(ids))
-        with log_path.open("wb") as out:
+    def _flush(self) -> None:
+        if self.pending and not _LIVE.stopped.is_set():
+            ends, self.pending = self.pending, []
+            self.batch.on_ends(ends)
+
+    def _events(self, record: _Record) -> None:
+        collection: list[dict[str, Any]] = []
+        for event in record.read():
+            match event.get("ev"):
+                case "start":
+                    self.running = _Running(
+                        str(event["id"]), time.monotonic(), event.get("t"), event.get("offset")
+                    )
+                    self.started_any = True
+                    self.last = self.running.since
+                case "done":
+                    running = self.running
+                    since = running.t if running and running.id == event["id"] else None
+                    self._end(_end_from_done(event, self.log_path, since))
+                    self.running, self.last = None, time.monotonic()
+                case "missing":
+                    why = "not collected by the batch's pytest process (its collection differs)"
+                    self._end(TestEnd(id=str(event["id"]), outcome=Outcome.ERROR, reason=why))
+                case "replace":
+                    self.replaced = True
+                case "assigned":
+                    self.left = [str(i) for i in event.get("ids") or ()]
+                    self.last = time.monotonic()
+                case "item" | "collect_error" | "collected":
+                    collection.append(event)
+        if collection and self.batch.on_collect is not None:
+            self.batch.on_collect(collection)
+        self._flush()
+
+    def run(self) -> None:
+        batch = self.batch
+        self.record_path.unlink(missing_ok=True)
+        if self.ids_path is not None and self.left is not None:
+            self.ids_path.write_text("".join(f"{i}\n" for i in self.left), encoding="utf-8")
+        env = plugin_env(batch.env, self.record_path, self.ids_path)
+        if self.ids_path is None:
+            env.update(batch.share_env or {})
+        log.debug("+ %s (%s)", " ".join(batch.argv), self.ids_path or "its share")
+        with self.log_path.open("wb") as out:
             proc = subprocess.Popen(
-                list(self.argv),
+                list(batch.argv),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                cwd=self.cwd,
+                cwd=batch.cwd,
                 start_new_session=True,
             )
-        _LIVE.add(proc.pid, log_path.with_suffix(".kernel"))  # ended on Ctrl-C with the cases
-        record = _Record(record_path)
-        running: _Running | None = None
-        last = time.monotonic()  # the last sign of life: start, or a test's start or end
-        started_any = False
-        killed: str | None = None  # "timeout" (a test ran past its limit) or "stalled"
-        replaced = False
+        _LIVE.add(proc.pid, self.log_path.with_suffix(".kernel"))  # ended on Ctrl-C with the cases
+        record = _Record(self.record_path)
+        self.last = time.monotonic()  # the last sign of life: start, or a test's start or end
         returncode: int | None = None
         try:
-            while True:
+            while returncode is None:
                 try:
                     returncode = proc.wait(timeout=_POLL_S)
                 except subprocess.TimeoutExpired:
                     returncode = None
-                for event in record.read():
-                    match event.get("ev"):
-                        case "start":
-                            running = _Running(
-                                str(event["id"]),
-                                time.monotonic(),
-                                event.get("t"),
-                                event.get("offset"),
-                            )
-                            started_any = True
-                            last = running.since
-                        case "done":
-                            since = running.t if running and running.id == event["id"] else None
-                            self._end(_end_from_done(event, log_path, since), left, ended)
-                            running, last = None, time.monotonic()
-                        case "missing":
-                            why = "not collected by the batch's pytest process (its collection differs)"
-                            self._end(
-                                TestEnd(id=str(event["id"]), outcome=Outcome.ERROR, reason=why),
-                                left,
-                                ended,
-                            )
-                        case "replace":
-                            replaced = True
+                self._events(record)
                 if returncode is not None:
                     break
-                now = time.monotonic()
-                if running is not None and now - running.since > self.limit_s(running.id):
-                    killed = "timeout"
-                elif running is None and now - last > self.limit_s(""):
-                    killed = "stalled"
-                if killed:
+                now, running = time.monotonic(), self.running
+                if running is not None and now - running.since > batch.limit_s(running.id):
+                    self.killed = "timeout"
+                elif running is None and now - self.last > batch.limit_s(""):
+                    self.killed = "stalled"
+                if self.killed:
                     _kill(proc.pid, signal.SIGTERM)
                     try:
                         returncode = proc.wait(timeout=_TERM_GRACE_S)
                     except subprocess.TimeoutExpired:
                         _kill(proc.pid, signal.SIGKILL)
                         returncode = proc.wait()
-                    break
         finally:
             if returncode is None:  # an exception in this thread: the process must not outlive it
                 _kill(proc.pid, signal.SIGKILL)
                 proc.wait()
             _LIVE.discard(proc.pid)
             _kill(proc.pid, signal.SIGKILL)  # whatever the process group left behind
-        for event in record.read():  # what it wrote before it ended, not read yet
-            if event.get("ev") == "done":
-                since = running.t if running and running.id == event["id"] else None
-                self._end(_end_from_done(event, log_path, since), left, ended)
-                running = None
-            elif event.get("ev") == "start":
-                running = _Running(
-                    str(event["id"]), time.monotonic(), event.get("t"), event.get("offset")
-                )
-                started_any = True
+        self.returncode = returncode
+        self._events(record)  # what it wrote before it ended, not read yet
+
+    def finish(self) -> list[str] | None:
+        """Attribute the end of the process; the ids left for a fresh one."""
+        returncode, log_path = self.returncode, self.log_path
+        if self.left is None:  # a share that never assigned its ids: it could not collect
+            self.batch.unassigned = (returncode, log_path)
+            return None
         sig = signal_name(returncode)
         status = f"killed by {sig}" if sig else f"exited with status {returncode}"
+        running = self.running
         if running is not None:
             tail = _tail_from(log_path, running.offset)
             took = (time.time() - running.t) if running.t else time.monotonic() - running.since
-            if killed == "timeout":
-                limit = self.limit_s(running.id)
-                outcome, reason = (
-                    Outcome.TIMEOUT,
-                    f"timed out after {limit:g}s; its pytest process was killed",
-                )
+            if self.killed == "timeout":
+                limit = self.batch.limit_s(running.id)
+                outcome = Outcome.TIMEOUT
+                reason = f"timed out after {limit:g}s; its pytest process was killed"
             else:
                 poisoned = next((ln.strip() for ln in tail.splitlines() if POISON.search(ln)), None)
                 outcome = Outcome.CRASH
                 reason = f"the pytest process {status} during this test"
                 if poisoned:
                     reason += f"; CUDA context poisoned: {poisoned[:300]}"
-            end = TestEnd(
-                id=running.id,
-                outcome=outcome,
-                reason=reason,
-                duration_s=round(took, 3),
-                exit_code=returncode if returncode >= 0 else None,
-                signal=sig,
-                tail=tail,
-                log_path=str(log_path),
-                started_at=_stamp(running.t),
-            )
-            self._end(end, left, ended)
-        elif left and not started_any and not _LIVE.stopped.is_set():
-            why = "stalled before its first test" if killed == "stalled" else status
-            tail = _tail_from(log_path, 0)
-            last_line = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "")
-            reason = f"its pytest process {why} before running it: {last_line[:300]}"
-            for test_id in list(left):
-                end = TestEnd(
-                    id=test_id,
-                    outcome=Outcome.ERROR,
+            self._end(
+                TestEnd(
+                    id=running.id,
+                    outcome=outcome,
                     reason=reason,
-                    exit_code=returncode,
+                    duration_s=round(took, 3),
+                    exit_code=returncode if returncode >= 0 else None,
                     signal=sig,
                     tail=tail,
                     log_path=str(log_path),
+                    started_at=_stamp(running.t),
                 )
-                self._end(end, left, ended)
-        if left and not replaced and running is None and returncode in (0, 1):
-            log.debug("%d tests left after a clean end of %s: next process", len(left), log_path)
-        return left
+            )
+        elif self.left and not self.started_any and not _LIVE.stopped.is_set():
+            why = "stalled before its first test" if self.killed == "stalled" else status
+            tail = _tail_from(log_path, 0)
+            last_line = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "")
+            reason = f"its pytest process {why} before running it: {last_line[:300]}"
+            for test_id in list(self.left):
+                self._end(
+                    TestEnd(
+                        id=test_id,
+                        outcome=Outcome.ERROR,
+                        reason=reason,
+                        exit_code=returncode,
+                        signal=sig,
+                        tail=tail,
+                        log_path=str(log_path),
+                    )
+                )
+        self._flush()
+        return self.left

@@ -155,14 +155,12 @@ class LocalExecutor:
                 reason = f"{no_gpu}: pins checked in cell {step.first.id} (same environment)"
                 record_all(run.store, cell, cases, Outcome.SKIP, reason, run.run_id)
                 continue
-            for case in suites:  # a suite (the one batched kind): its collection job, then batches
+            for case in suites:  # a suite (the one batched kind): one job per share of its tests
                 suite = Suite(root=case.path, select=case.args)
                 on_cell = target.for_cell(cell, run.host)
-                jobs.append(
-                    SuiteRun(
-                        suite, on_cell, options, run.store, slots=run.slots, history=history
-                    ).job()
-                )
+                jobs += SuiteRun(
+                    suite, on_cell, options, run.store, slots=run.slots, history=history
+                ).jobs()
             if not files:
                 continue
             batch = CaseBatch(

@@ -8,11 +8,16 @@
   availability (`_NEEDS_GPU`: the frontend's conftest asserts `torch.cuda.is_available()`), the
   whole suite (or that module) is one `skip` "needs a GPU", not an `error`. The same failure on a
   GPU host is an `error`: the evidence does not say "no GPU" there.
-- **Batches**: the ids are cut into contiguous batches (collection order, so module fixtures
-  are shared), one per pool slot, balanced by the duration history; the `gpu_exclusive` tests go
-  into one batch of their own that the pool runs as an exclusive job. Each batch is one pool
-  job running execute/batches.py's BatchRun. The collection is itself a pool job whose
-  follow-up jobs are the batches.
+- **Shares** (the run): one pool job per slot, each a pytest process that collects the whole
+  selection itself, as pytest-xdist's workers do, and runs its share (resources/shares.py:
+  contiguous in collection order, so module fixtures are shared; balanced by the duration
+  history), so no collection runs alone before the tests. Share 1 also reports the collection
+  to the tool (its ids, markers, and the modules that failed to collect). A share whose process
+  cannot collect while share 1 could takes its ids from share 1's list. After a crash, a poison
+  report or a timeout, the ids left run in a fresh process (execute/batches.py). On a GPU host
+  the `gpu_exclusive` tests are left out of the shares and run after them as one exclusive pool
+  job (nothing else on the GPU); without a GPU there are no kernels to keep apart.
+- `collect` runs the collection alone (`--collect-only`), for a caller that needs the ids first.
 - **Resume**: ids that have a result in the store (same file content and pins) are not run again.
 """
 
@@ -22,26 +27,37 @@ import datetime as dt
 import functools
 import hashlib
 import importlib.metadata
+import json
 import math
 import re
 import shlex
 import subprocess
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ConfigError
-from validate.execute.batches import BOOTSTRAP, BatchRun, TestEnd, plugin_env
+from validate.execute.batches import (
+    BOOTSTRAP,
+    EXCLUSIVE_ENV,
+    SHARE_ENV,
+    SKIP_ENV,
+    WEIGHTS_ENV,
+    BatchRun,
+    TestEnd,
+    plugin_env,
+)
 from validate.execute.cases.pytest_suite import SUITE_PREFIX
 from validate.execute.history import History
 from validate.execute.pool import Job, Pool
+from validate.execute.resources.shares import split
 from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, run_pool
 from validate.execute.slots import GPU_CAPACITY, GPU_PER_CASE_MIB
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
     from validate.env.target import ExecTarget
@@ -56,7 +72,6 @@ __all__ = [
     "collect",
     "pytest_requirement",
     "run_suite",
-    "split_batches",
 ]
 
 #: Tests with this marker run with nothing else on the GPU (the frontend's pytest.ini).
@@ -164,27 +179,35 @@ def collect(suite: Suite, target: ExecTarget, folder: Path, timeout_s: float) ->
         except OSError as exc:
             returncode = f"could not start: {exc}"
     events = _Record(record_path).read()
-    output = log_path.read_text(encoding="utf-8", errors="replace")
-    no_gpu = not target.has_gpu
     if not any(e.get("ev") == "collected" for e in events):  # the suite as a whole failed
-        tail = [ln for ln in output.splitlines() if ln.strip()][-_COLLECT_TAIL:]
-        line = _exception_line("\n".join(tail)) or str(returncode)
-        if no_gpu and _NEEDS_GPU.search(output):
-            problem = (
-                suite.name,
-                Outcome.SKIP,
-                f"needs a GPU: the suite cannot collect without one ({line})",
-            )
-        elif "No module named pytest" in output:
-            problem = (suite.name, Outcome.ERROR, "pytest is not installed in the cell environment")
-        else:
-            why = returncode if isinstance(returncode, str) else f"exit status {returncode}"
-            problem = (
-                suite.name,
-                Outcome.ERROR,
-                f"pytest could not collect the suite ({why}): {line}",
-            )
+        problem = _suite_problem(suite, target, returncode, log_path)
         return Collected(problems=(problem,), log_path=str(log_path))
+    tests, problems = _collection(suite, target, events)
+    return Collected(tests=tests, problems=problems, log_path=str(log_path))
+
+
+def _suite_problem(
+    suite: Suite, target: ExecTarget, returncode: int | str, log_path: Path
+) -> tuple[str, Outcome, str]:
+    """The one result of a suite pytest could not collect at all: `skip` where the host has no
+    GPU and the output says the suite needs one, else `error` with the exception line."""
+    output = log_path.read_text(encoding="utf-8", errors="replace")
+    tail = [ln for ln in output.splitlines() if ln.strip()][-_COLLECT_TAIL:]
+    line = _exception_line("\n".join(tail)) or str(returncode)
+    if not target.has_gpu and _NEEDS_GPU.search(output):
+        why = f"needs a GPU: the suite cannot collect without one ({line})"
+        return suite.name, Outcome.SKIP, why
+    if "No module named pytest" in output:
+        return suite.name, Outcome.ERROR, "pytest is not installed in the cell environment"
+    status = returncode if isinstance(returncode, str) else f"exit status {returncode}"
+    return suite.name, Outcome.ERROR, f"pytest could not collect the suite ({status}): {line}"
+
+
+def _collection(
+    suite: Suite, target: ExecTarget, events: Sequence[Mapping[str, Any]]
+) -> tuple[tuple[CollectedTest, ...], tuple[tuple[str, Outcome, str], ...]]:
+    """The collected tests and the modules that failed to collect (a module's `skip` where the
+    host has no GPU and its error says it needs one)."""
     tests = tuple(
         CollectedTest(
             id=str(e["id"]),
@@ -201,43 +224,13 @@ def collect(suite: Suite, target: ExecTarget, folder: Path, timeout_s: float) ->
         text = str(event.get("text") or "")
         where = str(event.get("id") or suite.name)
         line = _exception_line(text)
-        if no_gpu and _NEEDS_GPU.search(text):
+        if not target.has_gpu and _NEEDS_GPU.search(text):
             problems.append(
                 (where, Outcome.SKIP, f"needs a GPU: {where} cannot collect without one ({line})")
             )
         else:
             problems.append((where, Outcome.ERROR, f"{where} failed to collect: {line}"))
-    return Collected(tests=tests, problems=tuple(problems), log_path=str(log_path))
-
-
-def split_batches(
-    tests: Sequence[CollectedTest], slots: int, estimate: Callable[[str], float | None]
-) -> list[tuple[list[CollectedTest], bool]]:
-    """(tests, exclusive) batches: every `gpu_exclusive` test in one exclusive batch, the others
-    in at most `slots` contiguous batches of about equal expected time (a test the history does
-    not know counts as the mean of those it knows, else 1 s)."""
-    shared = [t for t in tests if not t.exclusive]
-    alone = [t for t in tests if t.exclusive]
-    out: list[tuple[list[CollectedTest], bool]] = []
-    if shared:
-        known = [s for t in shared if (s := estimate(t.id)) is not None]
-        default = sum(known) / len(known) if known else 1.0
-        weights = [max(estimate(t.id) or default, 1e-3) for t in shared]
-        count = max(1, min(slots, len(shared)))
-        share = sum(weights) / count
-        batch: list[CollectedTest] = []
-        done = 0.0
-        for test, weight in zip(shared, weights, strict=True):
-            batch.append(test)
-            done += weight
-            if done >= share * (len(out) + 1) - 1e-9 and len(out) < count - 1:
-                out.append((batch, False))
-                batch = []
-        if batch:
-            out.append((batch, False))
-    if alone:
-        out.append((alone, True))
-    return out
+    return tests, tuple(problems)
 
 
 @functools.cache
@@ -251,8 +244,8 @@ def pytest_requirement() -> str:
 
 
 class SuiteRun:
-    """One cell's run of a suite: `job()` is the collection, whose follow-up jobs are the
-    batches; each test's end goes to `store` as it lands (`results` keeps them too)."""
+    """One cell's run of a suite: `jobs()` are its shares, one per slot (see the module doc);
+    each test's end goes to `store` as it lands (`results` keeps them too)."""
 
     def __init__(
         self,
@@ -266,7 +259,7 @@ class SuiteRun:
         on_result: Callable[[CaseResult], None] | None = None,
     ) -> None:
         self.suite, self.target, self.options, self.store = suite, target, options, store
-        self.slots = slots
+        self.slots = max(1, slots)
         self.history = history if history is not None else History.load(options.history)
         self._on_result = on_result
         self._lock = threading.Lock()
@@ -274,13 +267,36 @@ class SuiteRun:
         self.results: list[CaseResult] = []
         self.paths: dict[str, str] = {}  # test id -> its file, from the collection
         self.folder = options.results_dir / "cases" / (target.cell_id or "local") / "pytest"
+        self._events: list[Mapping[str, Any]] = []  # share 1's collection lines
+        self._collected = threading.Event()  # share 1 collected, or could not
+        self.tests: tuple[CollectedTest, ...] | None = None  # None: not (yet) collected
+        self._skip: set[str] = set()
+        self._weights: dict[str, float] = {}
 
-    def job(self) -> Job:
-        """The collection as a pool job (it needs the environment's interpreter, like a case)."""
-        return Job(name=f"collect {self.suite.name}", run=self._collect, cases=0)
-
-    def _key(self, case: str) -> str:
-        return f"{self.target.cell_id}::{case}"
+    def jobs(self) -> list[Job]:
+        """One pool job per share. Share 1 collects the whole selection for the tool too (its
+        items, its modules that failed to collect, or the suite's one result when nothing could
+        be collected) and, on a GPU host, hands the `gpu_exclusive` tests to an exclusive job."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._skip = self._stored()
+        (self.folder / "skip.txt").write_text(
+            "".join(f"{i}\n" for i in sorted(self._skip)), encoding="utf-8"
+        )
+        self._weights = {k: v for k, v in self.history.durations.items() if "::" in k}
+        (self.folder / "weights.json").write_text(json.dumps(self._weights), encoding="utf-8")
+        gpu = load = 0.0
+        if self.target.has_gpu:
+            gpu, load = GPU_PER_CASE_MIB, default_gpu_load(self.history)
+        return [
+            Job(
+                name=f"{self.suite.name} share {k}/{self.slots}",
+                run=functools.partial(self._share, k),
+                cases=0,
+                gpu_mib=gpu,
+                gpu_load=load,
+            )
+            for k in range(1, self.slots + 1)
+        ]
 
     def content_key(self, test_id: str) -> str:
         """The test's file content, its id and the cell's pins (as Case.content_key)."""
@@ -312,29 +328,6 @@ class SuiteRun:
                 kept.add(result.case)
         return kept
 
-    def _collect(self) -> Sequence[Job]:
-        found = collect(self.suite, self.target, self.folder, self.options.timeout_s)
-        stored = self._stored()
-        for name, outcome, reason in found.problems:
-            if name not in stored:
-                self._store(
-                    CaseResult(
-                        case=name,
-                        outcome=outcome,
-                        reason=reason,
-                        cell_id=self.target.cell_id,
-                        cell=dict(self.target.cell),
-                        case_path=str(self.suite.root / name.split("::", 1)[0]),
-                        log_path=found.log_path,
-                        run_id=self.options.run_id,
-                        started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                    )
-                )
-        todo = [t for t in found.tests if t.id not in stored]
-        self.paths = {t.id: t.file for t in found.tests}
-        batches = split_batches(todo, self.slots, self.history.estimate)
-        return [self._batch_job(i, tests, alone) for i, (tests, alone) in enumerate(batches, 1)]
-
     def _limit(self, test_id: str) -> float:
         """A test's time limit: --timeout, raised to TIMEOUT_FLOOR times its last finished run."""
         took = self.history.finished_estimate(test_id) if test_id else None
@@ -343,69 +336,153 @@ class SuiteRun:
             limit = float(math.ceil(took * TIMEOUT_FLOOR))
         return limit
 
-    def _batch_job(self, n: int, tests: list[CollectedTest], exclusive: bool) -> Job:
-        ids = [t.id for t in tests]
-        batch = BatchRun(
+    def _batch(
+        self, name: str, ids: Sequence[str] | None, share: Mapping[str, str] | None = None
+    ) -> BatchRun:
+        # a module that fails to collect is its own `error` (share 1 reports it): the rest runs
+        extra = ["--capture=tee-sys", "--continue-on-collection-errors"]
+        return BatchRun(
             ids=ids,
-            argv=self.suite.argv(
-                self.target.python, "--capture=tee-sys", "--continue-on-collection-errors"
-            ),
+            argv=self.suite.argv(self.target.python, *extra),
             env=self.target.process_env(),
             cwd=self.suite.root,
-            folder=self.folder / f"batch-{n:03d}",
+            folder=self.folder / name,
             limit_s=self._limit,
-            on_end=self._ended,
+            on_ends=self._ended,
+            share_env=share,
+            on_collect=self._collection_lines if share and share[SHARE_ENV][:2] == "1/" else None,
         )
-        known = [self.history.estimate(i) for i in ids]
-        estimate = (
-            sum(k for k in known if k is not None) if all(k is not None for k in known) else None
-        )
-        gpu = load = 0.0
-        if self.target.has_gpu:
-            gpu, load = GPU_PER_CASE_MIB, default_gpu_load(self.history)
+
+    def _share(self, k: int) -> Sequence[Job]:
+        share = {
+            SHARE_ENV: f"{k}/{self.slots}",
+            SKIP_ENV: str(self.folder / "skip.txt"),
+            WEIGHTS_ENV: str(self.folder / "weights.json"),
+            EXCLUSIVE_ENV: "1" if self.target.has_gpu else "0",
+        }
+        batch = self._batch(f"share-{k:03d}", None, share)
+        try:
+            assigned = batch.run()
+        finally:
+            if k == 1:
+                self._collection_ended(batch)
+        if assigned:
+            return self._exclusive() if k == 1 else ()
+        if k == 1 or not self._collected.wait(timeout=self.options.timeout_s) or not self.tests:
+            return self._exclusive() if k == 1 else ()
+        # this process could not collect while share 1 could: its share from share 1's list
+        free = [t.id for t in self.tests if t.id not in self._skip and not self._alone(t)]
+        parts = split(free, self._weights, self.slots)
+        if k <= len(parts):
+            self._batch(f"share-{k:03d}-again", parts[k - 1]).run()
+        return ()
+
+    def _alone(self, test: CollectedTest) -> bool:
+        return test.exclusive and self.target.has_gpu
+
+    def _exclusive(self) -> Sequence[Job]:
+        """The `gpu_exclusive` tests (on a GPU host) as one exclusive job: nothing beside it."""
+        ids = [t.id for t in self.tests or () if self._alone(t) and t.id not in self._skip]
+        if not ids:
+            return ()
+        batch = self._batch("exclusive", ids)
 
         def run() -> Sequence[Job]:
             batch.run()
             return ()
 
-        return Job(
-            name=f"{self.suite.name} batch {n} ({len(ids)} tests)",
-            run=run,
-            estimate_s=estimate,
-            cases=len(ids),
-            gpu_mib=gpu,
-            gpu_load=load,
-            exclusive=exclusive,
+        return [
+            Job(
+                name=f"{self.suite.name} gpu_exclusive ({len(ids)} tests)",
+                run=run,
+                cases=len(ids),
+                gpu_mib=GPU_PER_CASE_MIB,
+                gpu_load=default_gpu_load(self.history),
+                exclusive=True,
+            )
+        ]
+
+    def _collection_lines(self, events: list[dict[str, Any]]) -> None:
+        """Share 1's collection lines as they are read; at `collected`, the collection."""
+        self._events.extend(events)
+        if any(e.get("ev") == "collected" for e in events) and self.tests is None:
+            tests, problems = _collection(self.suite, self.target, self._events)
+            self.paths = {t.id: t.file for t in tests}
+            self.tests = tests
+            self._problems(problems, "")
+            self._collected.set()
+
+    def _collection_ended(self, batch: BatchRun) -> None:
+        """Share 1 ended: without a collection, the suite's one result (skip or error)."""
+        if self.tests is None and batch.unassigned is not None and not self._collected.is_set():
+            returncode, log_path = batch.unassigned
+            problem = _suite_problem(self.suite, self.target, returncode, log_path)
+            self._problems([problem], str(log_path))
+        self._collected.set()
+
+    def _problems(self, problems: Sequence[tuple[str, Outcome, str]], log_path: str) -> None:
+        stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self._store_all(
+            [
+                CaseResult(
+                    case=name,
+                    outcome=outcome,
+                    reason=reason,
+                    cell_id=self.target.cell_id,
+                    cell=dict(self.target.cell),
+                    case_path=str(self.suite.root / name.split("::", 1)[0]),
+                    log_path=log_path,
+                    run_id=self.options.run_id,
+                    started_at=stamp,
+                )
+                for name, outcome, reason in problems
+                if name not in self._skip
+            ]
         )
 
-    def _ended(self, end: TestEnd) -> None:
-        result = CaseResult(
-            case=end.id,
-            outcome=end.outcome,
-            reason=end.reason,
-            duration_s=round(end.duration_s, 3),
-            cell_id=self.target.cell_id,
-            cell=dict(self.target.cell),
-            case_path=str(self.suite.root / self.paths.get(end.id, end.id.split("::", 1)[0])),
-            exit_code=end.exit_code,
-            signal=end.signal,
-            exception=end.exception,
-            tail=end.tail,
-            log_path=end.log_path,
-            started_at=end.started_at,
-            run_id=self.options.run_id,
-            content_key=self.content_key(end.id),
-        )
-        if end.outcome is not Outcome.SKIP:
-            self.history.record(end.id, end.duration_s, timed_out=end.outcome is Outcome.TIMEOUT)
-        self._store(result)
+    def _ended(self, ends: list[TestEnd]) -> None:
+        results = []
+        for end in ends:
+            results.append(
+                CaseResult(
+                    case=end.id,
+                    outcome=end.outcome,
+                    reason=end.reason,
+                    duration_s=round(end.duration_s, 3),
+                    cell_id=self.target.cell_id,
+                    cell=dict(self.target.cell),
+                    case_path=str(self.suite.root / self.paths.get(end.id, end.id.split("::")[0])),
+                    exit_code=end.exit_code,
+                    signal=end.signal,
+                    exception=end.exception,
+                    tail=end.tail,
+                    log_path=end.log_path,
+                    started_at=end.started_at,
+                    run_id=self.options.run_id,
+                    content_key=self.content_key(end.id),
+                )
+            )
+            if end.outcome is not Outcome.SKIP:
+                timed_out = end.outcome is Outcome.TIMEOUT
+                self.history.record(end.id, end.duration_s, timed_out=timed_out)
+        self._store_all(results)
 
-    def _store(self, result: CaseResult) -> None:
-        self.store.append(result)
+    def _store_all(self, results: list[CaseResult]) -> None:
+        """Store results together: one write and fsync where the store groups them
+        (`append_many`), else one by one; none is reported before it is stored."""
+        if not results:
+            return
+        many = getattr(self.store, "append_many", None)
+        if many is not None:
+            many(results)
+        else:
+            for result in results:
+                self.store.append(result)
         with self._lock:
-            self.results.append(result)
+            self.results.extend(results)
         if self._on_result is not None:
-            self._on_result(result)
+            for result in results:
+                self._on_result(result)
 
 
 def run_suite(
@@ -422,7 +499,7 @@ def run_suite(
     pool = Pool(
         options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None, on_change=on_change
     )
-    pool.submit([run.job()])
+    pool.submit(run.jobs())
     pool.close()
     run_pool(pool)
     history.save()

@@ -12,9 +12,17 @@ call returns and survives any death of this process (a signal, `os._exit`):
 
 - collection (`--collect-only`): `item` per collected test (node id, file, markers), `collect_error`
   per module that failed to collect, then `collected`;
+- a share ($CUDNN_MATRIX_PYTEST_SHARE is "k/n"): the whole selection is collected, as pytest-xdist's
+  workers do, and this process runs share k of n (resources/shares.py: contiguous, balanced by the
+  seconds in $CUDNN_MATRIX_PYTEST_WEIGHTS), less the ids in $CUDNN_MATRIX_PYTEST_SKIP (stored
+  already: resume) and, where $CUDNN_MATRIX_PYTEST_EXCLUSIVE is 1, the `gpu_exclusive` tests; its
+  ids are one `assigned` line. Share 1 also writes every `item` and `collect_error`, then
+  `collected`: the collection of the whole suite, without a process of its own;
 - a batch run ($CUDNN_MATRIX_PYTEST_IDS names a file of node ids): only those files are collected,
   only those tests run, in that order (the selection's -m/-k are not applied again: the ids were
-  selected by the collection); an id not collected now is a `missing` line. Each test writes
+  selected by the collection); an id not collected now is a `missing` line.
+
+In a share and a batch run each test writes
   `start` (fsynced, before its setup: the test running when the process dies is the one whose
   `start` has no `done`), then `done` with its pytest outcome.
 
@@ -40,6 +48,11 @@ if TYPE_CHECKING:
 
 RECORD_ENV = "CUDNN_MATRIX_PYTEST_RECORD"
 IDS_ENV = "CUDNN_MATRIX_PYTEST_IDS"
+SHARE_ENV = "CUDNN_MATRIX_PYTEST_SHARE"
+SKIP_ENV = "CUDNN_MATRIX_PYTEST_SKIP"
+WEIGHTS_ENV = "CUDNN_MATRIX_PYTEST_WEIGHTS"
+EXCLUSIVE_ENV = "CUDNN_MATRIX_PYTEST_EXCLUSIVE"
+EXCLUSIVE_MARK = "gpu_exclusive"
 #: The exit status of a process this plugin ended after a poisoned test (EX_TEMPFAIL).
 REPLACE_EXIT = 75
 _TEXT_LIMIT = 4000  # characters of a report's text kept in a `done` line
@@ -93,10 +106,33 @@ def _longrepr(report: pytest.TestReport | pytest.CollectReport) -> str:
         return repr(report.longrepr)
 
 
+def _lines(path: str | None) -> list[str] | None:
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as fh:  # noqa: PTH123 - plain open, as the rest
+        return [line.rstrip("\n") for line in fh if line.strip()]
+
+
+class _Share:
+    """Share k of n of the collected selection (see the module doc)."""
+
+    def __init__(self, text: str) -> None:
+        k, _, n = text.partition("/")
+        self.k, self.n = int(k), int(n)
+        self.skip = set(_lines(os.environ.get(SKIP_ENV)) or ())
+        weights = os.environ.get(WEIGHTS_ENV)
+        self.weights: dict[str, float] = {}
+        if weights:
+            with open(weights, encoding="utf-8") as fh:  # noqa: PTH123
+                self.weights = json.load(fh)
+        self.exclusive = os.environ.get(EXCLUSIVE_ENV) == "1"
+
+
 class _Plugin:
-    def __init__(self, record: _Recorder, ids: list[str] | None) -> None:
+    def __init__(self, record: _Recorder, ids: list[str] | None, share: _Share | None) -> None:
         self.record = record
         self.ids = ids
+        self.share = share
         self.reports: dict[str, list[pytest.TestReport]] = {}
         self.poison = _load_sibling("cuda_errors").POISON
         self.files: set[Path] | None = None  # a batch run: its files, and their folders
@@ -115,6 +151,8 @@ class _Plugin:
                 "rootdir": str(config.rootpath),
             }
         )
+        if self.ids is not None or self.share is not None:
+            config.option.maxfail = 0  # every test gets its verdict: no stop after a failure
         if self.ids is not None:
             # The ids were chosen by the collection with the selection's -m/-k: not again here
             # (a later -m in the selection must not deselect them), and no stop after a failure.
@@ -131,16 +169,41 @@ class _Plugin:
                 {"ev": "collect_error", "id": report.nodeid, "text": _longrepr(report)[-8000:]}
             )
 
+    def _write_items(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            path = item.nodeid.split("::", 1)[0]
+            marks = sorted({mark.name for mark in item.iter_markers()})
+            self.record.write({"ev": "item", "id": item.nodeid, "file": path, "markers": marks})
+        self.record.write({"ev": "collected", "n": len(items)}, sync=True)
+
+    def _shared(self, share: _Share, items: list[pytest.Item]) -> list[pytest.Item]:
+        if share.k == 1:
+            self._write_items(items)
+        free = [
+            item
+            for item in items
+            if item.nodeid not in share.skip
+            and not (share.exclusive and item.get_closest_marker(EXCLUSIVE_MARK) is not None)
+        ]
+        parts = _load_sibling("shares").split([i.nodeid for i in free], share.weights, share.n)
+        mine = set(parts[share.k - 1]) if share.k <= len(parts) else set()
+        wanted = [item for item in free if item.nodeid in mine]
+        self.record.write({"ev": "assigned", "ids": [i.nodeid for i in wanted]}, sync=True)
+        return wanted
+
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        if self.ids is None:
+        if self.share is not None:
+            wanted = self._shared(self.share, items)
+        elif self.ids is not None:
+            by_id = {item.nodeid: item for item in items}
+            wanted = [by_id[i] for i in self.ids if i in by_id]
+            for missing in (i for i in self.ids if i not in by_id):
+                self.record.write({"ev": "missing", "id": missing})
+        else:
             return
-        by_id = {item.nodeid: item for item in items}
-        wanted = [by_id[i] for i in self.ids if i in by_id]
-        for missing in (i for i in self.ids if i not in by_id):
-            self.record.write({"ev": "missing", "id": missing})
         keep = {id(item) for item in wanted}
         dropped = [item for item in items if id(item) not in keep]
         if dropped:
@@ -148,14 +211,8 @@ class _Plugin:
         items[:] = wanted
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if self.ids is not None:
-            self.record.write({"ev": "collected", "n": len(session.items)})
-            return
-        for item in session.items:
-            path = item.nodeid.split("::", 1)[0]
-            marks = sorted({mark.name for mark in item.iter_markers()})
-            self.record.write({"ev": "item", "id": item.nodeid, "file": path, "markers": marks})
-        self.record.write({"ev": "collected", "n": len(session.items)}, sync=True)
+        if self.ids is None and self.share is None:  # --collect-only: the whole selection
+            self._write_items(session.items)
 
     # --- batch runs ---------------------------------------------------------------------------
 
@@ -249,14 +306,11 @@ def pytest_configure(config: pytest.Config) -> None:
     path = os.environ.get(RECORD_ENV)
     if not path or config.pluginmanager.has_plugin("cudnn_matrix_recorder"):
         return
-    ids_file = os.environ.get(IDS_ENV)
-    ids = None
-    if ids_file:
-        with open(ids_file, encoding="utf-8") as fh:  # noqa: PTH123 - plain open, as the rest
-            ids = [line.rstrip("\n") for line in fh if line.strip()]
+    ids = _lines(os.environ.get(IDS_ENV))
+    share = _Share(os.environ[SHARE_ENV]) if os.environ.get(SHARE_ENV) and ids is None else None
     # the suite process dies with the tool (a kill -9 of it must not leave tests running)
     _load_sibling("guard").die_with_parent()
-    plugin = _Plugin(_Recorder(path), ids)
+    plugin = _Plugin(_Recorder(path), ids, share)
     # pytest_configure is historic: the plugin registered now gets its own call right away
     config.pluginmanager.register(plugin, "cudnn_matrix_recorder")
 
