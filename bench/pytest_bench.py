@@ -67,9 +67,8 @@ def _xdist(python: str, suite: Path, select: list[str], jobs: int, out: Path) ->
     if junit.is_file():
         for case in ET.parse(junit).getroot().iter("testcase"):
             seen.add((case.get("classname", ""), case.get("name", "")))
-    crashed = proc.stdout.count("crashed while running") + proc.stderr.count(
-        "crashed while running"
-    )
+    text = proc.stdout + proc.stderr  # xdist names each crash twice: its own lines only
+    crashed = len({ln for ln in text.splitlines() if ln.startswith("worker '") and "crashed" in ln})
     return {"wall": wall, "verdicts": len(seen), "worker_crashes": crashed, "rc": proc.returncode}
 
 
