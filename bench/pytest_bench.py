@@ -10,12 +10,12 @@ collected tests each left without a verdict. Asserts nothing.
   --python PY`, where PY has the frontend, torch, pytest and pytest-xdist (no network needed).
 
 Each side: `PY -m pytest -n N SELECT --junitxml` (verdicts = distinct test cases in its JUnit), and
-`cudnn-matrix run --tests SUITE --tests-select SELECT --python PY --jobs N` (verdicts = distinct
-test ids in results.jsonl). The tool runs under the interpreter running this script (its
-dependencies), the suite under PY. Rounds alternate the order; the medians are printed.
+`cudnn-matrix run --tests SUITE --tests-select SELECT --interpreter PY --jobs N` (verdicts =
+distinct test ids in results.jsonl). The tool runs under --tool-python (default: the interpreter
+running this script; it needs the tool's dependencies), the suite under PY. Rounds alternate the order; the medians are printed.
 
 Usage: python bench/pytest_bench.py [--suite PATH] [--select ARGS] [--python PY] [--jobs N]
-       [--timeout S] [--rounds R]
+       [--timeout S] [--rounds R] [--tool-python PY]
 """
 
 from __future__ import annotations
@@ -73,10 +73,17 @@ def _xdist(python: str, suite: Path, select: list[str], jobs: int, out: Path) ->
 
 
 def _tool(
-    python: str, suite: Path, select: str, jobs: int, timeout: float, out: Path, collected: set[str]
+    tool_python: str,
+    python: str,
+    suite: Path,
+    select: str,
+    jobs: int,
+    timeout: float,
+    out: Path,
+    collected: set[str],
 ) -> dict[str, float]:
     results = out / "tool-run"
-    argv = [sys.executable, "-m", "validate", "run", "--tests", str(suite), "--python", python]
+    argv = [tool_python, "-m", "validate", "run", "--tests", str(suite), "--interpreter", python]
     argv += ["--tests-select", select, "--jobs", str(jobs), "--timeout", str(timeout)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDNN_MATRIX_CACHE": str(out / "cache")}
     start = time.perf_counter()
@@ -105,6 +112,11 @@ def main() -> None:
     parser.add_argument("--suite", type=Path, default=SYNTHETIC)
     parser.add_argument("--select", default=None, help="pytest selection (default: synthetic's)")
     parser.add_argument("--python", default=sys.executable, help="the suite's interpreter")
+    parser.add_argument(
+        "--tool-python",
+        default=sys.executable,
+        help="the interpreter the tool runs under (its dependencies; default: this one)",
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--rounds", type=int, default=3)

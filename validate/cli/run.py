@@ -56,10 +56,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     add_tests_args(parser)
     parser.add_argument(
-        "--python",
+        "--interpreter",
         type=Path,
         metavar="PY",
-        help="the interpreter the cases (and a --tests suite) run under (default: this one)",
+        help="the Python the cases (and a --tests suite) run under (default: the one running "
+        "the tool)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
     parser.add_argument(
@@ -118,11 +119,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.jobs is None:
         logging.getLogger("validate").info("%s", bound.line())
     jobs = bound.slots
-    if args.python is not None and not args.python.is_file():
-        msg = f"--python {args.python}: no such interpreter"
+    if args.interpreter is not None and not args.interpreter.is_file():
+        msg = f"--interpreter {args.interpreter}: no such file"
         raise ConfigError(msg)
     target = ExecTarget(
-        python=args.python or Path(sys.executable),
+        python=args.interpreter or Path(sys.executable),
         expected_backend=args.expect_backend,
         host_arch=host.arch,
         has_gpu=host.has_gpu,
