@@ -200,8 +200,29 @@ def test_a_suite_that_finds_its_gpu_collects(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SYNTHETIC_CUDA", "1")  # the fake GPU the suite's conftest asks for
+    monkeypatch.setenv("SYNTHETIC_DRIVER", "1")  # and the one test_driver.py's import asks for
     found = collect(Suite.from_flags(GPU_SUITE, None), _target(has_gpu=True), tmp_path, 60)
-    assert (found.problems, [t.id for t in found.tests]) == ((), ["test_gpu.py::test_kernel"])
+    ids = ["test_driver.py::test_launch", "test_gpu.py::test_kernel"]
+    assert (found.problems, [t.id for t in found.tests]) == ((), ids)
+
+
+def test_a_module_that_needs_the_driver_is_a_skip_only_without_a_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The conftest finds its (fake) GPU, one module's import asks for the driver: without a GPU
+    that module is one `skip`; with one it is an `error` naming the module and the exception."""
+    monkeypatch.setenv("SYNTHETIC_CUDA", "1")
+    suite = Suite.from_flags(GPU_SUITE, None)
+    without = collect(suite, _target(has_gpu=False), tmp_path / "a", 60)
+    assert [t.id for t in without.tests] == ["test_gpu.py::test_kernel"]
+    ((name, outcome, reason),) = without.problems
+    assert (name, str(outcome)) == ("test_driver.py", "skip")
+    assert "Found no NVIDIA driver" in reason
+    ((name, outcome, reason),) = collect(suite, _target(has_gpu=True), tmp_path / "b", 60).problems
+    assert (name, str(outcome)) == ("test_driver.py", "error")
+    assert reason == (
+        "test_driver.py failed to collect: RuntimeError: Found no NVIDIA driver on your system."
+    )
 
 
 def test_gpu_exclusive_tests_run_alone_after_the_shares_on_a_gpu_host(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ from validate.execute.history import History
 from validate.execute.pool import Job, Pool
 from validate.execute.resources.shares import split
 from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, run_pool
-from validate.execute.slots import GPU_CAPACITY, GPU_PER_CASE_MIB
+from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult
 
@@ -285,8 +285,8 @@ class SuiteRun:
         self._weights = {k: v for k, v in self.history.durations.items() if "::" in k}
         (self.folder / "weights.json").write_text(json.dumps(self._weights), encoding="utf-8")
         gpu = load = 0.0
-        if self.target.has_gpu:
-            gpu, load = GPU_PER_CASE_MIB, default_gpu_load(self.history)
+        if self.target.has_gpu:  # a share's load is not on record: as a case the history lacks
+            gpu, load = GPU_PER_CASE_MIB, DEFAULT_GPU_LOAD
         return [
             Job(
                 name=f"{self.suite.name} share {k}/{self.slots}",
