@@ -64,12 +64,20 @@ def _xdist(python: str, suite: Path, select: list[str], jobs: int, out: Path) ->
     )
     wall = time.perf_counter() - start
     seen: set[tuple[str, str]] = set()
+    failed = 0
     if junit.is_file():
         for case in ET.parse(junit).getroot().iter("testcase"):
             seen.add((case.get("classname", ""), case.get("name", "")))
+            failed += case.find("failure") is not None or case.find("error") is not None
     text = proc.stdout + proc.stderr  # xdist names each crash twice: its own lines only
     crashed = len({ln for ln in text.splitlines() if ln.startswith("worker '") and "crashed" in ln})
-    return {"wall": wall, "verdicts": len(seen), "worker_crashes": crashed, "rc": proc.returncode}
+    return {
+        "wall": wall,
+        "verdicts": len(seen),
+        "worker_crashes": crashed,
+        "not_passed": failed,
+        "rc": proc.returncode,
+    }
 
 
 def _tool(
@@ -92,13 +100,16 @@ def _tool(
     )
     wall = time.perf_counter() - start
     lines = (results / "results.jsonl").read_text().splitlines() if results.exists() else []
-    ids = [json.loads(ln)["case"] for ln in lines if ln.strip()]
+    rows = [json.loads(ln) for ln in lines if ln.strip()]
+    ids = [r["case"] for r in rows]
+    bad = {"fail", "error", "crash", "timeout"}
     if not ids:
         sys.exit(f"the tool stored no result (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     return {
         "wall": wall,
         "verdicts": len(set(ids) & collected),
         "duplicates": len(ids) - len(set(ids)),
+        "not_passed": sum(r["outcome"] in bad for r in rows),
         "rc": proc.returncode,
     }
 
@@ -119,7 +130,7 @@ def main() -> None:
     )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     suite = args.suite.resolve()
     if (
@@ -145,7 +156,14 @@ def main() -> None:
                 else:
                     tool.append(
                         _tool(
-                            args.python, suite, select_text, args.jobs, args.timeout, out, collected
+                            args.tool_python,
+                            args.python,
+                            suite,
+                            select_text,
+                            args.jobs,
+                            args.timeout,
+                            out,
+                            collected,
                         )
                     )
     x_wall = statistics.median(r["wall"] for r in xdist)
@@ -158,15 +176,20 @@ def main() -> None:
         f"pytest -n {args.jobs} (xdist):          {x_wall:7.2f} s median"
         f"  [{_walls(xdist)}]"
         f"  verdicts {min(int(r['verdicts']) for r in xdist)}, lost {x_lost},"
-        f" worker crashes {crashes}"
+        f" worker crashes {crashes}, failed or errored {int(xdist[0]['not_passed'])}"
     )
     print(
         f"cudnn-matrix run --jobs {args.jobs}:     {t_wall:7.2f} s median"
         f"  [{_walls(tool)}]"
         f"  verdicts {min(int(r['verdicts']) for r in tool)}, lost {t_lost},"
-        f" duplicates {max(int(r['duplicates']) for r in tool)}"
+        f" duplicates {max(int(r['duplicates']) for r in tool)},"
+        f" fail/error/crash/timeout {int(tool[0]['not_passed'])}"
     )
-    print(f"ratio tool / xdist: {t_wall / x_wall:.2f}x (goal 1.0x, at most 1.1x)")
+    x_min, t_min = min(r["wall"] for r in xdist), min(r["wall"] for r in tool)
+    print(
+        f"ratio tool / xdist: {t_wall / x_wall:.2f}x of the medians, {t_min / x_min:.2f}x of the"
+        " fastest rounds (goal 1.0x, at most 1.1x; a shared host's noise moves single rounds)"
+    )
 
 
 if __name__ == "__main__":

@@ -6,9 +6,8 @@ Stdlib and pytest only: it runs in the cell's environment. This folder is taken 
 before pytest starts (the current folder takes its place, as `python -m` puts it there), so no
 file of the tool's shadows a module of the suite's; the plugin is handed to pytest as an object.
 
-The plugin writes one JSON object per line to the file named by $CUDNN_MATRIX_PYTEST_RECORD, each line
-written whole with one write(2) on an O_APPEND descriptor, so a line is in the file once the
-call returns and survives any death of this process (a signal, `os._exit`):
+The plugin writes one JSON object per line to the file named by $CUDNN_MATRIX_PYTEST_RECORD,
+each line whole with one write(2) on an O_APPEND descriptor:
 
 - collection (`--collect-only`): `item` per collected test (node id, file, markers), `collect_error`
   per module that failed to collect, then `collected`;
@@ -22,9 +21,16 @@ call returns and survives any death of this process (a signal, `os._exit`):
   only those tests run, in that order (the selection's -m/-k are not applied again: the ids were
   selected by the collection); an id not collected now is a `missing` line.
 
-In a share and a batch run each test writes
-  `start` (fsynced, before its setup: the test running when the process dies is the one whose
-  `start` has no `done`), then `done` with its pytest outcome.
+In a share and a batch run each test writes `start` before its setup (the test running when the
+process dies is the one whose `start` has no `done`), then `done` with its pytest outcome.
+
+Durability: a line is in the file once its write(2) returns, and the kernel keeps it whatever
+becomes of this process (a segfault, `os._exit`, a kill -9 of it or of the tool): that is all
+the attribution needs, since the tool reads the file while the process runs. A `start` is not
+fsynced: after a machine crash no record is read (`--resume` runs every id without a stored
+result again; the results store is what is fsynced), and an fsync per test cost 2-6 ms on a
+busy disk (4-8 s more for 2,000 quick tests here, bench/pytest_bench.py). The file is fsynced
+once when the session ends.
 
 A test whose report names a poisoned CUDA context (resources/cuda_errors.py) ends the process
 right after its `done` (`replace`, exit status 75): every later CUDA call in it would fail, so
@@ -231,7 +237,7 @@ class _Plugin:
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.reports[nodeid] = []
         start = {"ev": "start", "id": nodeid, "t": time.time(), "offset": _stdout_offset()}
-        self.record.write(start, sync=True)
+        self.record.write(start)  # no fsync: see the module doc
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports.setdefault(report.nodeid, []).append(report)
