@@ -316,7 +316,7 @@ class _Process:
                 case "assigned":
                     self.left = [str(i) for i in event.get("ids") or ()]
                     self.last = time.monotonic()
-                case "item" | "collect_error" | "collected":
+                case "session" | "item" | "collect_error" | "collected":
                     collection.append(event)
         if collection and self.batch.on_collect is not None:
             self.batch.on_collect(collection)

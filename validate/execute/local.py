@@ -62,7 +62,7 @@ def env_spec_for(cell: Cell, config: ValidateConfig, sources: Sources) -> EnvSpe
     if config.tests is not None and not (backend.kind == "current" and frontend.kind == "current"):
         # the suite runs in the cell's environment: pytest goes in, pinned (an environment taken
         # as it is, --env current with the frontend current, must have its own)
-        extras = (*extras, pytest_requirement())
+        extras = (*extras, pytest_requirement(isolated=base == "isolated"))
     return EnvSpec(
         backend=backend,
         frontend=frontend,

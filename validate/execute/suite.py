@@ -28,6 +28,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import logging
 import math
 import re
 import shlex
@@ -73,6 +74,8 @@ __all__ = [
     "pytest_requirement",
     "run_suite",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Tests with this marker run with nothing else on the GPU (the frontend's pytest.ini).
 EXCLUSIVE_MARK: Final = "gpu_exclusive"
@@ -234,9 +237,13 @@ def _collection(
 
 
 @functools.cache
-def pytest_requirement() -> str:
-    """The pytest a cell environment gets with `--tests`: the tool's own version where it has
-    one (recorded with the environment's pins), else the newest."""
+def pytest_requirement(*, isolated: bool = True) -> str:
+    """The pytest a cell environment gets with `--tests`. An isolated one: the tool's own
+    version where it has one (recorded with the environment's pins). One layered on a base
+    interpreter: `pytest`, which the base's own satisfies without a download (an offline GPU
+    host); the version each suite process ran is in its record's `session` line and the log."""
+    if not isolated:
+        return "pytest"
     try:
         return f"pytest=={importlib.metadata.version('pytest')}"
     except importlib.metadata.PackageNotFoundError:
@@ -404,6 +411,15 @@ class SuiteRun:
 
     def _collection_lines(self, events: list[dict[str, Any]]) -> None:
         """Share 1's collection lines as they are read; at `collected`, the collection."""
+        for event in events:
+            if event.get("ev") == "session" and self.tests is None:  # its first process
+                log.info(
+                    "cell %s: %s with pytest %s on Python %s",
+                    self.target.cell_id or "local",
+                    self.suite.name,
+                    event.get("pytest"),
+                    event.get("python"),
+                )
         self._events.extend(events)
         if any(e.get("ev") == "collected" for e in events) and self.tests is None:
             tests, problems = _collection(self.suite, self.target, self._events)
