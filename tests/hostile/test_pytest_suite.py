@@ -196,6 +196,26 @@ def test_a_suite_that_needs_a_gpu_to_collect_is_one_skip_without_one(tmp_path: P
     assert [str(p[1]) for p in with_gpu.problems] == ["error"]
 
 
+def test_run_of_a_suite_that_needs_a_gpu_is_one_skip(tmp_path: Path) -> None:
+    """Through `run --tests` (two shares, both unable to collect): one `skip` for the suite,
+    nothing else, exit 0."""
+    argv = [sys.executable, "-m", "validate", "run", "--tests", str(GPU_SUITE), "--jobs", "2"]
+    proc = subprocess.run(
+        [*argv, "--results", str(tmp_path / "run")],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (row,) = _lines(tmp_path / "run")
+    assert (row["case"], row["outcome"]) == ("pytest:pytest_gpu_suite", "skip")
+    assert row["reason"].startswith("needs a GPU: the suite cannot collect without one")
+    assert row["case_path"] == str(GPU_SUITE)
+
+
 def test_a_suite_that_finds_its_gpu_collects(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -446,7 +446,11 @@ class SuiteRun:
                     reason=reason,
                     cell_id=self.target.cell_id,
                     cell=dict(self.target.cell),
-                    case_path=str(self.suite.root / name.split("::", 1)[0]),
+                    case_path=str(
+                        self.suite.root
+                        if name == self.suite.name
+                        else self.suite.root / name.split("::", 1)[0]
+                    ),
                     log_path=log_path,
                     run_id=self.options.run_id,
                     started_at=stamp,
