@@ -326,6 +326,7 @@ def test_validate_runs_the_suite_in_the_cell_environment(tmp_path: Path) -> None
         (["--tests", "/no/such/suite"], "--tests /no/such/suite: not a folder"),
         (["--tests-select", "-m L0"], "--tests-select needs --tests PATH"),
         (["--tests", str(SUITE), "--tests-select", '-k "unclosed'], "--tests-select"),
+        (["--tests", str(SUITE), "--case", "x.py"], "select a suite's tests with --tests-select"),
     ],
 )
 def test_bad_suite_flags_are_one_line_exit_2(args: list[str], message: str) -> None:

@@ -284,6 +284,9 @@ def cases_for(config: ValidateConfig) -> list[Case]:
     if not config.cases and config.samples is None and config.tests is None:
         cases = discover_cases([SHIPPED_CASES])
     if config.tests is not None:
+        if config.case_names and not cases:
+            msg = "--case keeps cases by name; select a suite's tests with --tests-select"
+            raise CaseError(msg)
         cases = select_cases(check_unique(cases), config.case_names) if cases else []
         return [*cases, suite_case(config.tests, config.tests_select)]
     return select_cases(check_unique(cases), config.case_names)
