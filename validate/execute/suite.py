@@ -294,16 +294,18 @@ class SuiteRun:
         gpu = load = 0.0
         if self.target.has_gpu:  # a share's load is not on record: as a case the history lacks
             gpu, load = GPU_PER_CASE_MIB, DEFAULT_GPU_LOAD
-        return [
-            Job(
+        jobs = []
+        for k in range(1, self.slots + 1):
+            job = Job(
                 name=f"{self.suite.name} share {k}/{self.slots}",
-                run=functools.partial(self._share, k),
-                cases=0,
+                run=tuple,  # set below: the share's run needs its job
+                cases=0,  # its tests are known once it has collected them: counted at its end
                 gpu_mib=gpu,
                 gpu_load=load,
             )
-            for k in range(1, self.slots + 1)
-        ]
+            job.run = functools.partial(self._share, k, job)
+            jobs.append(job)
+        return jobs
 
     def content_key(self, test_id: str) -> str:
         """The test's file content, its id and the cell's pins (as Case.content_key)."""
@@ -344,7 +346,11 @@ class SuiteRun:
         return limit
 
     def _batch(
-        self, name: str, ids: Sequence[str] | None, share: Mapping[str, str] | None = None
+        self,
+        name: str,
+        ids: Sequence[str] | None,
+        share: Mapping[str, str] | None = None,
+        on_ends: Callable[[list[TestEnd]], None] | None = None,
     ) -> BatchRun:
         # a module that fails to collect is its own `error` (share 1 reports it): the rest runs
         extra = ["--capture=tee-sys", "--continue-on-collection-errors"]
@@ -355,19 +361,32 @@ class SuiteRun:
             cwd=self.suite.root,
             folder=self.folder / name,
             limit_s=self._limit,
-            on_ends=self._ended,
+            on_ends=on_ends or self._ended,
             share_env=share,
             on_collect=self._collection_lines if share and share[SHARE_ENV][:2] == "1/" else None,
         )
 
-    def _share(self, k: int) -> Sequence[Job]:
+    def _share(self, k: int, job: Job) -> Sequence[Job]:
+        """Run share k; `job.cases` becomes the number of results it stored (the progress)."""
+        stored = [0]
+
+        def counted(ends: list[TestEnd]) -> None:
+            self._ended(ends)
+            stored[0] += len(ends)
+
+        try:
+            return self._run_share(k, counted)
+        finally:
+            job.cases = stored[0]
+
+    def _run_share(self, k: int, on_ends: Callable[[list[TestEnd]], None]) -> Sequence[Job]:
         share = {
             SHARE_ENV: f"{k}/{self.slots}",
             SKIP_ENV: str(self.folder / "skip.txt"),
             WEIGHTS_ENV: str(self.folder / "weights.json"),
             EXCLUSIVE_ENV: "1" if self.target.has_gpu else "0",
         }
-        batch = self._batch(f"share-{k:03d}", None, share)
+        batch = self._batch(f"share-{k:03d}", None, share, on_ends)
         try:
             assigned = batch.run()
         finally:
@@ -381,7 +400,7 @@ class SuiteRun:
         free = [t.id for t in self.tests if t.id not in self._skip and not self._alone(t)]
         parts = split(free, self._weights, self.slots)
         if k <= len(parts):
-            self._batch(f"share-{k:03d}-again", parts[k - 1]).run()
+            self._batch(f"share-{k:03d}-again", parts[k - 1], None, on_ends).run()
         return ()
 
     def _alone(self, test: CollectedTest) -> bool:
