@@ -1,9 +1,10 @@
 """Tests run in batches inside long-lived pytest processes, every test's end attributed.
 
-A batch is a list of pytest node ids run by one pytest process with the tool's plugin
-(resources/run_pytest.py, the process's bootstrap), which records each test's `start` (fsynced,
-before its setup) and `done` in a record file. This module starts the process, reads the record
-as it grows and turns it into one `TestEnd` per id:
+A batch is a list of pytest node ids (or a share of the collected selection, whose ids the
+process assigns itself) run by one pytest process with the tool's plugin (resources/run_pytest.py,
+the process's bootstrap), which records each test's `start` (before its setup) and `done` in a
+record file. This module starts the process, reads the record as it grows and turns it into one
+`TestEnd` per id:
 
 - `done`: the plugin's verdict (pass, fail, error, skip, xfail, xpass; a failure whose text
   names a poisoned CUDA context is a `crash`);

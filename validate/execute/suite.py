@@ -1,9 +1,9 @@
 """A pytest suite as cases (`--tests PATH`): one result per test id, in each cell's environment.
 
-- **Collection** runs `pytest --collect-only` with the selection (`--tests-select`, default the
-  suite's own addopts) in the cell's environment, with the plugin recording every collected id
-  and its markers. A module that fails to collect is one `error` result named by its node id
-  (its file) with the exception; the rest of the suite runs.
+- **Collection**: pytest with the selection (`--tests-select`, default the suite's own ini and
+  addopts) in the cell's environment, the plugin (resources/run_pytest.py) recording every
+  collected id and its markers. A module that fails to collect is one `error` result named by
+  its node id (its file) with the exception; the rest of the suite runs.
 - **Needs a GPU**: where the host has no GPU and collection fails with text about CUDA or GPU
   availability (`_NEEDS_GPU`: the frontend's conftest asserts `torch.cuda.is_available()`), the
   whole suite (or that module) is one `skip` "needs a GPU", not an `error`. The same failure on a
