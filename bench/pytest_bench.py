@@ -14,6 +14,10 @@ Each side: `PY -m pytest -n N SELECT --junitxml` (verdicts = distinct test cases
 distinct test ids in results.jsonl). The tool runs under --tool-python (default: the interpreter
 running this script; it needs the tool's dependencies), the suite under PY. Rounds alternate the order; the medians are printed.
 
+The tool stores each result durably (fsync) before it counts; where the results store groups
+appends (`append_many`: one write and one fsync per poll of a share's record) that is a few
+fsyncs per second per share, else one per test, which on a busy disk is most of the gap.
+
 Usage: python bench/pytest_bench.py [--suite PATH] [--select ARGS] [--python PY] [--jobs N]
        [--timeout S] [--rounds R] [--tool-python PY]
 """
