@@ -242,7 +242,7 @@ class BatchRun:
         self.processes = 0  # how many pytest processes the batch took
         #: a share's first process that ended without assigning ids (it could not collect):
         #: its exit status and output file, for the caller to judge
-        self.unassigned: tuple[int, Path] | None = None
+        self.unassigned: tuple[int | str, Path] | None = None
 
     def run(self) -> bool:
         """Run every id; False when a share's first process assigned none (nothing ran)."""
@@ -380,7 +380,8 @@ class _Process:
         """Attribute the end of the process; the ids left for a fresh one."""
         returncode, log_path = self.returncode, self.log_path
         if self.left is None:  # a share that never assigned its ids: it could not collect
-            self.batch.unassigned = (returncode, log_path)
+            stalled = f"stalled: killed after {self.batch.limit_s(''):g}s without collecting"
+            self.batch.unassigned = (stalled if self.killed else returncode, log_path)
             return None
         sig = signal_name(returncode)
         status = f"killed by {sig}" if sig else f"exited with status {returncode}"

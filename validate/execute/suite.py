@@ -87,6 +87,8 @@ _NEEDS_GPU: Final = re.compile(
     re.IGNORECASE,
 )
 _COLLECT_TAIL: Final = 30
+#: The least time a suite process gets to start and collect before it counts as stalled.
+_STARTUP_S: Final = 900.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -338,8 +340,12 @@ class SuiteRun:
         return kept
 
     def _limit(self, test_id: str) -> float:
-        """A test's time limit: --timeout, raised to TIMEOUT_FLOOR times its last finished run."""
-        took = self.history.finished_estimate(test_id) if test_id else None
+        """A test's time limit: --timeout, raised to TIMEOUT_FLOOR times its last finished run.
+        The start-up ("": imports and the collection of the whole selection) gets at least
+        _STARTUP_S: a per-test limit says nothing about how long 40,000 ids take to collect."""
+        if not test_id:
+            return max(self.options.timeout_s, _STARTUP_S)
+        took = self.history.finished_estimate(test_id)
         limit = self.options.timeout_s
         if took is not None and took * TIMEOUT_FLOOR > limit:
             limit = float(math.ceil(took * TIMEOUT_FLOOR))
