@@ -275,8 +275,10 @@ def test_shares_are_contiguous_and_balanced_by_the_history() -> None:
 
 def test_validate_runs_the_suite_in_the_cell_environment(tmp_path: Path) -> None:
     """`validate --tests`: the suite is collected and run with the cell's interpreter (here the
-    ensure hook hands this one back, no install), its results carry the cell, and the cell's
-    environment spec pins pytest."""
+    ensure hook hands this one back, no install), its results carry the cell, the cell's
+    environment spec pins pytest, and the pin check every case gets holds: this interpreter has
+    no cuDNN while the cell pins 9.24, so every test is an `error` that still names how the test
+    itself ended (each crash attributed to its own id)."""
     from validate.config import ValidateConfig
     from validate.execute.cases import cases_for
     from validate.execute.local import LocalExecutor
@@ -305,16 +307,24 @@ def test_validate_runs_the_suite_in_the_cell_environment(tmp_path: Path) -> None
     store = ResultStore(tmp_path / "run" / "results.jsonl")
     plan = Plan(planned=[cell], pruned=[])
     run_cells(config, plan, cases, HostFacts(), store, "R", executor=LocalExecutor(ensure=ensure))
-    got = {r.case: (r.cell_id, str(r.outcome)) for r in store}
-    assert got == {
-        "test_crashes.py::test_before_crashes": (cell.id, "pass"),
-        "test_crashes.py::test_segfault": (cell.id, "crash"),
-        "test_crashes.py::test_abort": (cell.id, "crash"),
-        "test_crashes.py::test_cuda_exit": (cell.id, "crash"),
-        "test_crashes.py::test_after_crashes": (cell.id, "pass"),
-        "test_poison.py::test_poisoner": (cell.id, "crash"),
-        "test_poison.py::test_victim": (cell.id, "pass"),
+    got = {r.case: r for r in store}
+    own = {
+        "test_crashes.py::test_before_crashes": "pass",
+        "test_crashes.py::test_segfault": "crash",
+        "test_crashes.py::test_abort": "crash",
+        "test_crashes.py::test_cuda_exit": "crash",
+        "test_crashes.py::test_after_crashes": "pass",
+        "test_poison.py::test_poisoner": "crash",
+        "test_poison.py::test_victim": "pass",
     }
+    assert set(got) == set(own)
+    for test_id, ended in own.items():
+        result = got[test_id]
+        assert (result.cell_id, str(result.outcome)) == (cell.id, "error")
+        assert result.reason.startswith("pin not honoured: no backend loaded"), result.reason
+        assert f"the test ended {ended}" in result.reason
+    env = sorted((tmp_path / "run" / "cases" / cell.id / "pytest").glob("share-*/env.*.json"))
+    assert env  # what each process loaded, kept as evidence
     assert [e for s in specs for e in s.extras if e.startswith("pytest")] == [
         f"pytest=={pytest.__version__}"
     ]

@@ -30,7 +30,7 @@ import signal
 import subprocess
 import time
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.execute.classify import classify_exception, signal_name
@@ -220,6 +220,10 @@ class BatchRun:
     process's collection lines: `item`, `collect_error`, `collected`). `argv` is the pytest
     command without the ids; `limit_s(id)` the time a test may run ("" for the start-up);
     `on_ends` gets the ends read in one poll, each id once (their results may share one fsync).
+    `check_env(env)`: why what a process reports it loaded (its `env` line) is not the cell's
+    pins, or None; every test that process ran is then an `error` with that reason (a pin that
+    was not honoured overrides the verdict, as for every case). Each `env` is kept beside the
+    process's output (env.N.json).
     """
 
     def __init__(
@@ -234,11 +238,13 @@ class BatchRun:
         on_ends: Callable[[list[TestEnd]], None],
         share_env: Mapping[str, str] | None = None,
         on_collect: Callable[[list[dict[str, Any]]], None] | None = None,
+        check_env: Callable[[Mapping[str, Any]], str | None] | None = None,
     ) -> None:
         self.ids = None if ids is None else list(ids)
         self.argv, self.env, self.cwd, self.folder = argv, env, cwd, folder
         self.limit_s, self.on_ends = limit_s, on_ends
         self.share_env, self.on_collect = share_env, on_collect
+        self.check_env = check_env
         self.processes = 0  # how many pytest processes the batch took
         #: a share's first process that ended without assigning ids (it could not collect):
         #: its exit status and output file, for the caller to judge
@@ -279,10 +285,14 @@ class _Process:
         self.killed: str | None = None  # "timeout" (a test ran past its limit) or "stalled"
         self.replaced = False
         self.returncode = 0
+        self.pin_error: str | None = None
 
     def _end(self, end: TestEnd) -> None:
         if end.id in self.ended or _LIVE.stopped.is_set():
             return
+        if self.pin_error is not None and end.outcome is not Outcome.ERROR:
+            why = f"{self.pin_error}; the test ended {end.outcome}"
+            end = replace(end, outcome=Outcome.ERROR, reason=f"{why}: {end.reason}".rstrip(": "))
         self.ended.add(end.id)
         if self.left is not None:
             with suppress(ValueError):
@@ -314,6 +324,8 @@ class _Process:
                     self._end(TestEnd(id=str(event["id"]), outcome=Outcome.ERROR, reason=why))
                 case "replace":
                     self.replaced = True
+                case "env":
+                    self._pins(event.get("env") or {})
                 case "assigned":
                     self.left = [str(i) for i in event.get("ids") or ()]
                     self.last = time.monotonic()
@@ -322,6 +334,13 @@ class _Process:
         if collection and self.batch.on_collect is not None:
             self.batch.on_collect(collection)
         self._flush()
+
+    def _pins(self, env: Mapping[str, Any]) -> None:
+        with suppress(OSError):
+            path = self.log_path.with_name(self.log_path.name.replace("output", "env"))
+            path.with_suffix(".json").write_text(json.dumps(env, default=str), encoding="utf-8")
+        if self.batch.check_env is not None:
+            self.pin_error = self.batch.check_env(env)
 
     def run(self) -> None:
         batch = self.batch

@@ -52,6 +52,7 @@ __all__ = [
     "TIMEOUT_FLOOR",
     "CaseBatch",
     "RunOptions",
+    "pin_error",
     "run_case",
     "run_cases",
     "run_pool",
@@ -347,7 +348,9 @@ def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> di
     return env
 
 
-def _pin_error(target: ExecTarget, env: Mapping[str, Any]) -> str | None:
+def pin_error(target: ExecTarget, env: Mapping[str, Any]) -> str | None:
+    """Why what a case process captured (resources/capture.py) is not the target's pins, or
+    None: it is, nothing is pinned, or it captured nothing in the case."""
     if not env or env.get("captured_in") != "case":
         return None
     expected = {
@@ -408,7 +411,7 @@ def _captured(run: ExecResult) -> Mapping[str, Any]:
 
 
 def _verdict(run: ExecResult, target: ExecTarget) -> tuple[Outcome, str]:
-    return classify(run, pin_error=_pin_error(target, _captured(run)))
+    return classify(run, pin_error=pin_error(target, _captured(run)))
 
 
 def _exception(run: ExecResult) -> dict[str, Any] | None:

@@ -52,7 +52,7 @@ from validate.execute.cases.pytest_suite import SUITE_PREFIX
 from validate.execute.history import History
 from validate.execute.pool import Job, Pool
 from validate.execute.resources.shares import split
-from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, run_pool
+from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, pin_error, run_pool
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult
@@ -87,6 +87,8 @@ _NEEDS_GPU: Final = re.compile(
     re.IGNORECASE,
 )
 _COLLECT_TAIL: Final = 30
+#: The backend a cell pins, for the case process to report against (as runner.py sets it).
+EXPECT_BACKEND_ENV: Final = "CUDNN_MATRIX_EXPECT_BACKEND"
 #: The least time a suite process gets to start and collect before it counts as stalled.
 _STARTUP_S: Final = 900.0
 
@@ -363,12 +365,13 @@ class SuiteRun:
         return BatchRun(
             ids=ids,
             argv=self.suite.argv(self.target.python, *extra),
-            env=self.target.process_env(),
+            env=self._env(),
             cwd=self.suite.root,
             folder=self.folder / name,
             limit_s=self._limit,
             on_ends=on_ends or self._ended,
             share_env=share,
+            check_env=self._pin_error,
             on_collect=self._collection_lines if share and share[SHARE_ENV][:2] == "1/" else None,
         )
 
@@ -408,6 +411,21 @@ class SuiteRun:
         if k <= len(parts):
             self._batch(f"share-{k:03d}-again", parts[k - 1], None, on_ends).run()
         return ()
+
+    def _env(self) -> dict[str, str]:
+        """The cell environment's variables, and the backend it pins (the plugin then reports
+        what its process loaded, resources/run_pytest.py)."""
+        env = self.target.process_env()
+        if self.target.expected_backend:
+            env[EXPECT_BACKEND_ENV] = self.target.expected_backend
+        return env
+
+    def _pin_error(self, env: Mapping[str, Any]) -> str | None:
+        """Why what a suite process loaded is not the cell's pins (None: it is, or nothing is
+        pinned): the check every case gets (resources/capture.py verify_pins)."""
+        if "capture_error" in env:
+            return None  # evidence that could not be gathered is not a verdict
+        return pin_error(self.target, env)
 
     def _alone(self, test: CollectedTest) -> bool:
         return test.exclusive and self.target.has_gpu

@@ -59,6 +59,8 @@ SKIP_ENV = "CUDNN_MATRIX_PYTEST_SKIP"
 WEIGHTS_ENV = "CUDNN_MATRIX_PYTEST_WEIGHTS"
 EXCLUSIVE_ENV = "CUDNN_MATRIX_PYTEST_EXCLUSIVE"
 EXCLUSIVE_MARK = "gpu_exclusive"
+#: Set by the tool where the cell pins a backend: the process then reports what it loaded.
+EXPECT_ENV = "CUDNN_MATRIX_EXPECT_BACKEND"
 #: The exit status of a process this plugin ended after a poisoned test (EX_TEMPFAIL).
 REPLACE_EXIT = 75
 _TEXT_LIMIT = 4000  # characters of a report's text kept in a `done` line
@@ -215,6 +217,20 @@ class _Plugin:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = wanted
+        self._capture()
+
+    def _capture(self) -> None:
+        """What this process loaded (resources/capture.py), once its conftests and test modules
+        are imported and before its first test: where the cell pins a backend, or the suite
+        imported cudnn itself. The tool checks the pins against it (a copy torch brought along
+        is not the pinned backend)."""
+        if not os.environ.get(EXPECT_ENV) and "cudnn" not in sys.modules:
+            return
+        try:
+            env = _load_sibling("capture").capture(in_case=True)
+        except Exception as exc:  # noqa: BLE001 - evidence, never a verdict of its own
+            env = {"capture_error": f"{type(exc).__name__}: {exc}"}
+        self.record.write({"ev": "env", "env": env}, sync=True)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.ids is None and self.share is None:  # --collect-only: the whole selection
