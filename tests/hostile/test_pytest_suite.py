@@ -352,3 +352,24 @@ def test_bad_suite_flags_are_one_line_exit_2(args: list[str], message: str) -> N
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_interpreter_without_pytest_is_one_error_for_the_suite(tmp_path: Path) -> None:
+    """A real venv without pytest: the suite's one `error` says so (an environment problem, not
+    a crash or a failure of any test)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True)
+    argv = [sys.executable, "-m", "validate", "run", "--tests", str(SUITE), "--jobs", "2"]
+    argv += ["--interpreter", str(tmp_path / "v" / "bin" / "python")]
+    proc = subprocess.run(
+        [*argv, "--results", str(tmp_path / "run")],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    (row,) = _lines(tmp_path / "run")
+    assert (row["case"], row["outcome"]) == ("pytest:pytest_suite", "error")
+    assert row["reason"] == "pytest is not installed in the cell environment"

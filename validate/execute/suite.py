@@ -204,7 +204,7 @@ def _suite_problem(
     if not target.has_gpu and _NEEDS_GPU.search(output):
         why = f"needs a GPU: the suite cannot collect without one ({line})"
         return suite.name, Outcome.SKIP, why
-    if "No module named pytest" in output:
+    if re.search(r"No module named '?pytest'?$", output, re.MULTILINE):
         return suite.name, Outcome.ERROR, "pytest is not installed in the cell environment"
     status = returncode if isinstance(returncode, str) else f"exit status {returncode}"
     return suite.name, Outcome.ERROR, f"pytest could not collect the suite ({status}): {line}"
