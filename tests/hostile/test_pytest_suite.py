@@ -373,3 +373,42 @@ def test_an_interpreter_without_pytest_is_one_error_for_the_suite(tmp_path: Path
     (row,) = _lines(tmp_path / "run")
     assert (row["case"], row["outcome"]) == ("pytest:pytest_suite", "error")
     assert row["reason"] == "pytest is not installed in the cell environment"
+
+
+def _batch(tmp_path: Path, root: Path, ids: list[str]) -> list[Any]:
+    from validate.execute.batches import BatchRun
+
+    ends: list[Any] = []
+    BatchRun(
+        ids=ids,
+        argv=Suite.from_flags(root, None).argv(Path(sys.executable)),
+        env=dict(os.environ),
+        cwd=root,
+        folder=tmp_path / "batch",
+        limit_s=lambda _id: 60.0,
+        on_ends=ends.extend,
+    ).run()
+    return ends
+
+
+def test_an_id_the_batch_process_does_not_collect_is_an_error(tmp_path: Path) -> None:
+    ends = _batch(
+        tmp_path, SUITE, ["test_crashes.py::test_before_crashes", "test_crashes.py::nope"]
+    )
+    assert [(e.id, str(e.outcome)) for e in ends] == [
+        ("test_crashes.py::nope", "error"),
+        ("test_crashes.py::test_before_crashes", "pass"),
+    ]
+    assert "not collected by the batch's pytest process" in ends[0].reason
+
+
+def test_a_process_that_dies_before_its_first_test_errors_each_id_once(tmp_path: Path) -> None:
+    """The conftest fails at configure time (no fake GPU): no test started, so no test is the
+    crash; every id is one `error` naming the process's end, and no second process is tried."""
+    ends = _batch(tmp_path, GPU_SUITE, ["test_gpu.py::test_kernel", "test_driver.py::test_launch"])
+    assert [(e.id, str(e.outcome)) for e in ends] == [
+        ("test_gpu.py::test_kernel", "error"),
+        ("test_driver.py::test_launch", "error"),
+    ]
+    assert ends[0].reason.startswith("its pytest process exited with status 3 before running it")
+    assert len(list((tmp_path / "batch").glob("output.*.log"))) == 1
