@@ -20,9 +20,10 @@ import pytest
 from proctags import kill_tagged, tagged, tagged_env
 
 from validate.env.target import ExecTarget
+from validate.execute.collection import Suite, collect
 from validate.execute.resources.shares import split
 from validate.execute.runner import RunOptions
-from validate.execute.suite import Suite, SuiteRun, collect
+from validate.execute.suite import SuiteRun
 from validate.model.results import ResultStore
 
 if TYPE_CHECKING:

@@ -12,10 +12,11 @@ from validate.cli import add_run_options, add_tests_args, writable_dir
 from validate.env.target import ExecTarget
 from validate.errors import ConfigError
 from validate.execute.cases import discover_cases, discover_samples, select_cases
+from validate.execute.collection import Suite
 from validate.execute.progress import pool_progress, progress
 from validate.execute.runner import FAILING, RunOptions, run_cases
 from validate.execute.slots import choose_slots
-from validate.execute.suite import Suite, run_suite
+from validate.execute.suite import run_suite
 from validate.model.results import CaseResult, ResultStore
 from validate.model.runs import claim_run_dir
 from validate.plan.host import detect_host

@@ -219,7 +219,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         msg = f"--samples {args.samples}: no samples/python folder (expected a cudnn-frontend checkout)"
         raise ConfigError(msg)
     if args.tests is not None:  # checked now: a bad suite or selection is bad input (exit 2)
-        from validate.execute.suite import Suite
+        from validate.execute.collection import Suite
 
         Suite.from_flags(args.tests, args.tests_select)
     elif args.tests_select is not None:

@@ -15,10 +15,11 @@ from validate.env.sources import BackendSource, FrontendSource, short_version
 from validate.env.venvs import EnvSpec, cache_root, ensure_env
 from validate.errors import EnvBuildError
 from validate.execute.cases.kinds import KINDS
+from validate.execute.collection import Suite
 from validate.execute.history import History
 from validate.execute.records import record_all
 from validate.execute.runner import CaseBatch, RunOptions
-from validate.execute.suite import Suite, SuiteRun, pytest_requirement
+from validate.execute.suite import SuiteRun, pytest_requirement
 from validate.log import step as log_step
 from validate.model.outcome import Outcome
 from validate.plan.host import gpu_skip_reason

@@ -246,7 +246,7 @@ def discover_samples(checkout: Path, *, requirements: Path | None = None) -> lis
 def suite_case(root: Path, select: str | None) -> Case:
     """A pytest suite (`--tests`) as one case of the pytest kind: its selection in `args`. Its
     results are named by test id; the suite's own name only where it could not be collected."""
-    from validate.execute.suite import Suite  # the same stage; imported when a suite is named
+    from validate.execute.collection import Suite  # same stage; imported when a suite is named
 
     suite = Suite.from_flags(root, select)
     return Case(
