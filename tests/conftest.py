@@ -15,6 +15,10 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+#: tests/resources holds suites written for the tests (pytest_suite/ has a conftest of its own
+#: and tests that crash on purpose): run by the tool under test, never collected here.
+collect_ignore = ["resources"]
+
 # Unsealed run keys (validate.model.results.RunKey) go to a folder of this test session, not the
 # user's ~/.local/state; subprocesses of the tests inherit it.
 os.environ.setdefault("CUDNN_MATRIX_STATE_DIR", tempfile.mkdtemp(prefix="cudnn-matrix-state-"))

@@ -106,6 +106,8 @@ class ValidateConfig:
     selectors: Selectors = field(default_factory=Selectors)
     cases: tuple[Path, ...] = ()
     samples: Path | None = None
+    tests: Path | None = None  # --tests: a pytest root, one result per test id (execute/suite.py)
+    tests_select: str | None = None  # --tests-select: its pytest selection, as typed
     case_names: tuple[str, ...] = ()  # --case: names or fnmatch patterns to keep
     executor: str = "local"  # a name in execute.EXECUTORS; workflow.run resolves "auto" once
     base_image: str | None = None  # docker: the cell images' base (env.builder.base_image_for)
@@ -182,6 +184,7 @@ class ValidateConfig:
 _PATHS: Final = frozenset(
     {
         "samples",
+        "tests",
         "wheelhouse",
         "backend_store",
         "cache_dir",

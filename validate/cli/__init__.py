@@ -32,6 +32,7 @@ __all__ = [
     "add_run_options",
     "add_selector_args",
     "add_speed_options",
+    "add_tests_args",
     "build_parser",
     "main",
     "positive",
@@ -184,6 +185,23 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
         dest="api_logs",
         action="store_false",
         help="do not re-run failures with FE/BE API logging (default: re-run once with logs)",
+    )
+
+
+def add_tests_args(group: argparse._ActionsContainer) -> None:
+    """--tests and --tests-select, shared by `run` and `validate`: a pytest suite as cases."""
+    group.add_argument(
+        "--tests",
+        type=Path,
+        metavar="PATH",
+        help="a pytest root (e.g. a cudnn-frontend checkout's test/python): one result per "
+        "test id, in batches inside long-lived pytest processes, every crash named",
+    )
+    group.add_argument(
+        "--tests-select",
+        metavar="ARGS",
+        help='pytest selection for --tests, e.g. "-m L0 -k norm test_matmul.py" (default: the '
+        "suite's own ini and addopts)",
     )
 
 

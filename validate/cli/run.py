@@ -8,13 +8,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from validate.cli import add_run_options, writable_dir
+from validate.cli import add_run_options, add_tests_args, writable_dir
 from validate.env.target import ExecTarget
 from validate.errors import ConfigError
 from validate.execute.cases import discover_cases, discover_samples, select_cases
-from validate.execute.progress import progress
+from validate.execute.collection import Suite
+from validate.execute.progress import pool_progress, progress
 from validate.execute.runner import FAILING, RunOptions, run_cases
 from validate.execute.slots import choose_slots
+from validate.execute.suite import run_suite
 from validate.model.runs import open_run
 from validate.plan.host import detect_host
 
@@ -52,6 +54,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="NAME",
         help="run only cases with this name or fnmatch pattern (repeatable)",
     )
+    add_tests_args(parser)
+    parser.add_argument(
+        "--interpreter",
+        type=Path,
+        metavar="PY",
+        help="the Python the cases (and a --tests suite) run under (default: the one running "
+        "the tool)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
     parser.add_argument(
         "--resume", action="store_true", help="skip cases already recorded in --results DIR"
@@ -82,13 +92,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from validate.execute.incontainer import run_payload
 
         return run_payload(args.config)
+    suite = None
+    if args.tests is not None:
+        if args.cases or args.samples is not None or args.case_names:
+            msg = "run --tests: pass no CASE_OR_DIR, --samples or --case with it (one kind per run)"
+            raise ConfigError(msg)
+        suite = Suite.from_flags(args.tests, args.tests_select)
+    elif args.tests_select is not None:
+        msg = "run: --tests-select needs --tests PATH"
+        raise ConfigError(msg)
     cases = discover_cases(args.cases) if args.cases else []
     if args.samples is not None:
         cases += discover_samples(args.samples)
-    if not cases:
-        msg = "run: no cases given (pass CASE_OR_DIR... or --samples CHECKOUT)"
+    if not cases and suite is None:
+        msg = "run: no cases given (pass CASE_OR_DIR..., --samples CHECKOUT or --tests PATH)"
         raise ConfigError(msg)
-    cases = select_cases(cases, args.case_names)
+    cases = select_cases(cases, args.case_names) if cases else []
     if args.resume and args.results is None:
         msg = "run: --resume needs --results DIR (the folder of the run to complete)"
         raise ConfigError(msg)
@@ -99,8 +118,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.jobs is None:
         logging.getLogger("validate").info("%s", bound.line())
     jobs = bound.slots
+    if args.interpreter is not None and not args.interpreter.is_file():
+        msg = f"--interpreter {args.interpreter}: no such file"
+        raise ConfigError(msg)
     target = ExecTarget(
-        python=Path(sys.executable),
+        python=args.interpreter or Path(sys.executable),
         expected_backend=args.expect_backend,
         host_arch=host.arch,
         has_gpu=host.has_gpu,
@@ -115,11 +137,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
             api_logs=args.api_logs,
             run_id=run.id,
         )
-        with progress(len(cases), failing=FAILING) as report:
-            results = run_cases(cases, target, options, run.store, on_result=report)
+        if suite is not None:
+            what = "tests"
+            with pool_progress() as on_change:
+                results = run_suite(suite, target, options, run.store, on_change=on_change)
+        else:
+            what = "cases"
+            with progress(len(cases), failing=FAILING) as report:
+                results = run_cases(cases, target, options, run.store, on_result=report)
         run.store.seal()  # every case has ended: the folder's lines verify wherever it is read
     bad = sum(r.outcome in FAILING for r in results)
-    print(f"{len(results)} cases, {bad} failing; results in {run.store.path}", file=sys.stderr)
+    print(f"{len(results)} {what}, {bad} failing; results in {run.store.path}", file=sys.stderr)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
     return 1 if bad else 0

@@ -13,6 +13,7 @@ from validate.cli import (
     add_run_options,
     add_selector_args,
     add_speed_options,
+    add_tests_args,
     add_tier_arg,
     positive,
     split_list,
@@ -59,6 +60,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--samples", type=Path, metavar="CHECKOUT", help="cudnn-frontend checkout: samples/python"
     )
+    add_tests_args(what)
     what.add_argument(
         "--case",
         dest="case_names",
@@ -222,6 +224,13 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
     if args.samples is not None and not (args.samples / "samples" / "python").is_dir():
         msg = f"--samples {args.samples}: no samples/python folder (expected a cudnn-frontend checkout)"
         raise ConfigError(msg)
+    if args.tests is not None:  # checked now: a bad suite or selection is bad input (exit 2)
+        from validate.execute.collection import Suite
+
+        Suite.from_flags(args.tests, args.tests_select)
+    elif args.tests_select is not None:
+        msg = "--tests-select needs --tests PATH"
+        raise ConfigError(msg)
     if args.backend_store is not None:  # checked now: a bad store is bad input (exit 2)
         from validate.env.sources import Sources
 
@@ -230,6 +239,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         selectors=Selectors.from_args(args),
         cases=tuple(args.cases),
         samples=args.samples,
+        tests=args.tests.resolve() if args.tests is not None else None,
+        tests_select=args.tests_select,
         case_names=tuple(args.case_names),
         executor=args.executor,
         base_image=args.base_image,

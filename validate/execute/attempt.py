@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from validate.execute.slots import CaseUsage, UsageSampler
     from validate.model.outcome import Outcome
 
-__all__ = ["RunOptions", "captured", "case_dir", "exception_of", "run_attempt", "verdict"]
+__all__ = [
+    "RunOptions",
+    "captured",
+    "case_dir",
+    "exception_of",
+    "pin_error",
+    "run_attempt",
+    "verdict",
+]
 
 _TAIL_BYTES: Final = 8192
 
@@ -75,7 +83,9 @@ def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> di
     return env
 
 
-def _pin_error(target: ExecTarget, env: Mapping[str, Any]) -> str | None:
+def pin_error(target: ExecTarget, env: Mapping[str, Any]) -> str | None:
+    """Why what a case process captured (resources/capture.py) is not the target's pins, or
+    None: it is, nothing is pinned, or it captured nothing in the case."""
     if not env or env.get("captured_in") != "case":
         return None
     expected = {
@@ -141,7 +151,7 @@ def captured(run: ExecResult) -> Mapping[str, Any]:
 
 def verdict(run: ExecResult, target: ExecTarget) -> tuple[Outcome, str]:
     """The attempt's outcome and reason; a pin the case saw broken is its error."""
-    return classify(run, pin_error=_pin_error(target, captured(run)))
+    return classify(run, pin_error=pin_error(target, captured(run)))
 
 
 def exception_of(run: ExecResult) -> dict[str, Any] | None:

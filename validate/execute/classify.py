@@ -12,6 +12,7 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.execute.resources.cuda_errors import POISON
 from validate.model.outcome import Outcome
 
 if TYPE_CHECKING:
@@ -28,13 +29,7 @@ __all__ = [
 ]
 
 #: CUDA errors that poison the context: the process is as good as dead (DOMAIN.md §6).
-_POISON: Final = re.compile(
-    r"illegal memory access|unspecified launch failure|misaligned address"
-    r"|cudaErrorIllegalAddress|cudaErrorLaunchFailure|cudaErrorMisalignedAddress"
-    r"|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED|CUDA_ERROR_MISALIGNED_ADDRESS"
-    r"|CUDA error:? ?\(?(?:700|719|716)\b",
-    re.IGNORECASE,
-)
+_POISON: Final = POISON
 #: The harness or the environment broke, not the product (DOMAIN.md §2): a sub-library that
 #: did not load or is of another version, a backend not loaded at all, or a symbol the frontend
 #: could not load from the backend (a sub-library from elsewhere: "Invalid handle. Cannot load

@@ -249,6 +249,9 @@ class DockerExecutor:
             flag = f"--env {config.env_mode}" if config.env_mode != "isolated" else "--with"
             msg = f"--executor docker: {flag} is not supported (a cell's image holds its pins)"
             raise ConfigError(msg)
+        if config.tests is not None:
+            msg = "--executor docker: --tests is not supported yet (use --executor local)"
+            raise ConfigError(msg)
 
     @property
     def gpu(self) -> bool:

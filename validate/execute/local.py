@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING, Final
 from validate.env.sources import BackendSource, FrontendSource, short_version
 from validate.env.venvs import EnvSpec, cache_root, ensure_env
 from validate.errors import EnvBuildError
+from validate.execute.cases.kinds import KINDS
+from validate.execute.collection import Suite
 from validate.execute.history import History
 from validate.execute.records import record_all
 from validate.execute.runner import CaseBatch, RunOptions
+from validate.execute.suite import SuiteRun, pytest_requirement
 from validate.log import step as log_step
 from validate.model.matrix import env_pins
 from validate.model.outcome import Outcome
@@ -63,13 +66,18 @@ def env_spec_for(cell: Cell, config: ValidateConfig, sources: Sources) -> EnvSpe
     base = {"current": config.base_python, "isolated": "isolated"}.get(
         config.env_mode, "system-site-packages"
     )
+    extras = config.extras
+    if config.tests is not None and not (backend.kind == "current" and frontend.kind == "current"):
+        # the suite runs in the cell's environment: pytest goes in, pinned (an environment taken
+        # as it is, --env current with the frontend current, must have its own)
+        extras = (*extras, pytest_requirement(isolated=base == "isolated"))
     return EnvSpec(
         backend=backend,
         frontend=frontend,
         cuda_major=int(cuda.split(".")[0]),
         python=config.base_python,
         python_version=python_version,
-        extras=config.extras,
+        extras=extras,
         base=base,
         backend_deps=config.backend_deps and not current,
     )
@@ -147,14 +155,24 @@ class LocalExecutor:
         )
         history = run.history if run.history is not None else History.load(history_path)
         no_gpu = gpu_skip_reason(run.host)
+        suites = [c for c in cases if KINDS[c.kind].batched]
+        files = [c for c in cases if not KINDS[c.kind].batched]
         jobs: list[Job] = []
         for cell in step.cells:
             if no_gpu and cell is not step.first:
                 reason = f"{no_gpu}: pins checked in cell {step.first.id} (same environment)"
                 record_all(run.store, cell, cases, Outcome.SKIP, reason, run.run_id)
                 continue
+            for case in suites:  # a suite (the one batched kind): one job per share of its tests
+                suite = Suite(root=case.path, select=case.args)
+                on_cell = target.for_cell(cell, run.host)
+                jobs += SuiteRun(
+                    suite, on_cell, options, run.store, slots=run.slots, history=history
+                ).jobs()
+            if not files:
+                continue
             batch = CaseBatch(
-                cases,
+                files,
                 target.for_cell(cell, run.host),
                 options,
                 run.store,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias
 
 from validate.datafile import Key, read_toml
 from validate.errors import CaseError
+from validate.execute.cases import pytest_suite
 from validate.execute.cases.kinds import KINDS, kind_for_path
 from validate.execute.resources import RESOURCES
 from validate.plan.requirements import DEFAULT_CASES_TOML, Requirements, RequirementTable
@@ -32,6 +33,7 @@ __all__ = [
     "discover_samples",
     "load_manifest",
     "select_cases",
+    "suite_case",
 ]
 
 #: The cases `validate` runs when none are named: the pin check and the #361 fusion repro.
@@ -241,6 +243,21 @@ def discover_samples(checkout: Path, *, requirements: Path | None = None) -> lis
     return discover_cases(notebooks, table=table)
 
 
+def suite_case(root: Path, select: str | None) -> Case:
+    """A pytest suite (`--tests`) as one case of the pytest kind: its selection in `args`. Its
+    results are named by test id; the suite's own name only where it could not be collected."""
+    from validate.execute.collection import Suite  # same stage; imported when a suite is named
+
+    suite = Suite.from_flags(root, select)
+    return Case(
+        name=suite.name,
+        path=suite.root,
+        kind=pytest_suite.KIND.name,
+        args=suite.select,
+        source=str(root),
+    )
+
+
 def select_cases(
     cases: Sequence[Case], patterns: Sequence[str], flag: str = "--case"
 ) -> list[Case]:
@@ -264,6 +281,12 @@ def cases_for(config: ValidateConfig) -> list[Case]:
     cases: list[Case] = discover_cases(config.cases) if config.cases else []
     if config.samples is not None:
         cases += discover_samples(config.samples)
-    if not config.cases and config.samples is None:
+    if not config.cases and config.samples is None and config.tests is None:
         cases = discover_cases([SHIPPED_CASES])
+    if config.tests is not None:
+        if config.case_names and not cases:
+            msg = "--case keeps cases by name; select a suite's tests with --tests-select"
+            raise CaseError(msg)
+        cases = select_cases(check_unique(cases), config.case_names) if cases else []
+        return [*cases, suite_case(config.tests, config.tests_select)]
     return select_cases(check_unique(cases), config.case_names)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
-from validate.execute.cases import notebook, script
+from validate.execute.cases import notebook, pytest_suite, script
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -93,6 +93,7 @@ class CaseKindSpec(Protocol):
 #: for `kind_for_result`: a kind that owns results another also owns comes first.
 KINDS: Final[dict[str, CaseKindSpec]] = {
     notebook.KIND.name: notebook.KIND,
+    pytest_suite.KIND.name: pytest_suite.KIND,  # before script: a test id's file is a .py too
     script.KIND.name: script.KIND,
 }
 #: The kind of a stored result that no kind owns (one without a case path): run it as a script.

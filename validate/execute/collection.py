@@ -1,0 +1,199 @@
+"""A pytest suite (`--tests PATH --tests-select ARGS`) and its collection in a cell's environment.
+
+- `Suite`: the root and the selection, and the pytest command (resources/run_pytest.py, the
+  plugin's bootstrap) every suite process runs.
+- The collection's results: a module that fails to collect is one `error` named by its node id
+  (its file) with the exception. Where the host has no GPU and the failure's text is about CUDA
+  or GPU availability (`_NEEDS_GPU`: the frontend's conftest asserts
+  `torch.cuda.is_available()`), the suite (or that module) is one `skip` "needs a GPU"; the same
+  failure on a GPU host is an `error`: nothing there says "no GPU".
+- `collect` runs the collection alone (`--collect-only`), for a caller that needs the ids first;
+  a run collects inside its shares instead (execute/suite.py).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from validate.errors import ConfigError
+from validate.execute.batches import BOOTSTRAP, plugin_env
+from validate.execute.cases.pytest_suite import SUITE_PREFIX
+from validate.model.outcome import Outcome
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    from validate.env.target import ExecTarget
+
+__all__ = [
+    "EXCLUSIVE_MARK",
+    "Collected",
+    "CollectedTest",
+    "Suite",
+    "collect",
+    "collection_results",
+    "suite_problem",
+]
+
+#: Tests with this marker run with nothing else on the GPU (the frontend's pytest.ini).
+EXCLUSIVE_MARK: Final = "gpu_exclusive"
+#: Collection output that says the suite needs a GPU to be collected at all.
+_NEEDS_GPU: Final = re.compile(
+    r"torch\.cuda\.is_available|cuda\.is_available\(\)|no NVIDIA driver|NVIDIA driver on your"
+    r"|no CUDA-capable device|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|CUDA is not available"
+    r"|libcuda\.so|needs? a GPU",
+    re.IGNORECASE,
+)
+_COLLECT_TAIL: Final = 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suite:
+    """A pytest root and the selection to run in it (pytest arguments: markers, -k, paths)."""
+
+    root: Path
+    select: tuple[str, ...] = ()
+
+    @classmethod
+    def from_flags(cls, path: Path, select: str | None) -> Suite:
+        """`--tests PATH --tests-select "ARGS"`, checked: bad input is a ConfigError."""
+        if not path.is_dir():
+            msg = f"--tests {path}: not a folder (expected a pytest root, e.g. a checkout's test/python)"
+            raise ConfigError(msg)
+        try:
+            args = tuple(shlex.split(select or ""))
+        except ValueError as exc:
+            msg = f"--tests-select {select!r}: {exc}"
+            raise ConfigError(msg) from exc
+        return cls(root=path.resolve(), select=args)
+
+    @property
+    def name(self) -> str:
+        """The case name of results about the whole suite (it could not be collected)."""
+        return f"{SUITE_PREFIX}{self.root.name}"
+
+    def argv(self, python: Path, *extra: str) -> list[str]:
+        """pytest with the plugin and the selection (the suite's own ini and addopts apply).
+        No cache folder is written into the suite, and output is teed (not only captured), so
+        a test that ends the process leaves its last lines in the batch's output file."""
+        return [str(python), str(BOOTSTRAP), *self.select, "-p", "no:cacheprovider", *extra]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectedTest:
+    id: str  # the pytest node id: the case name, the same in every cell and run
+    file: str  # relative to the suite root
+    exclusive: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Collected:
+    """What the collection found: the tests, and results for what could not be collected (a
+    module's `error`, or the whole suite's `skip`/`error`), each (case name, outcome, reason)."""
+
+    tests: tuple[CollectedTest, ...] = ()
+    problems: tuple[tuple[str, Outcome, str], ...] = ()
+    log_path: str = ""
+
+
+_EXC_LINE: Final = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+def _exception_line(text: str) -> str:
+    """The exception a collection traceback ends with ("E   ModuleNotFoundError: ...", or an
+    INTERNALERROR> line), else its last line."""
+    lines = [
+        ln.removeprefix("INTERNALERROR>").removeprefix("E ").strip()
+        for ln in text.splitlines()
+        if ln.strip()
+    ]
+    named = [ln for ln in lines if _EXC_LINE.match(ln)]
+    found = named[-1] if named else (lines[-1] if lines else "")
+    return found[:300]
+
+
+def collect(suite: Suite, target: ExecTarget, folder: Path, timeout_s: float) -> Collected:
+    """Collect the suite in the target's environment (see the module doc)."""
+    from validate.execute.batches import _Record  # the same reader as the batches'
+
+    folder.mkdir(parents=True, exist_ok=True)
+    record_path, log_path = folder / "collect.jsonl", folder / "collect.log"
+    record_path.unlink(missing_ok=True)
+    env = plugin_env(target.process_env(), record_path)
+    argv = suite.argv(target.python, "--collect-only", "-q")
+    returncode: int | str
+    with log_path.open("wb") as out:
+        try:
+            returncode = subprocess.run(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=suite.root,
+                timeout=timeout_s,
+                check=False,
+                start_new_session=True,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            returncode = f"timed out after {timeout_s:g}s"
+        except OSError as exc:
+            returncode = f"could not start: {exc}"
+    events = _Record(record_path).read()
+    if not any(e.get("ev") == "collected" for e in events):  # the suite as a whole failed
+        problem = suite_problem(suite, target, returncode, log_path)
+        return Collected(problems=(problem,), log_path=str(log_path))
+    tests, problems = collection_results(suite, target, events)
+    return Collected(tests=tests, problems=problems, log_path=str(log_path))
+
+
+def suite_problem(
+    suite: Suite, target: ExecTarget, returncode: int | str, log_path: Path
+) -> tuple[str, Outcome, str]:
+    """The one result of a suite pytest could not collect at all: `skip` where the host has no
+    GPU and the output says the suite needs one, else `error` with the exception line."""
+    output = log_path.read_text(encoding="utf-8", errors="replace")
+    tail = [ln for ln in output.splitlines() if ln.strip()][-_COLLECT_TAIL:]
+    line = _exception_line("\n".join(tail)) or str(returncode)
+    if not target.has_gpu and _NEEDS_GPU.search(output):
+        why = f"needs a GPU: the suite cannot collect without one ({line})"
+        return suite.name, Outcome.SKIP, why
+    if re.search(r"No module named '?pytest'?$", output, re.MULTILINE):
+        return suite.name, Outcome.ERROR, "pytest is not installed in the cell environment"
+    status = returncode if isinstance(returncode, str) else f"exit status {returncode}"
+    return suite.name, Outcome.ERROR, f"pytest could not collect the suite ({status}): {line}"
+
+
+def collection_results(
+    suite: Suite, target: ExecTarget, events: Sequence[Mapping[str, Any]]
+) -> tuple[tuple[CollectedTest, ...], tuple[tuple[str, Outcome, str], ...]]:
+    """The collected tests and the modules that failed to collect (a module's `skip` where the
+    host has no GPU and its error says it needs one)."""
+    tests = tuple(
+        CollectedTest(
+            id=str(e["id"]),
+            file=str(e.get("file") or str(e["id"]).split("::", 1)[0]),
+            exclusive=EXCLUSIVE_MARK in (e.get("markers") or ()),
+        )
+        for e in events
+        if e.get("ev") == "item"
+    )
+    problems = []
+    for event in events:
+        if event.get("ev") != "collect_error":
+            continue
+        text = str(event.get("text") or "")
+        where = str(event.get("id") or suite.name)
+        line = _exception_line(text)
+        if not target.has_gpu and _NEEDS_GPU.search(text):
+            problems.append(
+                (where, Outcome.SKIP, f"needs a GPU: {where} cannot collect without one ({line})")
+            )
+        else:
+            problems.append((where, Outcome.ERROR, f"{where} failed to collect: {line}"))
+    return tests, tuple(problems)

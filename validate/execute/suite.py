@@ -1,0 +1,397 @@
+"""A pytest suite as cases (`--tests PATH`): one result per test id, in each cell's environment.
+
+- **Collection**: pytest with the selection (`--tests-select`, default the suite's own ini and
+  addopts) in the cell's environment, the plugin (resources/run_pytest.py) recording every
+  collected id and its markers; what could not be collected becomes results as
+  execute/collection.py says (a module's `error`, or "needs a GPU" `skip` without one).
+- **Shares** (the run): one pool job per slot, each a pytest process that collects the whole
+  selection itself, as pytest-xdist's workers do, and runs its share (resources/shares.py:
+  contiguous in collection order, so module fixtures are shared; balanced by the duration
+  history), so no collection runs alone before the tests. Share 1 also reports the collection
+  to the tool (its ids, markers, and the modules that failed to collect). A share whose process
+  cannot collect while share 1 could takes its ids from share 1's list. After a crash, a poison
+  report or a timeout, the ids left run in a fresh process (execute/batches.py). On a GPU host
+  the `gpu_exclusive` tests are left out of the shares and run after them as one exclusive pool
+  job (nothing else on the GPU); without a GPU there are no kernels to keep apart.
+- **Resume**: ids that have a result in the store (same file content and pins) are not run again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import importlib.metadata
+import json
+import logging
+import math
+import threading
+from typing import TYPE_CHECKING, Any, Final
+
+from validate.execute.attempt import pin_error
+from validate.execute.batches import (
+    EXCLUSIVE_ENV,
+    SHARE_ENV,
+    SKIP_ENV,
+    WEIGHTS_ENV,
+    BatchRun,
+    TestEnd,
+)
+from validate.execute.collection import (
+    CollectedTest,
+    Suite,
+    collection_results,
+    suite_problem,
+)
+from validate.execute.history import History
+from validate.execute.pool import Job, Pool
+from validate.execute.resources.shares import split
+from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, run_pool
+from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
+from validate.model.outcome import Outcome
+from validate.model.results import CaseResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from validate.env.target import ExecTarget
+    from validate.execute.runner import RunOptions
+    from validate.model.results import ResultStore
+
+__all__ = ["SuiteRun", "pytest_requirement", "run_suite"]
+
+log = logging.getLogger(__name__)
+
+#: The backend a cell pins, for the case process to report against (as runner.py sets it).
+EXPECT_BACKEND_ENV: Final = "CUDNN_MATRIX_EXPECT_BACKEND"
+#: The least time a suite process gets to start and collect before it counts as stalled.
+_STARTUP_S: Final = 900.0
+
+
+@functools.cache
+def pytest_requirement(*, isolated: bool = True) -> str:
+    """The pytest a cell environment gets with `--tests`. An isolated one: the tool's own
+    version where it has one (recorded with the environment's pins). One layered on a base
+    interpreter: `pytest`, which the base's own satisfies without a download (an offline GPU
+    host); the version each suite process ran is in its record's `session` line and the log."""
+    if not isolated:
+        return "pytest"
+    try:
+        return f"pytest=={importlib.metadata.version('pytest')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "pytest"
+
+
+class SuiteRun:
+    """One cell's run of a suite: `jobs()` are its shares, one per slot (see the module doc);
+    each test's end goes to `store` as it lands (`results` keeps them too)."""
+
+    def __init__(
+        self,
+        suite: Suite,
+        target: ExecTarget,
+        options: RunOptions,
+        store: ResultStore,
+        *,
+        slots: int,
+        history: History | None = None,
+        on_result: Callable[[CaseResult], None] | None = None,
+    ) -> None:
+        self.suite, self.target, self.options, self.store = suite, target, options, store
+        self.slots = max(1, slots)
+        self.history = history if history is not None else History.load(options.history)
+        self._on_result = on_result
+        self._lock = threading.Lock()
+        self._files: dict[str, str] = {}
+        self.results: list[CaseResult] = []
+        self.paths: dict[str, str] = {}  # test id -> its file, from the collection
+        self.folder = options.results_dir / "cases" / (target.cell_id or "local") / "pytest"
+        self._events: list[Mapping[str, Any]] = []  # share 1's collection lines
+        self._collected = threading.Event()  # share 1 collected, or could not
+        self.tests: tuple[CollectedTest, ...] | None = None  # None: not (yet) collected
+        self._skip: set[str] = set()
+        self._weights: dict[str, float] = {}
+
+    def jobs(self) -> list[Job]:
+        """One pool job per share. Share 1 collects the whole selection for the tool too (its
+        items, its modules that failed to collect, or the suite's one result when nothing could
+        be collected) and, on a GPU host, hands the `gpu_exclusive` tests to an exclusive job."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._skip = self._stored()
+        (self.folder / "skip.txt").write_text(
+            "".join(f"{i}\n" for i in sorted(self._skip)), encoding="utf-8"
+        )
+        self._weights = {k: v for k, v in self.history.durations.items() if "::" in k}
+        (self.folder / "weights.json").write_text(json.dumps(self._weights), encoding="utf-8")
+        gpu = load = 0.0
+        if self.target.has_gpu:  # a share's load is not on record: as a case the history lacks
+            gpu, load = GPU_PER_CASE_MIB, DEFAULT_GPU_LOAD
+        jobs = []
+        for k in range(1, self.slots + 1):
+            job = Job(
+                name=f"{self.suite.name} share {k}/{self.slots}",
+                run=tuple,  # set below: the share's run needs its job
+                cases=0,  # its tests are known once it has collected them: counted at its end
+                gpu_mib=gpu,
+                gpu_load=load,
+            )
+            job.run = functools.partial(self._share, k, job)
+            jobs.append(job)
+        return jobs
+
+    def content_key(self, test_id: str) -> str:
+        """The test's file content, its id and the cell's pins (as Case.content_key)."""
+        file = test_id.split("::", 1)[0]
+        with self._lock:
+            digest = self._files.get(file)
+        if digest is None:
+            try:
+                digest = hashlib.sha256((self.suite.root / file).read_bytes()).hexdigest()
+            except OSError:
+                digest = "missing"
+            with self._lock:
+                self._files[file] = digest
+        text = "\0".join(
+            [digest, test_id, *(f"{a}={v}" for a, v in sorted(self.target.cell.items()))]
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def _stored(self) -> set[str]:
+        """Case names of this cell with a result in the store that still holds (resume)."""
+        mine = f"{self.target.cell_id}::"
+        kept = set()
+        for result in self.store:
+            if result.key.startswith(mine) and (
+                not result.content_key
+                or "::" not in result.case
+                or result.content_key == self.content_key(result.case)
+            ):
+                kept.add(result.case)
+        return kept
+
+    def _limit(self, test_id: str) -> float:
+        """A test's time limit: --timeout, raised to TIMEOUT_FLOOR times its last finished run.
+        The start-up ("": imports and the collection of the whole selection) gets at least
+        _STARTUP_S: a per-test limit says nothing about how long 40,000 ids take to collect."""
+        if not test_id:
+            return max(self.options.timeout_s, _STARTUP_S)
+        took = self.history.finished_estimate(test_id)
+        limit = self.options.timeout_s
+        if took is not None and took * TIMEOUT_FLOOR > limit:
+            limit = float(math.ceil(took * TIMEOUT_FLOOR))
+        return limit
+
+    def _batch(
+        self,
+        name: str,
+        ids: Sequence[str] | None,
+        share: Mapping[str, str] | None = None,
+        on_ends: Callable[[list[TestEnd]], None] | None = None,
+    ) -> BatchRun:
+        # a module that fails to collect is its own `error` (share 1 reports it): the rest runs
+        extra = ["--capture=tee-sys", "--continue-on-collection-errors"]
+        return BatchRun(
+            ids=ids,
+            argv=self.suite.argv(self.target.python, *extra),
+            env=self._env(),
+            cwd=self.suite.root,
+            folder=self.folder / name,
+            limit_s=self._limit,
+            on_ends=on_ends or self._ended,
+            share_env=share,
+            check_env=self._pin_error,
+            on_collect=self._collection_lines if share and share[SHARE_ENV][:2] == "1/" else None,
+        )
+
+    def _share(self, k: int, job: Job) -> Sequence[Job]:
+        """Run share k; `job.cases` becomes the number of results it stored (the progress)."""
+        stored = [0]
+
+        def counted(ends: list[TestEnd]) -> None:
+            self._ended(ends)
+            stored[0] += len(ends)
+
+        try:
+            return self._run_share(k, counted)
+        finally:
+            job.cases = stored[0]
+
+    def _run_share(self, k: int, on_ends: Callable[[list[TestEnd]], None]) -> Sequence[Job]:
+        share = {
+            SHARE_ENV: f"{k}/{self.slots}",
+            SKIP_ENV: str(self.folder / "skip.txt"),
+            WEIGHTS_ENV: str(self.folder / "weights.json"),
+            EXCLUSIVE_ENV: "1" if self.target.has_gpu else "0",
+        }
+        batch = self._batch(f"share-{k:03d}", None, share, on_ends)
+        try:
+            assigned = batch.run()
+        finally:
+            if k == 1:
+                self._collection_ended(batch)
+        if assigned:
+            return self._exclusive() if k == 1 else ()
+        if k == 1 or not self._collected.wait(timeout=self.options.timeout_s) or not self.tests:
+            return self._exclusive() if k == 1 else ()
+        # this process could not collect while share 1 could: its share from share 1's list
+        free = [t.id for t in self.tests if t.id not in self._skip and not self._alone(t)]
+        parts = split(free, self._weights, self.slots)
+        if k <= len(parts):
+            self._batch(f"share-{k:03d}-again", parts[k - 1], None, on_ends).run()
+        return ()
+
+    def _env(self) -> dict[str, str]:
+        """The cell environment's variables, and the backend it pins (the plugin then reports
+        what its process loaded, resources/run_pytest.py)."""
+        env = self.target.process_env()
+        if self.target.expected_backend:
+            env[EXPECT_BACKEND_ENV] = self.target.expected_backend
+        return env
+
+    def _pin_error(self, env: Mapping[str, Any]) -> str | None:
+        """Why what a suite process loaded is not the cell's pins (None: it is, or nothing is
+        pinned): the check every case gets (resources/capture.py verify_pins)."""
+        if "capture_error" in env:
+            return None  # evidence that could not be gathered is not a verdict
+        return pin_error(self.target, env)
+
+    def _alone(self, test: CollectedTest) -> bool:
+        return test.exclusive and self.target.has_gpu
+
+    def _exclusive(self) -> Sequence[Job]:
+        """The `gpu_exclusive` tests (on a GPU host) as one exclusive job: nothing beside it."""
+        ids = [t.id for t in self.tests or () if self._alone(t) and t.id not in self._skip]
+        if not ids:
+            return ()
+        batch = self._batch("exclusive", ids)
+
+        def run() -> Sequence[Job]:
+            batch.run()
+            return ()
+
+        return [
+            Job(
+                name=f"{self.suite.name} gpu_exclusive ({len(ids)} tests)",
+                run=run,
+                cases=len(ids),
+                gpu_mib=GPU_PER_CASE_MIB,
+                gpu_load=default_gpu_load(self.history),
+                exclusive=True,
+            )
+        ]
+
+    def _collection_lines(self, events: list[dict[str, Any]]) -> None:
+        """Share 1's collection lines as they are read; at `collected`, the collection."""
+        for event in events:
+            if event.get("ev") == "session" and self.tests is None:  # its first process
+                log.info(
+                    "cell %s: %s with pytest %s on Python %s",
+                    self.target.cell_id or "local",
+                    self.suite.name,
+                    event.get("pytest"),
+                    event.get("python"),
+                )
+        self._events.extend(events)
+        if any(e.get("ev") == "collected" for e in events) and self.tests is None:
+            tests, problems = collection_results(self.suite, self.target, self._events)
+            self.paths = {t.id: t.file for t in tests}
+            self.tests = tests
+            self._problems(problems, "")
+            self._collected.set()
+
+    def _collection_ended(self, batch: BatchRun) -> None:
+        """Share 1 ended: without a collection, the suite's one result (skip or error)."""
+        if self.tests is None and batch.unassigned is not None and not self._collected.is_set():
+            returncode, log_path = batch.unassigned
+            problem = suite_problem(self.suite, self.target, returncode, log_path)
+            self._problems([problem], str(log_path))
+        self._collected.set()
+
+    def _problems(self, problems: Sequence[tuple[str, Outcome, str]], log_path: str) -> None:
+        stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self._store_all(
+            [
+                CaseResult(
+                    case=name,
+                    outcome=outcome,
+                    reason=reason,
+                    cell_id=self.target.cell_id,
+                    cell=dict(self.target.cell),
+                    case_path=str(
+                        self.suite.root
+                        if name == self.suite.name
+                        else self.suite.root / name.split("::", 1)[0]
+                    ),
+                    log_path=log_path,
+                    run_id=self.options.run_id,
+                    started_at=stamp,
+                )
+                for name, outcome, reason in problems
+                if name not in self._skip
+            ]
+        )
+
+    def _ended(self, ends: list[TestEnd]) -> None:
+        results = []
+        for end in ends:
+            results.append(
+                CaseResult(
+                    case=end.id,
+                    outcome=end.outcome,
+                    reason=end.reason,
+                    duration_s=round(end.duration_s, 3),
+                    cell_id=self.target.cell_id,
+                    cell=dict(self.target.cell),
+                    case_path=str(self.suite.root / self.paths.get(end.id, end.id.split("::")[0])),
+                    exit_code=end.exit_code,
+                    signal=end.signal,
+                    exception=end.exception,
+                    tail=end.tail,
+                    log_path=end.log_path,
+                    started_at=end.started_at,
+                    run_id=self.options.run_id,
+                    content_key=self.content_key(end.id),
+                )
+            )
+            if end.outcome is not Outcome.SKIP:
+                timed_out = end.outcome is Outcome.TIMEOUT
+                self.history.record(end.id, end.duration_s, timed_out=timed_out)
+        self._store_all(results)
+
+    def _store_all(self, results: list[CaseResult]) -> None:
+        """Store results together: one write and fsync where the store groups them
+        (`append_many`), else one by one; none is reported before it is stored."""
+        if not results:
+            return
+        many = getattr(self.store, "append_many", None)
+        if many is not None:
+            many(results)
+        else:
+            for result in results:
+                self.store.append(result)
+        with self._lock:
+            self.results.extend(results)
+        if self._on_result is not None:
+            for result in results:
+                self._on_result(result)
+
+
+def run_suite(
+    suite: Suite,
+    target: ExecTarget,
+    options: RunOptions,
+    store: ResultStore,
+    *,
+    on_change: Callable[..., None] | None = None,
+) -> list[CaseResult]:
+    """The `run --tests` path: the suite in a pool of `options.jobs` slots of its own."""
+    history = History.load(options.history)
+    run = SuiteRun(suite, target, options, store, slots=options.jobs, history=history)
+    pool = Pool(
+        options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None, on_change=on_change
+    )
+    pool.submit(run.jobs())
+    pool.close()
+    run_pool(pool)
+    history.save()
+    return run.results
