@@ -413,3 +413,17 @@ def test_a_process_that_dies_before_its_first_test_errors_each_id_once(tmp_path:
     ]
     assert ends[0].reason.startswith("its pytest process exited with status 3 before running it")
     assert len(list((tmp_path / "batch").glob("output.*.log"))) == 1
+
+
+def test_an_environment_layered_on_a_base_with_pytest_installs_none(tmp_path: Path) -> None:
+    """Layered on a base interpreter (`--env current`), the base's own pytest serves: the cell
+    environment asks for none (uv does not count the base's packages as installed and, offline
+    with a wheelhouse that has no pytest, could not resolve one: seen on the H200). A base
+    without pytest gets `pytest`; an isolated environment the tool's own version."""
+    from validate.execute.suite import pytest_requirement
+
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    assert pytest_requirement(isolated=False, base=sys.executable) is None
+    assert pytest_requirement(isolated=False, base=str(bare / "bin" / "python")) == "pytest"
+    assert pytest_requirement(isolated=True, base=sys.executable) == f"pytest=={pytest.__version__}"

@@ -70,7 +70,8 @@ def env_spec_for(cell: Cell, config: ValidateConfig, sources: Sources) -> EnvSpe
     if config.tests is not None and not (backend.kind == "current" and frontend.kind == "current"):
         # the suite runs in the cell's environment: pytest goes in, pinned (an environment taken
         # as it is, --env current with the frontend current, must have its own)
-        extras = (*extras, pytest_requirement(isolated=base == "isolated"))
+        wanted = pytest_requirement(isolated=base == "isolated", base=config.base_python)
+        extras = extras if wanted is None else (*extras, wanted)
     return EnvSpec(
         backend=backend,
         frontend=frontend,

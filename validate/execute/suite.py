@@ -25,6 +25,7 @@ import importlib.metadata
 import json
 import logging
 import math
+import subprocess
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
@@ -69,17 +70,30 @@ _STARTUP_S: Final = 900.0
 
 
 @functools.cache
-def pytest_requirement(*, isolated: bool = True) -> str:
+def pytest_requirement(*, isolated: bool = True, base: str = "") -> str | None:
     """The pytest a cell environment gets with `--tests`. An isolated one: the tool's own
     version where it has one (recorded with the environment's pins). One layered on a base
-    interpreter: `pytest`, which the base's own satisfies without a download (an offline GPU
-    host); the version each suite process ran is in its record's `session` line and the log."""
+    interpreter `base`: none where the base has pytest (the environment sees it through the
+    base's site-packages; uv would not count it as installed and, offline, fail to find one),
+    else `pytest`. The version each suite process ran is in its record's `session` line."""
     if not isolated:
-        return "pytest"
+        return None if base and _has_pytest(base) else "pytest"
     try:
         return f"pytest=={importlib.metadata.version('pytest')}"
     except importlib.metadata.PackageNotFoundError:
         return "pytest"
+
+
+@functools.cache
+def _has_pytest(python: str) -> bool:
+    """Whether `python` imports pytest (asked once per interpreter)."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", "import pytest"], capture_output=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
 
 
 class SuiteRun:
