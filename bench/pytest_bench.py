@@ -97,13 +97,17 @@ def _tool(
     results = out / "tool-run"
     argv = [tool_python, "-m", "validate", "run", "--tests", str(suite), "--interpreter", python]
     argv += ["--tests-select", select, "--jobs", str(jobs), "--timeout", str(timeout)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDNN_MATRIX_CACHE": str(out / "cache")}
+    # the tool's checkout first; what the caller put on PYTHONPATH (the suite's packages on a GPU
+    # host without network, e.g. the frontend wheel unpacked into a folder) stays behind it
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "CUDNN_MATRIX_CACHE": str(out / "cache")}
     start = time.perf_counter()
     proc = subprocess.run(
         [*argv, "--results", str(results)], capture_output=True, text=True, check=False, env=env
     )
     wall = time.perf_counter() - start
-    lines = (results / "results.jsonl").read_text().splitlines() if results.exists() else []
+    store = results / "results.jsonl"
+    lines = store.read_text().splitlines() if store.is_file() else []
     rows = [json.loads(ln) for ln in lines if ln.strip()]
     ids = [r["case"] for r in rows]
     bad = {"fail", "error", "crash", "timeout"}
