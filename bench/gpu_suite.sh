@@ -52,12 +52,12 @@ case $PART in
     echo "bench: pytest_bench.py --suite $SUITE --select '$SELECT' --python python3 --jobs 8 --rounds ${ROUNDS:-1}, backend 9.24.0.43 preloaded, frontend 1.27.0 from /tmp/site" >>"$OUT/$PART/provenance.txt"
     env PYTHONPATH=/tmp/site LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
       LD_PRELOAD="$LIB/libcudnn.so.9" python3 bench/pytest_bench.py --suite "$SUITE" \
-      --select "$SELECT" --python python3 --jobs 8 --timeout 300 --rounds "${ROUNDS:-1}" \
+      --select "$SELECT" --python "$(command -v python3)" --jobs 8 --timeout 300 --rounds "${ROUNDS:-1}" \
       >"$OUT/$PART/bench.txt" 2>&1
     echo "rc=$?" >>"$OUT/$PART/bench.txt"; tail -n 15 "$OUT/$PART/bench.txt" ;;
   speed)
     echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn 9.22.0.52,9.24.0.43,9.25.1.1 --samples $KIT/samples --case '${CASE:-*causal_conv1d*}' --speed-repeats ${REPEATS:-3}" >>"$OUT/$PART/provenance.txt"
-    run validate "${COMMON[@]}" --cudnn 9.22.0.52,9.24.0.43,9.25.1.1 --samples "$KIT/samples" \
+    run validate "${COMMON[@]}" --cudnn "${CUDNN:-9.22.0.52,9.24.0.43,9.25.1.1}" --samples "$KIT/samples" \
       --case "${CASE:-*causal_conv1d*}" --speed-repeats "${REPEATS:-3}" --cache-dir /tmp/envs-speed \
       --results "$OUT/speed/validate" ;;
   *) echo "PART must be suite, xdist or speed" >&2; exit 2 ;;
