@@ -56,7 +56,7 @@ case $PART in
       >"$OUT/$PART/bench.txt" 2>&1
     echo "rc=$?" >>"$OUT/$PART/bench.txt"; tail -n 15 "$OUT/$PART/bench.txt" ;;
   speed)
-    echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn 9.22.0.52,9.24.0.43,9.25.1.1 --samples $KIT/samples --case '${CASE:-*causal_conv1d*}' --speed-repeats ${REPEATS:-3}" >>"$OUT/$PART/provenance.txt"
+    echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn ${CUDNN:-9.22.0.52,9.24.0.43,9.25.1.1} --samples $KIT/samples --case '${CASE:-*causal_conv1d*}' --speed-repeats ${REPEATS:-3}" >>"$OUT/$PART/provenance.txt"
     run validate "${COMMON[@]}" --cudnn "${CUDNN:-9.22.0.52,9.24.0.43,9.25.1.1}" --samples "$KIT/samples" \
       --case "${CASE:-*causal_conv1d*}" --speed-repeats "${REPEATS:-3}" --cache-dir /tmp/envs-speed \
       --results "$OUT/speed/validate" ;;
