@@ -355,16 +355,21 @@ def test_bad_suite_flags_are_one_line_exit_2(args: list[str], message: str) -> N
     assert "Traceback" not in proc.stderr
 
 
-def test_an_interpreter_without_pytest_is_one_error_for_the_suite(tmp_path: Path) -> None:
+@pytest.mark.parametrize("named", ["path", "command"])
+def test_an_interpreter_without_pytest_is_one_error_for_the_suite(
+    tmp_path: Path, named: str
+) -> None:
     """A real venv without pytest: the suite's one `error` says so (an environment problem, not
-    a crash or a failure of any test)."""
+    a crash or a failure of any test). The interpreter given by path, or as a command that PATH
+    finds (`--interpreter python3`, as a shell would)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True)
     argv = [sys.executable, "-m", "validate", "run", "--tests", str(SUITE), "--jobs", "2"]
-    argv += ["--interpreter", str(tmp_path / "v" / "bin" / "python")]
+    bin_dir = tmp_path / "v" / "bin"
+    argv += ["--interpreter", str(bin_dir / "python3") if named == "path" else "python3"]
     proc = subprocess.run(
         [*argv, "--results", str(tmp_path / "run")],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{bin_dir}:{os.environ['PATH']}"},
         capture_output=True,
         text=True,
         check=False,
@@ -427,3 +432,25 @@ def test_an_environment_layered_on_a_base_with_pytest_installs_none(tmp_path: Pa
     assert pytest_requirement(isolated=False, base=sys.executable) is None
     assert pytest_requirement(isolated=False, base=str(bare / "bin" / "python")) == "pytest"
     assert pytest_requirement(isolated=True, base=sys.executable) == f"pytest=={pytest.__version__}"
+
+
+RUN_TESTS = [sys.executable, "-m", "validate", "run", "--tests", str(SUITE)]
+
+
+def test_an_interpreter_that_is_neither_a_file_nor_a_command_is_one_line_exit_2() -> None:
+    proc = subprocess.run(
+        [*RUN_TESTS, "--interpreter", "no-such-python-3f9"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .endswith("--interpreter no-such-python-3f9: no such file (nor a command on PATH)")
+    )
+    assert "Traceback" not in proc.stderr

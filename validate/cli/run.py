@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -119,8 +120,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         logging.getLogger("validate").info("%s", bound.line())
     jobs = bound.slots
     if args.interpreter is not None and not args.interpreter.is_file():
-        msg = f"--interpreter {args.interpreter}: no such file"
-        raise ConfigError(msg)
+        # a bare name (`python3`) is looked up on PATH, as a shell would
+        found = shutil.which(args.interpreter) if len(args.interpreter.parts) == 1 else None
+        if found is None:
+            msg = f"--interpreter {args.interpreter}: no such file (nor a command on PATH)"
+            raise ConfigError(msg)
+        args.interpreter = Path(found)
     target = ExecTarget(
         python=args.interpreter or Path(sys.executable),
         expected_backend=args.expect_backend,
