@@ -177,12 +177,13 @@ def build_table(
     note_counts: Counter[tuple[str, str]] = Counter()
     note_full: dict[tuple[str, str], str] = {}
     cells: dict[tuple[tuple[str, ...], tuple[str, ...]], TableCell] = {}
+    named = _named_cases(items, known_issues)
     for row in row_keys:
         for col in col_keys:
             group = groups.get((row, col))
             if group:
                 cells[(row, col)] = _cell(
-                    [g.result for g in group], known_issues, notes, note_counts, note_full
+                    [g.result for g in group], known_issues, named, notes, note_counts, note_full
                 )
     footnotes = tuple(
         Footnote(
@@ -203,9 +204,19 @@ def build_table(
     )
 
 
+def _named_cases(
+    items: Sequence[StoredResult], known_issues: Sequence[KnownIssue]
+) -> dict[str, frozenset[str]]:
+    """Per issue, the cases among the results that it names (its case globs asked once per
+    distinct case, not once per result and cell: a suite's cells hold 40,000 results each)."""
+    cases = {item.result.case for item in items}
+    return {ki.id: frozenset(c for c in cases if ki.covers_case(c)) for ki in known_issues}
+
+
 def _cell(
     results: Sequence[CaseResult],
     known_issues: Sequence[KnownIssue],
+    named: Mapping[str, frozenset[str]],
     notes: dict[tuple[str, str], int],
     note_counts: Counter[tuple[str, str]],
     note_full: dict[tuple[str, str], str],
@@ -223,7 +234,7 @@ def _cell(
             note_full.setdefault(key, r.reason.strip() or key[1])
             if index not in marks[key[0]]:
                 marks[key[0]].append(index)
-    affected, fixed = _known_issue_flags(results, known_issues)
+    affected, fixed = _known_issue_flags(results, known_issues, named)
     segments = [
         " ".join(part for part in (_SYMBOLS[status], text) if part)
         for status in _SEGMENTS
@@ -279,9 +290,12 @@ def _marks(indices: Sequence[int]) -> str:
 
 
 def _known_issue_flags(
-    results: Sequence[CaseResult], known_issues: Sequence[KnownIssue]
+    results: Sequence[CaseResult],
+    known_issues: Sequence[KnownIssue],
+    named: Mapping[str, frozenset[str]],
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    """KIs that affect a cell (from the results' verdicts and the DB) and KIs shown fixed in it."""
+    """KIs that affect a cell (from the results' verdicts and the DB) and KIs shown fixed in it.
+    `named`: per issue, the cases it names (`_named_cases`); only their results are asked."""
     affected = {
         r.known_issue
         for r in results
@@ -289,7 +303,9 @@ def _known_issue_flags(
     }
     fixed: set[tuple[str, str]] = set()
     for ki in known_issues:
-        hits = [r for r in results if ki.matches(r)]
+        cases = named.get(ki.id, frozenset())
+        mine = [r for r in results if r.case in cases] if cases else []
+        hits = [r for r in mine if ki.matches(r)]
         if any(policy(r.outcome).status == "known" or is_bad(r) for r in hits):
             affected.add(ki.id)
         fixed_in = parse_version(ki.fixed_in or "")
@@ -297,7 +313,7 @@ def _known_issue_flags(
             continue
         after = [
             r
-            for r in results
+            for r in mine
             if ki.matches(r, check_backend=False)
             and (v := parse_version(axis_value(r, "cudnn"))) is not None
             and v >= fixed_in
