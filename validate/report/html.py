@@ -67,7 +67,7 @@ table.matrix{border-collapse:collapse;background:#fff}
 .matrix th{background:#f1f3f5} td.cell{cursor:pointer} td.cell:focus,td.sel{outline:3px solid #0366d6}
 .scroll{max-width:100%;overflow-x:auto}
 .legend span.sw{display:inline-block;width:14px;height:14px;border:1px solid #959da5;margin:0 4px 0 12px;vertical-align:middle}
-ul.notes li{white-space:pre-wrap;overflow-wrap:anywhere}
+ul.notes li{white-space:pre-wrap;overflow-wrap:anywhere} ul.tests li{overflow-wrap:anywhere}
 #detail{margin-top:12px;padding:8px 12px;border:1px solid #959da5;background:#fff;min-height:40px}
 #detail details{border-top:1px solid #e1e4e8;padding:4px 0} #detail summary{cursor:pointer}
 .badge{padding:1px 6px;border-radius:3px;color:#000}
@@ -553,8 +553,8 @@ def _file_rows(report: Report, matrix: CaseMatrix) -> str:
         else ""
     )
     return (
-        f'<h3>Pytest tests per test file</h3><table class="matrix files"><thead><tr>{head}</tr>'
-        f"</thead><tbody>{''.join(rows)}</tbody></table>{listed}"
+        f'<h3>Pytest tests per test file</h3><div class="scroll"><table class="matrix files">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{listed}"
     )
 
 

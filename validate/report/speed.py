@@ -254,6 +254,6 @@ def speed_html(report: Report) -> str:
             links.append(f'<a href="{html.escape(href)}">{text}</a>' if href else text)
         body.append(f"<tr>{tds}<td>{'<br>'.join(links)}</td></tr>")
     return (
-        f'{out}<table class="matrix speed"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f'{out}<div class="scroll"><table class="matrix speed"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
     )
