@@ -75,15 +75,43 @@ def _serve(root: Path, *, json_pages: bool) -> Iterator[tuple[str, type[_Index]]
         thread.join()
 
 
-@pytest.fixture(scope="module")
-def index_root(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """simple/<project>/<wheel>: every wheel of the shared wheelhouse (links), and a yanked
-    cuDNN file name that is no wheel at all (it is listed, never installed)."""
-    root = tmp_path_factory.mktemp("index")
+#: The cuDNN and frontend releases every source here lists, whatever else the shared wheelhouse
+#: holds (other tests download more into it): the real wheels where the conftest fetched them,
+#: else an empty file of that name (listed, never installed), so each "nearest" is the same on a
+#: fresh clone and on a machine that kept its wheelhouse.
+LISTED = {
+    "nvidia-cudnn-cu13": ("9.12.0.46", "9.13.0.50", "9.13.1.26"),
+    "nvidia-cudnn-frontend": ("1.26.0", "1.27.0", "1.32.0"),
+}
+
+
+def _listed(wheelhouse: Path, into: Path, *, per_project: bool) -> Path:
+    """`into` as a source holding the wheelhouse's other wheels (links) and exactly LISTED of
+    cuDNN and the frontend: simple/<project>/<file> (an index) or one flat folder."""
     for wheel in wheelhouse.glob("*.whl"):
-        folder = root / "simple" / canonicalize_name(parse_wheel_filename(wheel.name)[0])
+        name, version = parse_wheel_filename(wheel.name)[:2]
+        project = canonicalize_name(name)
+        if project in LISTED and str(version) not in LISTED[project]:
+            continue
+        folder = into / "simple" / project if per_project else into
         folder.mkdir(parents=True, exist_ok=True)
         (folder / wheel.name).symlink_to(wheel)
+    for listed, releases in LISTED.items():
+        place = into / "simple" / listed if per_project else into
+        place.mkdir(parents=True, exist_ok=True)
+        stem = listed.replace("-", "_")
+        for release in releases:
+            if not any(place.glob(f"{stem}-{release}-*.whl")):
+                (place / f"{stem}-{release}-py3-none-manylinux_2_27_x86_64.whl").write_bytes(b"")
+    return into
+
+
+@pytest.fixture(scope="module")
+def index_root(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """simple/<project>/<wheel>: the shared wheelhouse's wheels with exactly LISTED of cuDNN and
+    the frontend, and a yanked cuDNN file name that is no wheel at all (listed, never
+    installed)."""
+    root = _listed(wheelhouse, tmp_path_factory.mktemp("index"), per_project=True)
     (root / "simple" / "nvidia-cudnn-cu13" / YANKED).write_bytes(b"")
     return root
 
@@ -227,6 +255,7 @@ def test_an_unreachable_index_is_one_line_and_the_run_goes_on(tmp_path: Path) ->
 
 def test_the_wheelhouse_is_the_source_with_wheelhouse(wheelhouse: Path, tmp_path: Path) -> None:
     """--wheelhouse: the installs run --no-index, so the wheelhouse is all there is."""
+    wheelhouse = _listed(wheelhouse, tmp_path / "wheelhouse", per_project=False)
     argv = ["--cudnn", "9.12.0.99", "--frontend", "1.27.0", *CELL, "--wheelhouse", str(wheelhouse)]
     proc = _validate(_env(), *argv, "--results", str(tmp_path / "run"))
     assert proc.returncode == 2, proc.stderr
