@@ -68,8 +68,9 @@ def env_spec_for(cell: Cell, config: ValidateConfig, sources: Sources) -> EnvSpe
     )
     extras = config.extras
     if config.tests is not None and not (backend.kind == "current" and frontend.kind == "current"):
-        # the suite runs in the cell's environment: pytest goes in, pinned (an environment taken
-        # as it is, --env current with the frontend current, must have its own)
+        # the suite runs in the cell's environment: pytest goes in (the tool's version in an
+        # isolated one; none where a base interpreter under it has pytest, `pytest_requirement`);
+        # an environment taken as it is, --env current with the frontend current, has its own
         wanted = pytest_requirement(isolated=base == "isolated", base=config.base_python)
         extras = extras if wanted is None else (*extras, wanted)
     return EnvSpec(
