@@ -25,8 +25,8 @@ import importlib.metadata
 import json
 import logging
 import math
-import subprocess
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.execute.attempt import pin_error
@@ -51,6 +51,7 @@ from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, run_pool
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult
+from validate.plan.requirements import missing_modules
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -77,23 +78,11 @@ def pytest_requirement(*, isolated: bool = True, base: str = "") -> str | None:
     base's site-packages; uv would not count it as installed and, offline, fail to find one),
     else `pytest`. The version each suite process ran is in its record's `session` line."""
     if not isolated:
-        return None if base and _has_pytest(base) else "pytest"
+        return None if base and not missing_modules(Path(base), ["pytest"]) else "pytest"
     try:
         return f"pytest=={importlib.metadata.version('pytest')}"
     except importlib.metadata.PackageNotFoundError:
         return "pytest"
-
-
-@functools.cache
-def _has_pytest(python: str) -> bool:
-    """Whether `python` imports pytest (asked once per interpreter)."""
-    try:
-        proc = subprocess.run(
-            [python, "-c", "import pytest"], capture_output=True, timeout=60, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
 
 
 class SuiteRun:
