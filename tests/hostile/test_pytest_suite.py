@@ -34,6 +34,23 @@ SUITE = RESOURCES / "pytest_suite"
 GPU_SUITE = RESOURCES / "pytest_gpu_suite"
 REPO = Path(__file__).resolve().parents[2]
 
+
+def _cli(*args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m validate ARGS` from the checkout, as a user runs it (`path`: PATH's front)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if path is not None:
+        env["PATH"] = f"{path}:{os.environ['PATH']}"
+    return subprocess.run(
+        [sys.executable, "-m", "validate", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
 #: The verdict of every test of the suite that does not simply pass, and why.
 EXPECTED = {
     "test_broken_import.py": ("error", "ModuleNotFoundError"),
@@ -200,16 +217,7 @@ def test_a_suite_that_needs_a_gpu_to_collect_is_one_skip_without_one(tmp_path: P
 def test_run_of_a_suite_that_needs_a_gpu_is_one_skip(tmp_path: Path) -> None:
     """Through `run --tests` (two shares, both unable to collect): one `skip` for the suite,
     nothing else, exit 0."""
-    argv = [sys.executable, "-m", "validate", "run", "--tests", str(GPU_SUITE), "--jobs", "2"]
-    proc = subprocess.run(
-        [*argv, "--results", str(tmp_path / "run")],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    proc = _cli("run", "--tests", str(GPU_SUITE), "--jobs", "2", "--results", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr
     (row,) = _lines(tmp_path / "run")
     assert (row["case"], row["outcome"]) == ("pytest:pytest_gpu_suite", "skip")
@@ -341,15 +349,7 @@ def test_validate_runs_the_suite_in_the_cell_environment(tmp_path: Path) -> None
     ],
 )
 def test_bad_suite_flags_are_one_line_exit_2(args: list[str], message: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "validate", "--cudnn", "9.24.0.43", *args],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    proc = _cli("validate", "--cudnn", "9.24.0.43", *args)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -363,18 +363,10 @@ def test_an_interpreter_without_pytest_is_one_error_for_the_suite(
     a crash or a failure of any test). The interpreter given by path, or as a command that PATH
     finds (`--interpreter python3`, as a shell would)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True)
-    argv = [sys.executable, "-m", "validate", "run", "--tests", str(SUITE), "--jobs", "2"]
     bin_dir = tmp_path / "v" / "bin"
-    argv += ["--interpreter", str(bin_dir / "python3") if named == "path" else "python3"]
-    proc = subprocess.run(
-        [*argv, "--results", str(tmp_path / "run")],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{bin_dir}:{os.environ['PATH']}"},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    interpreter = str(bin_dir / "python3") if named == "path" else "python3"
+    argv = ["run", "--tests", str(SUITE), "--jobs", "2", "--interpreter", interpreter]
+    proc = _cli(*argv, "--results", str(tmp_path / "run"), path=str(bin_dir))
     assert proc.returncode == 1, proc.stderr
     (row,) = _lines(tmp_path / "run")
     assert (row["case"], row["outcome"]) == ("pytest:pytest_suite", "error")
@@ -434,19 +426,8 @@ def test_an_environment_layered_on_a_base_with_pytest_installs_none(tmp_path: Pa
     assert pytest_requirement(isolated=True, base=sys.executable) == f"pytest=={pytest.__version__}"
 
 
-RUN_TESTS = [sys.executable, "-m", "validate", "run", "--tests", str(SUITE)]
-
-
 def test_an_interpreter_that_is_neither_a_file_nor_a_command_is_one_line_exit_2() -> None:
-    proc = subprocess.run(
-        [*RUN_TESTS, "--interpreter", "no-such-python-3f9"],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    proc = _cli("run", "--tests", str(SUITE), "--interpreter", "no-such-python-3f9")
     assert proc.returncode == 2, proc.stderr
     assert (
         proc.stderr.strip()
