@@ -28,6 +28,7 @@ __all__ = [
     "apply_known_issues",
     "case_matches",
     "load_known_issues",
+    "named_cases",
     "result_pins",
 ]
 
@@ -126,6 +127,13 @@ class KnownIssue:
         if self.archs and arch not in self.archs:
             return f"arch {arch or 'unknown'} not in {', '.join(sorted(self.archs))}"
         return None
+
+
+def named_cases(issues: Sequence[KnownIssue], cases: Iterable[str]) -> dict[str, frozenset[str]]:
+    """Per issue id, which of `cases` it names: its case globs asked once per distinct case, not
+    once per result and cell (a pytest suite's cell holds 40,000 results, issue #27)."""
+    distinct = set(cases)
+    return {ki.id: frozenset(c for c in distinct if ki.covers_case(c)) for ki in issues}
 
 
 def case_matches(case: str, pattern: str) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from validate._compat import StrEnum
-from validate.judge.known_issues import result_pins
+from validate.judge.known_issues import named_cases, result_pins
 from validate.judge.suggest import evidence_kind, normal_arch, spec_text
 from validate.model.order import natural_key, parse_version, value_key
 from validate.report.model import result_key
@@ -378,12 +378,12 @@ def build_ki_table(
     by_column: dict[tuple[str, str, str], list[StoredResult]] = {}
     for item, key in zip(items, keyed, strict=True):
         by_column.setdefault(key, []).append(item)
-    cases = {item.result.case for item in items}
+    named_by = named_cases(known_issues, (item.result.case for item in items))
     rows = []
     for ki in known_issues:
-        # the issue's globs asked once per distinct case; a cell reads only the results of the
-        # cases it names (a suite's column holds 40,000 results, issue #27)
-        named = {c for c in cases if ki.covers_case(c)}
+        # a cell reads only the results of the cases the issue names (a suite's column holds
+        # 40,000 results, issue #27)
+        named = named_by[ki.id]
         cells = []
         for c in columns:
             column = by_column.get((c.cudnn, c.frontend, c.arch), [])

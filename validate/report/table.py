@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from validate._compat import assert_never
 from validate.errors import ConfigError
+from validate.judge.known_issues import named_cases
 from validate.judge.signoff import passed_on_rerun
 from validate.model.outcome import POLICY, Status, policy
 from validate.report.case_matrix import FLAKY_SYMBOL
@@ -177,7 +178,7 @@ def build_table(
     note_counts: Counter[tuple[str, str]] = Counter()
     note_full: dict[tuple[str, str], str] = {}
     cells: dict[tuple[tuple[str, ...], tuple[str, ...]], TableCell] = {}
-    named = _named_cases(items, known_issues)
+    named = named_cases(known_issues, (item.result.case for item in items))
     for row in row_keys:
         for col in col_keys:
             group = groups.get((row, col))
@@ -202,15 +203,6 @@ def build_table(
         cells=cells,
         footnotes=footnotes,
     )
-
-
-def _named_cases(
-    items: Sequence[StoredResult], known_issues: Sequence[KnownIssue]
-) -> dict[str, frozenset[str]]:
-    """Per issue, the cases among the results that it names (its case globs asked once per
-    distinct case, not once per result and cell: a suite's cells hold 40,000 results each)."""
-    cases = {item.result.case for item in items}
-    return {ki.id: frozenset(c for c in cases if ki.covers_case(c)) for ki in known_issues}
 
 
 def _cell(
@@ -295,7 +287,7 @@ def _known_issue_flags(
     named: Mapping[str, frozenset[str]],
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """KIs that affect a cell (from the results' verdicts and the DB) and KIs shown fixed in it.
-    `named`: per issue, the cases it names (`_named_cases`); only their results are asked."""
+    `named`: per issue, the cases it names (`named_cases`); only their results are asked."""
     affected = {
         r.known_issue
         for r in results
