@@ -10,17 +10,30 @@
 #   PART=xdist  bench/pytest_bench.py on the same selection, backend 9.24.0.43 pinned as the tool
 #               pins it (its folder on the library path, its dispatcher preloaded): `pytest -n 8`
 #               against `cudnn-matrix run --tests ... --jobs 8`, verdicts counted on both sides;
+#   PART=l0     `validate --tests` with the suite's own selection (its addopts: -m L0, every file,
+#               fe_api/ included) on CUDNN (default 9.25.1.1), --jobs JOBS (default 16): the whole
+#               L0 suite of one cell; longer than one device call, so start it in the background
+#               and `--resume` it (RESUME=1) in a later call if the first did not finish;
 #   PART=speed  `validate` of the causal_conv1d samples on backends 9.22.0.52, 9.24.0.43 and
 #               9.25.1.1 with frontend 1.27.0: the speed stage re-runs each candidate alone
 #               --speed-repeats times (#29). Longer than one device call: start it in the
 #               background and collect OUT_DIR/speed in a later call.
-# Each part writes OUT_DIR/PART/{provenance.txt, validate.txt, validate.err, ...}.
+# FAULT=1 (suite, xdist): first copies bench/gpu_fault/test_zz_injected_cuda_fault.py (ours: a
+# device-side assert that kills the process, then a test after it) into the suite and adds it to
+# the selection, so both sides of the comparison meet a real CUDA fault.
+# Each part writes OUT_DIR/PART/{provenance.txt, validate.txt, validate.err, ...} (RESUME=1: the
+# same names with -resume, beside the first call's).
 set -uo pipefail
 PART=$1; KIT=$(realpath "$2"); OUT=$(realpath -m "$3")
 REPO=$(cd "$(dirname "$0")/.." && pwd); cd "$REPO"
 mkdir -p "$OUT/$PART"; export PYTHONUNBUFFERED=1
+T=${RESUME:+-resume}  # a resumed part keeps the first call's files beside its own
 SELECT=${SELECT:-"-m L0 test_kernel_cache.py test_layernorm.py test_rmsnorm.py test_batchnorm.py test_instancenorm.py test_matmul_bias_relu.py test_slice.py test_wgrads.py test_conv_bias.py"}
 SUITE="$KIT/frontend/test/python"
+if [ "${FAULT:-0}" = 1 ]; then
+  cp "$REPO/bench/gpu_fault/test_zz_injected_cuda_fault.py" "$SUITE/"
+  SELECT="$SELECT test_zz_injected_cuda_fault.py"
+fi
 COMMON=(--env current --backend-store "$KIT/store" --cuda 13.0 --driver 580 --arch sm90
   --wheelhouse "$KIT/wh" --frontend 1.27.0 --timeout 300)
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
@@ -32,33 +45,39 @@ stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
   echo "backends in the store: $(ls "$KIT/store" | tr '\n' ' ')"
   echo "frontend checkout (samples, test/python): $(cat "$KIT/samples/COMMIT" 2>/dev/null)"
   echo "tool commit: ${TOOL_COMMIT:-$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)}"
-} >"$OUT/$PART/provenance.txt" 2>&1
+} >"$OUT/$PART/provenance$T.txt" 2>&1
 run() {  # the tool as a user runs it; its wall time beside its output
   local s e; s=$(date +%s.%N)
-  python3 -m validate "$@" >"$OUT/$PART/validate.txt" 2>"$OUT/$PART/validate.err"
-  echo "rc=$?" >>"$OUT/$PART/validate.txt"; e=$(date +%s.%N)
-  python3 -c "print(round($e-$s,1))" >"$OUT/$PART/wall_s"
-  echo "$PART: $(cat "$OUT/$PART/wall_s") s"; tail -n 8 "$OUT/$PART/validate.txt"
+  python3 -m validate "$@" >"$OUT/$PART/validate$T.txt" 2>"$OUT/$PART/validate$T.err"
+  echo "rc=$?" >>"$OUT/$PART/validate$T.txt"; e=$(date +%s.%N)
+  python3 -c "print(round($e-$s,1))" >"$OUT/$PART/wall_s$T"
+  echo "$PART: $(cat "$OUT/$PART/wall_s$T") s"; tail -n 8 "$OUT/$PART/validate$T.txt"
 }
 case $PART in
   suite)
-    echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn 9.24.0.43,9.25.1.1 --tests $SUITE --tests-select '$SELECT' --with looseversion==1.3.0" >>"$OUT/$PART/provenance.txt"
+    echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn 9.24.0.43,9.25.1.1 --tests $SUITE --tests-select '$SELECT' --with looseversion==1.3.0" >>"$OUT/$PART/provenance$T.txt"
     # the suite's conftest imports looseversion, which the frontend wheel does not require
     run validate "${COMMON[@]}" --cudnn 9.24.0.43,9.25.1.1 --tests "$SUITE" --tests-select "$SELECT" \
       --with looseversion==1.3.0 \
       --cache-dir /tmp/envs-suite --results "$OUT/suite/validate" ;;
+  l0)
+    CELL=${CUDNN:-9.25.1.1}
+    echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn $CELL --tests $SUITE --jobs ${JOBS:-16} --with looseversion==1.3.0 ${RESUME:+--resume}" >>"$OUT/$PART/provenance$T.txt"
+    run validate "${COMMON[@]}" --cudnn "$CELL" --tests "$SUITE" --jobs "${JOBS:-16}" \
+      --with looseversion==1.3.0 --cache-dir /tmp/envs-suite --results "$OUT/l0/validate" \
+      ${RESUME:+--resume} ;;
   xdist)
     LIB="$KIT/store/9.24.0.43/lib"
-    echo "bench: pytest_bench.py --suite $SUITE --select '$SELECT' --python python3 --jobs 8 --rounds ${ROUNDS:-1}, backend 9.24.0.43 preloaded, frontend 1.27.0 from /tmp/site" >>"$OUT/$PART/provenance.txt"
+    echo "bench: pytest_bench.py --suite $SUITE --select '$SELECT' --python python3 --jobs 8 --rounds ${ROUNDS:-1}, backend 9.24.0.43 preloaded, frontend 1.27.0 from /tmp/site" >>"$OUT/$PART/provenance$T.txt"
     env PYTHONPATH=/tmp/site LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
       LD_PRELOAD="$LIB/libcudnn.so.9" python3 bench/pytest_bench.py --suite "$SUITE" \
       --select "$SELECT" --python "$(command -v python3)" --jobs 8 --timeout 300 --rounds "${ROUNDS:-1}" \
       >"$OUT/$PART/bench.txt" 2>&1
     echo "rc=$?" >>"$OUT/$PART/bench.txt"; tail -n 15 "$OUT/$PART/bench.txt" ;;
   speed)
-    echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn ${CUDNN:-9.22.0.52,9.24.0.43,9.25.1.1} --samples $KIT/samples --case '${CASE:-*causal_conv1d*}' --speed-repeats ${REPEATS:-3}" >>"$OUT/$PART/provenance.txt"
+    echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn ${CUDNN:-9.22.0.52,9.24.0.43,9.25.1.1} --samples $KIT/samples --case '${CASE:-*causal_conv1d*}' --speed-repeats ${REPEATS:-3}" >>"$OUT/$PART/provenance$T.txt"
     run validate "${COMMON[@]}" --cudnn "${CUDNN:-9.22.0.52,9.24.0.43,9.25.1.1}" --samples "$KIT/samples" \
       --case "${CASE:-*causal_conv1d*}" --speed-repeats "${REPEATS:-3}" --cache-dir /tmp/envs-speed \
       --results "$OUT/speed/validate" ;;
-  *) echo "PART must be suite, xdist or speed" >&2; exit 2 ;;
+  *) echo "PART must be suite, l0, xdist or speed" >&2; exit 2 ;;
 esac
