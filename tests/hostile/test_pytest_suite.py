@@ -273,6 +273,20 @@ def test_gpu_exclusive_tests_run_alone_after_the_shares_on_a_gpu_host(tmp_path: 
     assert len(got) == 7
 
 
+def test_a_slow_family_is_spread_over_the_shares_where_no_duration_is_known() -> None:
+    """A first run knows no durations. A family of slow parametrized tests sits together in
+    collection order (the H200's test_mhas, the fuzzers), so equal-count contiguous shares gave
+    it to one process: each share now holds its part of it, every id once, in collection order."""
+    ids = [f"a.py::fast[{i}]" for i in range(3000)] + [f"b.py::slow[{i}]" for i in range(800)]
+    parts = split(ids, {}, 16)
+    assert len(parts) == 16
+    assert sorted(i for part in parts for i in part) == sorted(ids)
+    order = {test: n for n, test in enumerate(ids)}
+    assert all(part == sorted(part, key=order.__getitem__) for part in parts)
+    slow = [sum(i.startswith("b.py") for i in part) for part in parts]
+    assert 30 <= min(slow) <= max(slow) <= 70, slow  # 800 / 16 = 50 each, give or take a block
+
+
 def test_shares_are_contiguous_and_balanced_by_the_history() -> None:
     ids = [f"t.py::t{i}" for i in range(6)]
     durations = {"t.py::t0": 10.0, "t.py::t1": 10.0}  # the others unknown: the mean, 10 s

@@ -6,8 +6,9 @@
   execute/collection.py says (a module's `error`, or "needs a GPU" `skip` without one).
 - **Shares** (the run): one pool job per slot, each a pytest process that collects the whole
   selection itself, as pytest-xdist's workers do, and runs its share (resources/shares.py:
-  contiguous in collection order, so module fixtures are shared; balanced by the duration
-  history), so no collection runs alone before the tests. Share 1 also reports the collection
+  contiguous blocks in collection order, so module fixtures are mostly shared, dealt round robin
+  so a slow family of tests is spread; balanced by the duration history where there is one), so
+  no collection runs alone before the tests. Share 1 also reports the collection
   to the tool (its ids, markers, and the modules that failed to collect). A share whose process
   cannot collect while share 1 could takes its ids from share 1's list. After a crash, a poison
   report or a timeout, the ids left run in a fresh process (execute/batches.py). On a GPU host

@@ -12,8 +12,8 @@ each line whole with one write(2) on an O_APPEND descriptor:
 - collection (`--collect-only`): `item` per collected test (node id, file, markers), `collect_error`
   per module that failed to collect, then `collected`;
 - a share ($CUDNN_MATRIX_PYTEST_SHARE is "k/n"): the whole selection is collected, as pytest-xdist's
-  workers do, and this process runs share k of n (resources/shares.py: contiguous, balanced by the
-  seconds in $CUDNN_MATRIX_PYTEST_WEIGHTS), less the ids in $CUDNN_MATRIX_PYTEST_SKIP (stored
+  workers do, and this process runs share k of n (resources/shares.py: contiguous blocks dealt
+  round robin, balanced by the seconds in $CUDNN_MATRIX_PYTEST_WEIGHTS), less the ids in $CUDNN_MATRIX_PYTEST_SKIP (stored
   already: resume) and, where $CUDNN_MATRIX_PYTEST_EXCLUSIVE is 1, the `gpu_exclusive` tests; its
   ids are one `assigned` line. Share 1 also writes every `item` and `collect_error`, then
   `collected`: the collection of the whole suite, without a process of its own;
