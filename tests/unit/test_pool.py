@@ -189,6 +189,32 @@ def test_reruns_are_follow_up_jobs_and_all_attempts_are_kept(tmp_path: Path) -> 
     assert len(store.path.read_text().splitlines()) == 2  # one line per case, not per attempt
 
 
+def test_a_share_counts_its_tests_as_they_are_stored() -> None:
+    """A pytest share stands for no case until its end (its tests are known once its process has
+    collected them): while it runs, the line shows what it stored, the one test it is running and
+    the rest of the ids it took, not `0 done, 0 running` for the length of the suite."""
+    seen: list[str] = []
+    pool = Pool(1)
+    progress = [0, 0]  # (stored, assigned) as the share's process reports them
+
+    def share() -> tuple[Job, ...]:
+        seen.append(pool_line(pool.stats()))  # not collected yet
+        progress[:] = [40, 100]  # its process took 100 ids and stored 40 results
+        seen.append(pool_line(pool.stats()))
+        progress[0] = job.cases = 100
+        return ()
+
+    job = Job(name="share 1/1", run=share, cases=0)
+    job.live = lambda: (progress[0], progress[1])
+    pool.submit([job])
+    _drain(pool)
+    assert seen == [
+        "cases: 0 done, 0 running, 0 left (1 slots)",
+        "cases: 40 done, 1 running, 59 left (1 slots)",
+    ]
+    assert pool_line(pool.stats()).startswith("cases: 100 done, 0 running, 0 left")
+
+
 def test_progress_line_and_plain_rate() -> None:
     pool = Pool(3)
     pool.expect(4, 120.0)  # 4 cases the history puts at 120 s of work

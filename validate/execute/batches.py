@@ -246,6 +246,7 @@ class BatchRun:
         self.share_env, self.on_collect = share_env, on_collect
         self.check_env = check_env
         self.processes = 0  # how many pytest processes the batch took
+        self.assigned = 0  # how many ids a share's first process took (the progress line)
         #: a share's first process that ended without assigning ids (it could not collect):
         #: its exit status and output file, for the caller to judge
         self.unassigned: tuple[int | str, Path] | None = None
@@ -328,6 +329,7 @@ class _Process:
                     self._pins(event.get("env") or {})
                 case "assigned":
                     self.left = [str(i) for i in event.get("ids") or ()]
+                    self.batch.assigned = self.batch.assigned or len(self.left)
                     self.last = time.monotonic()
                 case "session" | "item" | "collect_error" | "collected":
                     collection.append(event)

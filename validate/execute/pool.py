@@ -98,6 +98,9 @@ class Job:
     #: queued after the exclusive jobs too (the re-runs of a case judged by its alone re-run: run
     #: between two exclusive jobs, each would hold the next one back)
     defer: bool = False
+    #: a job of many cases that counts them as it goes (a pytest share: `cases` is 0 until its
+    #: end): (stored, expected) while it runs, so the progress line moves with its results
+    live: Callable[[], tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -388,10 +391,19 @@ class Pool:
                 or state.pending_s is not None
                 or any(j.estimate_s is not None for j in jobs)
             )
+            done, running, left = state.done, 0, sum(j.cases for j in queued) + state.pending
+            for item in state.running.values():
+                if item.job.live is None:
+                    running += item.job.cases
+                    continue
+                stored, expected = item.job.live()  # a share: one test at a time, the rest left
+                done += stored
+                running += 1 if expected > stored else 0
+                left += max(0, expected - stored - 1)
             return PoolStats(
-                done=state.done,
-                running=0 if state.stopped else sum(r.job.cases for r in state.running.values()),
-                left=sum(j.cases for j in queued) + state.pending,
+                done=done,
+                running=0 if state.stopped else running,
+                left=left,
                 eta_s=None if state.stopped or not based else eta,
                 slots=self.slots,
                 cut=state.cut,

@@ -210,17 +210,24 @@ class SuiteRun:
     def _share(self, k: int, job: Job) -> Sequence[Job]:
         """Run share k; `job.cases` becomes the number of results it stored (the progress)."""
         stored = [0]
+        batches: list[BatchRun] = []
 
         def counted(ends: list[TestEnd]) -> None:
             self._ended(ends)
             stored[0] += len(ends)
 
+        job.live = lambda: (stored[0], sum(b.assigned for b in batches))
         try:
-            return self._run_share(k, counted)
+            return self._run_share(k, counted, batches.append)
         finally:
-            job.cases = stored[0]
+            job.cases = stored[0]  # `live` stays: read while the pool still counts it running
 
-    def _run_share(self, k: int, on_ends: Callable[[list[TestEnd]], None]) -> Sequence[Job]:
+    def _run_share(
+        self,
+        k: int,
+        on_ends: Callable[[list[TestEnd]], None],
+        started: Callable[[BatchRun], None],
+    ) -> Sequence[Job]:
         share = {
             SHARE_ENV: f"{k}/{self.slots}",
             SKIP_ENV: str(self.folder / "skip.txt"),
@@ -228,6 +235,7 @@ class SuiteRun:
             EXCLUSIVE_ENV: "1" if self.target.has_gpu else "0",
         }
         batch = self._batch(f"share-{k:03d}", None, share, on_ends)
+        started(batch)
         try:
             assigned = batch.run()
         finally:
@@ -241,7 +249,10 @@ class SuiteRun:
         free = [t.id for t in self.tests if t.id not in self._skip and not self._alone(t)]
         parts = split(free, self._weights, self.slots)
         if k <= len(parts):
-            self._batch(f"share-{k:03d}-again", parts[k - 1], None, on_ends).run()
+            again = self._batch(f"share-{k:03d}-again", parts[k - 1], None, on_ends)
+            again.assigned = len(parts[k - 1])
+            started(again)
+            again.run()
         return ()
 
     def _env(self) -> dict[str, str]:
