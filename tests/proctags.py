@@ -99,15 +99,17 @@ def ctrl_c_when(
     what: str,
     wait_s: float = 60,
     end_s: float = 60,
+    sig: signal.Signals = signal.SIGINT,
 ) -> bytes:
-    """Ctrl-C (SIGINT) to the tool once `ready()` holds; its stderr once it has ended (within
-    `end_s`). `what` names the condition in the failure when it never holds within `wait_s`."""
+    """Ctrl-C (SIGINT, or `sig`) to the tool once `ready()` holds; its stderr once it has ended
+    (within `end_s`). `what` names the condition in the failure when it never holds within
+    `wait_s`."""
     deadline = time.monotonic() + wait_s
     while not ready():
         if time.monotonic() > deadline:
             raise AssertionError(what)
         time.sleep(0.2)
-    tool.send_signal(signal.SIGINT)
+    tool.send_signal(sig)
     _, err = tool.communicate(timeout=end_s)
     return err
 

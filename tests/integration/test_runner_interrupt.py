@@ -5,18 +5,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from proctags import ctrl_c_when, quick_and_hanging, still_running, tagged, tagged_tool
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 KERNEL = "kernelapp.launch_new_instance"  # in the argv of every kernel the notebook runner starts
 
 
-def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_ends_running_cases_and_keeps_finished_ones(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    """Ctrl-C, or SIGTERM (a cancelled CI job, scancel), taken the same way."""
     cases = tmp_path / "cases"
     hang = quick_and_hanging(cases)
     results = tmp_path / "run"
@@ -30,8 +36,9 @@ def test_interrupt_ends_running_cases_and_keeps_finished_ones(tmp_path: Path) ->
             ),
             what="the quick case never finished or the hang never started",
             end_s=30,
+            sig=sig,
         )
-        assert tool.returncode == 130, err
+        assert tool.returncode == code, err
         assert b"Traceback" not in err
         recorded = [json.loads(line) for line in store.read_text().splitlines()]
         assert [(r["case"], r["outcome"]) for r in recorded] == [("a_quick.py", "pass")]

@@ -11,8 +11,10 @@ import argparse
 import importlib
 import math
 import os
+import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -66,7 +68,8 @@ EXIT_CODES: Final = """exit codes:
   3    an environment could not be built (outside a run; inside one it is the cell's `error`)
   4    docker daemon unreachable, image build or pull failed; Slurm refused a job or did not answer
   5    results lost mid-run (disk full, folder deleted): run stopped, finished results kept
-  130  interrupted (Ctrl-C): finished results are kept, --resume completes the run"""
+  130  interrupted (Ctrl-C): finished results are kept, --resume completes the run
+  143  terminated (SIGTERM: a cancelled CI job, scancel, timeout): as 130"""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -326,20 +329,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = streams
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C is: a cancelled CI job, `scancel`, `timeout` end the running cases
+    and keep the finished results (the default action would drop the known-issue stamping and the
+    last progress line, and leave the cases to their guard)."""
+
+
+def _terminate(_signum: int, _frame: object) -> NoReturn:
+    raise _Terminated
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser(_command_of(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
+    before = signal.getsignal(signal.SIGTERM)
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         rc: int = args.func(args)
     except ValidateError as exc:
         print(f"cudnn-matrix: error: {exc}", file=sys.stderr)
         return exc.return_code
-    except KeyboardInterrupt:
-        print("cudnn-matrix: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, _Terminated)
+        print(f"cudnn-matrix: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
         # Exit now: the running cases were killed and every finished result is fsynced; a worker
         # thread still unwinding must not hold the exit (interpreter shutdown joins them all).
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(130)
+        os._exit(143 if terminated else 130)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, before)
     return rc

@@ -51,7 +51,7 @@ _EXIT_CODES: Final = """exit codes:
   1    no exact boundary: skipped (error/skip/flaky) candidates leave it open; they are named
   2    bad input: a flag, an unknown version, an empty range, both ends with the same outcome
   3/4  never: an environment that cannot be built is that probe's `error` (skipped)
-""" + "\n".join(EXIT_CODES.splitlines()[-2:])  # the shared 5 and 130 lines (--resume implied)
+""" + "\n".join(EXIT_CODES.splitlines()[-3:])  # the shared 5, 130, 143 lines (--resume implied)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
