@@ -90,26 +90,30 @@ class CaseResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CaseResult:
         if _LINE_KEYS.issuperset(data):  # a results line: its fields, its schema and MAC
-            kwargs = dict(data)
-            kwargs.pop("schema", None)
-            kwargs.pop("mac", None)
+            fields = _TEMPLATE.copy()  # every field, in the order __init__ sets them
+            fields.update(data)
+            fields.pop("schema", None)
+            fields.pop("mac", None)
         else:
-            kwargs = {k: v for k, v in data.items() if k in _FIELDS}
-        kwargs["outcome"] = Outcome(data["outcome"])
-        kwargs["attempts"] = tuple(data.get("attempts", ()))
-        kwargs["units"] = {str(k): float(v) for k, v in (data.get("units") or {}).items()}
-        if "case" not in kwargs:
+            fields = _TEMPLATE.copy()
+            fields.update((k, v) for k, v in data.items() if k in _FIELDS)
+        outcome = data["outcome"]
+        # a dict lookup, not Outcome(value): this runs once per stored result (issue #27)
+        fields["outcome"] = _OUTCOME_OF[outcome] if outcome in _OUTCOME_OF else Outcome(outcome)
+        if "attempts" in data:
+            fields["attempts"] = tuple(data["attempts"])
+        if "case" not in data:
             msg = "a result needs a case"
             raise TypeError(msg)
+        units = data.get("units")
+        fields["units"] = {str(k): float(v) for k, v in units.items()} if units else {}
+        for name in _MAPPINGS:  # the default factories (each an empty dict), for a field left out
+            if name not in data:
+                fields[name] = {}
         # what __init__ would set, without its 22 frozen setattr calls: this runs once per
         # stored result, a million times for one report of a pytest suite (issue #27)
         result = object.__new__(cls)
-        fields = result.__dict__
-        fields.update(_TEMPLATE)  # every field, in the order __init__ sets them
-        fields.update(kwargs)
-        for name, make in _FACTORIES:
-            if name not in kwargs:
-                fields[name] = make()
+        object.__setattr__(result, "__dict__", fields)
         return result
 
     def to_line(self) -> dict[str, Any]:
@@ -137,6 +141,9 @@ _FACTORIES: Final = tuple(
     if f.default_factory is not MISSING
 )
 _TEMPLATE: Final = {name: _DEFAULTS.get(name) for name in _ORDER}
+#: the fields whose default factory makes an empty dict (None in `_TEMPLATE` until filled)
+_MAPPINGS: Final = tuple(name for name, make in _FACTORIES if make is dict)
+_OUTCOME_OF: Final = {str(o): o for o in Outcome}
 _ALWAYS: Final = frozenset({"case", "outcome", "cell_id", "cell", "schema"})
 _EMPTY: Final = (str, list, dict)
 
