@@ -28,12 +28,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
 from typing import TYPE_CHECKING, Final, Literal
 
 from validate.model.axes import REGISTRY
 from validate.model.matrix import AXES
 from validate.model.order import natural_key, value_key
-from validate.model.outcome import Outcome, policy
+from validate.model.outcome import POLICY, Outcome, policy
 from validate.model.results import axis_value, cell_label, result_key
 from validate.plan.requirements import MISSING_MODULE_PREFIX, SkipKind, skip_kind
 
@@ -192,9 +194,16 @@ def pins_verified(results: Sequence[CaseResult]) -> int:
         {
             tuple(axis_value(r, a) for a in _ENV_AXES)
             for r in results
-            if r.env.get("captured_in") == "case" and not policy(r.outcome).infra
+            if r.env and r.env.get("captured_in") == "case" and not policy(r.outcome).infra
         }
     )
+
+
+_OUTCOME: Final = attrgetter("outcome")
+_ATTEMPTS: Final = attrgetter("attempts")
+_BAD: Final = frozenset(o for o, p in POLICY.items() if p.bad)
+_INFRA: Final = frozenset(o for o, p in POLICY.items() if p.infra)
+_XPASS: Final = frozenset(o for o, p in POLICY.items() if p.status == "xpass")
 
 
 def decide(
@@ -207,23 +216,24 @@ def decide(
     """The sign-off verdict for merged results, optionally compared with a baseline run. A flaky
     result is in `flaky` only; `flaky` (the policy) says whether it withholds sign-off;
     `require_gpu` whether GPU cases skipped for want of a GPU fail the exit code too."""
-    # one pass over the results: a pytest suite gives a million of them (issue #27)
-    counts: Counter[str] = Counter()
-    regressions, errors, notices, flaky_ones = [], [], [], []
+    # each list picked out in C by its outcomes: a pytest suite gives a million results (issue #27)
+    counts: Counter[str] = Counter(map(_OUTCOME, results))
+    flaky_ones = [r for r in compress(results, map(_ATTEMPTS, results)) if passed_on_rerun(r)]
+    shown = {id(r) for r in flaky_ones}  # a flaky result is in `flaky` only
+
+    def having(outcomes: frozenset[Outcome], *, flaky_too: bool = False) -> list[CaseResult]:
+        picked = compress(results, map(outcomes.__contains__, map(_OUTCOME, results)))
+        return list(picked) if flaky_too or not shown else [r for r in picked if id(r) not in shown]
+
+    regressions, errors = having(_BAD), having(_INFRA)
+    notices = having(_XPASS, flaky_too=True)
     skipped: dict[SkipKind, list[CaseResult]] = {SkipKind.NO_GPU: [], SkipKind.MISSING_MODULE: []}
-    for r in results:
-        counts[r.outcome] += 1
-        rule = policy(r.outcome)
-        if passed_on_rerun(r):
-            flaky_ones.append(r)
-        else:
-            if rule.bad:
-                regressions.append(r)
-            if rule.infra:
-                errors.append(r)
-        if rule.status == "xpass":
-            notices.append(r)
-        if r.outcome is Outcome.SKIP and (kind := skip_kind(r.reason)) in skipped:
+    kinds: dict[str, SkipKind] = {}  # per distinct reason
+    for r in having(frozenset({Outcome.SKIP}), flaky_too=True):
+        kind = kinds.get(r.reason)
+        if kind is None:
+            kind = kinds[r.reason] = skip_kind(r.reason)
+        if kind in skipped:
             skipped[kind].append(r)
     return Verdict(
         counts=dict(sorted((str(k), n) for k, n in counts.items())),
