@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
@@ -26,7 +28,9 @@ __all__ = [
     "StoredResult",
     "axis_label",
     "axis_value",
+    "case_names",
     "cell_label",
+    "cell_spans",
     "is_bad",
     "is_good",
     "merge_runs",
@@ -160,6 +164,40 @@ def _sorted(cells: Mapping[object, Mapping[str, StoredResult]]) -> list[StoredRe
             both = [item for results in alike for item in results.values()]
             out.extend(sorted(both, key=lambda s: rank(s.result.case)))
     return out
+
+
+def cell_spans(items: Sequence[StoredResult]) -> list[tuple[CaseResult, Sequence[StoredResult]]]:
+    """`items` cut where the cell changes (its id or its pins), each piece with its first result:
+    what a result's cell decides (a table row and column, a matrix column) is worked out once per
+    piece rather than once per result. Merged items lie cell by cell (`merge_runs`), so a run of
+    25 cells gives 25 pieces; any order is still cut correctly, into more pieces. Pins compare
+    by identity first, and the reader shares one pins dict per cell."""
+    if _SPANS and _SPANS[0][0] is items:  # the table, the matrix and the KI table cut one tuple
+        return _SPANS[0][1]
+    spans: list[tuple[CaseResult, Sequence[StoredResult]]] = []
+    start = 0
+    # grouped in C (groupby, attrgetter): a Python loop over a million items was a second
+    for _, group in groupby(map(_RESULT, items), _CELL):
+        end = start + len(list(group))
+        spans.append((items[start].result, items[start:end]))
+        start = end
+    if isinstance(items, tuple):  # immutable: the pieces stay right while it is held here
+        _SPANS[:] = [(items, spans)]
+    return spans
+
+
+#: The last tuple cut and its pieces (one entry; holding the tuple keeps its id from reuse).
+_SPANS: list[tuple[Sequence[StoredResult], list[tuple[CaseResult, Sequence[StoredResult]]]]] = []
+
+
+def case_names(items: Sequence[StoredResult]) -> set[str]:
+    """The distinct case names of `items` (gathered in C: a run holds a million results)."""
+    return set(map(_CASE, map(_RESULT, items)))
+
+
+_RESULT: Final = itemgetter(0)  # StoredResult.result
+_CASE: Final = attrgetter("case")
+_CELL: Final = attrgetter("cell_id", "cell")
 
 
 def _started(item: StoredResult) -> str:

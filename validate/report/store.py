@@ -6,8 +6,9 @@ import gc
 import json
 import logging
 from contextlib import contextmanager
+from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ConfigError
 from validate.judge.known_issues import apply_known_issues, load_known_issues
@@ -120,10 +121,14 @@ def load_known_issue_db(path: Path | None, runs: Sequence[RunInfo] = ()) -> tupl
     return tuple(load_known_issues(path))
 
 
+_RESULT: Final = itemgetter(0)  # StoredResult.result
+_CELL_ID: Final = attrgetter("cell_id")
+
+
 def not_run(runs: RunSet) -> list[dict[str, str]]:
     """The pins of the planned cells a tier left out (run.json tier.left_out) that no merged
     run has a result for: the reports show them as not run, never as not reproduced."""
-    ran = {item.result.cell_id for item in runs.items}
+    ran = set(map(_CELL_ID, map(_RESULT, runs.items)))  # in C: a run holds a million results
     out: dict[str, dict[str, str]] = {}
     for run in runs.runs:
         tier = run.meta.get("tier")

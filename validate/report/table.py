@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import compress
+from operator import attrgetter
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from validate._compat import assert_never
 from validate.errors import ConfigError
 from validate.judge.known_issues import named_cases
 from validate.judge.signoff import passed_on_rerun
-from validate.model.outcome import POLICY, Status, policy
+from validate.model.outcome import POLICY, Outcome, Status, policy
 from validate.report.case_matrix import FLAKY_SYMBOL
 from validate.report.model import (
     AXIS_TITLES,
@@ -19,6 +21,8 @@ from validate.report.model import (
     StoredResult,
     axis_label,
     axis_value,
+    case_names,
+    cell_spans,
     is_bad,
     is_good,
     natural_key,
@@ -151,6 +155,14 @@ class CompatTable:
         ]
 
 
+_OUTCOME: Final = attrgetter("outcome")
+_ATTEMPTS: Final = attrgetter("attempts")
+_CASE: Final = attrgetter("case")
+_CELL_ID: Final = attrgetter("cell_id")
+_OUTCOME_REASON: Final = attrgetter("outcome", "reason")
+#: The outcomes whose results get a reason footnote: those of the skip and error statuses.
+_NOTED: Final = frozenset(o for o, p in POLICY.items() if p.status in ("skip", "error"))
+
 _EMPTY = TableCell(counts={}, status="empty", affected=(), fixed=(), notes=(), keys=(), text="—")
 
 
@@ -168,17 +180,20 @@ def build_table(
     """Pivot stored results into a CompatTable with known-issue flags and reason footnotes."""
     pivot = pivot or Pivot()
     groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[StoredResult]] = {}
-    for item in items:
-        row = tuple(axis_value(item.result, a) for a in pivot.rows)
-        col = tuple(axis_value(item.result, a) for a in pivot.cols)
-        groups.setdefault((row, col), []).append(item)
+    # a row and a column are the cell's pins, asked once per cell (issue #27), unless the case
+    # is a pivot axis
+    by_case = "case" in pivot.rows or "case" in pivot.cols
+    for first, span in [(item.result, (item,)) for item in items] if by_case else cell_spans(items):
+        row = tuple(axis_value(first, a) for a in pivot.rows)
+        col = tuple(axis_value(first, a) for a in pivot.cols)
+        groups.setdefault((row, col), []).extend(span)
     row_keys = sorted({r for r, _ in groups}, key=lambda k: [value_key(v) for v in k])
     col_keys = sorted({c for _, c in groups}, key=lambda k: [value_key(v) for v in k])
     notes: dict[tuple[str, str], int] = {}
     note_counts: Counter[tuple[str, str]] = Counter()
     note_full: dict[tuple[str, str], str] = {}
     cells: dict[tuple[tuple[str, ...], tuple[str, ...]], TableCell] = {}
-    named = named_cases(known_issues, (item.result.case for item in items))
+    named = named_cases(known_issues, case_names(items))
     for row in row_keys:
         for col in col_keys:
             group = groups.get((row, col))
@@ -213,19 +228,31 @@ def _cell(
     note_counts: Counter[tuple[str, str]],
     note_full: dict[tuple[str, str], str],
 ) -> TableCell:
-    counts: Counter[str] = Counter()
+    # counted by outcome in C, then moved to statuses: a cell of a pytest suite holds 40,000
+    # results (issue #27); a flaky result (rare: only re-run ones are asked) is moved to "flaky"
+    counts: Counter[str] = Counter(map(_OUTCOME, results))
+    flaky = [r for r in compress(results, map(_ATTEMPTS, results)) if passed_on_rerun(r)]
     statuses: Counter[Segment] = Counter()
+    for outcome, n in counts.items():
+        statuses[policy(Outcome(outcome)).status] += n
+    for r in flaky:
+        statuses[policy(r.outcome).status] -= 1
+        statuses["flaky"] += 1
+    statuses = +statuses  # no status left at 0
+    noted = list(compress(results, map(_NOTED.__contains__, map(_OUTCOME, results))))
+    if flaky:
+        shown = {id(r) for r in flaky}
+        noted = [r for r in noted if id(r) not in shown]
     marks: dict[str, list[int]] = {"skip": [], "error": []}
-    for r in results:  # one pass: a cell of a pytest suite holds 40,000 results
-        counts[r.outcome] += 1
-        statuses[status := _segment_of(r)] += 1
-        if status in marks:
-            key = (status, _short(r.reason))
-            index = notes.setdefault(key, len(notes) + 1)
-            note_counts[key] += 1
-            note_full.setdefault(key, r.reason.strip() or key[1])
-            if index not in marks[key[0]]:
-                marks[key[0]].append(index)
+    # each distinct (outcome, reason) in order of first appearance, as a result-by-result pass
+    # would number the footnotes
+    for (outcome, reason), n in Counter(map(_OUTCOME_REASON, noted)).items():
+        key = (policy(outcome).status, _short(reason))
+        index = notes.setdefault(key, len(notes) + 1)
+        note_counts[key] += n
+        note_full.setdefault(key, reason.strip() or key[1])
+        if index not in marks[key[0]]:
+            marks[key[0]].append(index)
     affected, fixed = _known_issue_flags(results, known_issues, named)
     segments = [
         " ".join(part for part in (_SYMBOLS[status], text) if part)
@@ -240,13 +267,16 @@ def _cell(
         affected=affected,
         fixed=fixed,
         notes=tuple(marks["error"] + marks["skip"]),
-        keys=tuple(result_key(r) for r in results),
+        keys=_keys(results),
         text=" · ".join(segments),
     )
 
 
-def _segment_of(result: CaseResult) -> Segment:
-    return "flaky" if passed_on_rerun(result) else policy(result.outcome).status
+def _keys(results: Sequence[CaseResult]) -> tuple[str, ...]:
+    """`result_key` of each result; joined in C where every result has a cell id (issue #27)."""
+    if all(map(_CELL_ID, results)):
+        return tuple(map("::".join, zip(map(_CELL_ID, results), map(_CASE, results), strict=True)))
+    return tuple(result_key(r) for r in results)
 
 
 def _segment(
@@ -296,7 +326,9 @@ def _known_issue_flags(
     fixed: set[tuple[str, str]] = set()
     for ki in known_issues:
         cases = named.get(ki.id, frozenset())
-        mine = [r for r in results if r.case in cases] if cases else []
+        mine = (
+            list(compress(results, map(cases.__contains__, map(_CASE, results)))) if cases else []
+        )
         hits = [r for r in mine if ki.matches(r)]
         if any(policy(r.outcome).status == "known" or is_bad(r) for r in hits):
             affected.add(ki.id)
