@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from itertools import compress
-from operator import attrgetter
 from typing import TYPE_CHECKING, Final, Literal
 
 from validate.model.axes import REGISTRY
@@ -199,13 +197,6 @@ def pins_verified(results: Sequence[CaseResult]) -> int:
     )
 
 
-_OUTCOME: Final = attrgetter("outcome")
-_ATTEMPTS: Final = attrgetter("attempts")
-_BAD: Final = frozenset(o for o, p in POLICY.items() if p.bad)
-_INFRA: Final = frozenset(o for o, p in POLICY.items() if p.infra)
-_XPASS: Final = frozenset(o for o, p in POLICY.items() if p.status == "xpass")
-
-
 def decide(
     results: Sequence[CaseResult],
     baseline: Sequence[CaseResult] | None = None,
@@ -216,25 +207,31 @@ def decide(
     """The sign-off verdict for merged results, optionally compared with a baseline run. A flaky
     result is in `flaky` only; `flaky` (the policy) says whether it withholds sign-off;
     `require_gpu` whether GPU cases skipped for want of a GPU fail the exit code too."""
-    # each list picked out in C by its outcomes: a pytest suite gives a million results (issue #27)
-    counts: Counter[str] = Counter(map(_OUTCOME, results))
-    flaky_ones = [r for r in compress(results, map(_ATTEMPTS, results)) if passed_on_rerun(r)]
-    shown = {id(r) for r in flaky_ones}  # a flaky result is in `flaky` only
-
-    def having(outcomes: frozenset[Outcome], *, flaky_too: bool = False) -> list[CaseResult]:
-        picked = compress(results, map(outcomes.__contains__, map(_OUTCOME, results)))
-        return list(picked) if flaky_too or not shown else [r for r in picked if id(r) not in shown]
-
-    regressions, errors = having(_BAD), having(_INFRA)
-    notices = having(_XPASS, flaky_too=True)
+    # one pass over the results: a pytest suite gives a million of them (issue #27), and a pass
+    # touching each result once costs less than several that each touch a field
+    counts: Counter[str] = Counter()
+    regressions, errors, notices, flaky_ones = [], [], [], []
     skipped: dict[SkipKind, list[CaseResult]] = {SkipKind.NO_GPU: [], SkipKind.MISSING_MODULE: []}
-    kinds: dict[str, SkipKind] = {}  # per distinct reason
-    for r in having(frozenset({Outcome.SKIP}), flaky_too=True):
-        kind = kinds.get(r.reason)
-        if kind is None:
-            kind = kinds[r.reason] = skip_kind(r.reason)
-        if kind in skipped:
-            skipped[kind].append(r)
+    kinds: dict[str, SkipKind] = {}  # skip_kind per distinct reason
+    for r in results:
+        outcome = r.outcome
+        counts[outcome] += 1
+        rule = POLICY[outcome]
+        if r.attempts and passed_on_rerun(r):  # most results ran once: no call for them
+            flaky_ones.append(r)
+        else:
+            if rule.bad:
+                regressions.append(r)
+            if rule.infra:
+                errors.append(r)
+        if rule.status == "xpass":
+            notices.append(r)
+        if outcome is Outcome.SKIP:
+            kind = kinds.get(r.reason)
+            if kind is None:
+                kind = kinds[r.reason] = skip_kind(r.reason)
+            if kind in skipped:
+                skipped[kind].append(r)
     return Verdict(
         counts=dict(sorted((str(k), n) for k, n in counts.items())),
         regressions=tuple(regressions),

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import and_, attrgetter, is_not, itemgetter, not_
 from typing import TYPE_CHECKING, Final
 
 from validate.judge.signoff import passed_on_rerun
@@ -193,10 +191,6 @@ class CaseMatrix:
 
 
 _STATUS: Final[Mapping[str, str]] = {o: p.status for o, p in POLICY.items()}
-_RESULT: Final = itemgetter(0)  # StoredResult.result
-_OUTCOME: Final = attrgetter("outcome")
-_CASE: Final = attrgetter("case")
-_ATTEMPTS: Final = attrgetter("attempts")
 
 
 def _ident(item: StoredResult) -> str:
@@ -252,41 +246,30 @@ def build_case_matrix(items: Sequence[StoredResult]) -> CaseMatrix:
     counts: dict[tuple[str, str], Counter[str]] = {}
     tests: set[str] = set()
     files: dict[str, str | None] = {}  # test_file per case name, asked once per name
-    for _, span in spans:  # one cell's results, counted in C (issue #27)
+    for _, span in spans:  # one cell's results: its ident once (issue #27)
         ident = _ident(span[0])
-        results = list(map(_RESULT, span))
-        names = list(map(_CASE, results))
-        for case in set(names).difference(files):
-            files[case] = test_file(case)
-        statuses = list(map(_STATUS.__getitem__, map(_OUTCOME, results)))
-        flaky = {
-            i
-            for i in compress(range(len(results)), map(_ATTEMPTS, results))
-            if passed_on_rerun(results[i])
-        }
-        for i in flaky:
-            statuses[i] = "flaky"
-        in_file = list(map(files.__getitem__, names))
-        for (file, status), n in Counter(zip(in_file, statuses, strict=True)).items():
-            if file is not None:  # in order of first appearance, as one by one
-                counts.setdefault((file, ident), Counter())[status] += n
-        # a pass or a skip of a test id is counted only; any other entry is listed (picked in C)
-        counted_only = map(
-            and_, map(is_not, in_file, repeat(None)), map(_COUNTED_ONLY.__contains__, statuses)
-        )
-        for i in compress(range(len(results)), map(not_, counted_only)):
-            status = statuses[i]
-            if in_file[i] is not None:
-                tests.add(names[i])
-            r = results[i]
-            entries[(r.case, ident)] = MatrixEntry(
+        tally: Counter[tuple[str, str]] = Counter()  # (file, status): the cell's tests counted
+        for item in span:  # each result touched once: a cell of a suite holds 40,000
+            r = item.result
+            case = r.case
+            flaky = bool(r.attempts) and passed_on_rerun(r)
+            status = "flaky" if flaky else _STATUS[r.outcome]
+            file = files[case] if case in files else files.setdefault(case, test_file(case))
+            if file is not None:
+                tally[(file, status)] += 1
+                if status in _COUNTED_ONLY:
+                    continue  # a pass or a skip of a test id is counted, not listed
+                tests.add(case)
+            entries[(case, ident)] = MatrixEntry(
                 key=result_key(r),
                 outcome=str(r.outcome),
                 status=status,
-                flaky=i in flaky,
+                flaky=flaky,
                 reason=_short(r.reason),
-                evidence=_evidence(span[i]),
+                evidence=_evidence(item),
             )
+        for (file, status), n in tally.items():  # in order of first appearance, as one by one
+            counts.setdefault((file, ident), Counter())[status] += n
     cases = tuple(sorted({case for case, _ in entries if case not in tests}, key=natural_key))
     return CaseMatrix(
         columns=columns,

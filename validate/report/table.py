@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import compress
-from operator import attrgetter
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from validate._compat import assert_never
@@ -155,13 +153,10 @@ class CompatTable:
         ]
 
 
-_OUTCOME: Final = attrgetter("outcome")
-_ATTEMPTS: Final = attrgetter("attempts")
-_CASE: Final = attrgetter("case")
-_CELL_ID: Final = attrgetter("cell_id")
-_OUTCOME_REASON: Final = attrgetter("outcome", "reason")
 #: The outcomes whose results get a reason footnote: those of the skip and error statuses.
 _NOTED: Final = frozenset(o for o, p in POLICY.items() if p.status in ("skip", "error"))
+#: The outcomes whose known-issue id flags a cell affected: a known status, or a bad one.
+_KNOWN_OR_BAD: Final = frozenset(o for o, p in POLICY.items() if p.status == "known" or p.bad)
 
 _EMPTY = TableCell(counts={}, status="empty", affected=(), fixed=(), notes=(), keys=(), text="—")
 
@@ -228,55 +223,62 @@ def _cell(
     note_counts: Counter[tuple[str, str]],
     note_full: dict[tuple[str, str], str],
 ) -> TableCell:
-    # counted by outcome in C, then moved to statuses: a cell of a pytest suite holds 40,000
-    # results (issue #27); a flaky result (rare: only re-run ones are asked) is moved to "flaky"
-    counts: Counter[str] = Counter(map(_OUTCOME, results))
-    flaky = [r for r in compress(results, map(_ATTEMPTS, results)) if passed_on_rerun(r)]
+    # one pass over the cell's results, each touched once: a cell of a pytest suite holds
+    # 40,000 of them (issue #27); statuses follow from the outcomes' counts, less the flaky ones
+    counts: Counter[Outcome] = Counter()
+    flaky: list[CaseResult] = []
+    reasons: Counter[tuple[Outcome, str]] = Counter()  # (outcome, reason) of skips and errors
+    affected: set[str] = set()  # KIs the results' verdicts name
+    any_named = frozenset().union(*named.values()) if known_issues else frozenset()
+    asked: list[CaseResult] = []  # the results of cases some issue names
+    keys: list[str] = []
+    for r in results:
+        outcome = r.outcome
+        counts[outcome] += 1
+        if r.attempts and passed_on_rerun(r):  # rare: only a re-run result is asked
+            flaky.append(r)
+        elif outcome in _NOTED:
+            reasons[(outcome, r.reason)] += 1
+        if r.known_issue and outcome in _KNOWN_OR_BAD:
+            affected.add(r.known_issue)
+        case = r.case
+        if case in any_named:
+            asked.append(r)
+        keys.append(f"{r.cell_id}::{case}" if r.cell_id else result_key(r))
     statuses: Counter[Segment] = Counter()
-    for outcome, n in counts.items():
-        statuses[policy(Outcome(outcome)).status] += n
+    for counted, n in counts.items():
+        statuses[policy(counted).status] += n
     for r in flaky:
         statuses[policy(r.outcome).status] -= 1
         statuses["flaky"] += 1
     statuses = +statuses  # no status left at 0
-    noted = list(compress(results, map(_NOTED.__contains__, map(_OUTCOME, results))))
-    if flaky:
-        shown = {id(r) for r in flaky}
-        noted = [r for r in noted if id(r) not in shown]
     marks: dict[str, list[int]] = {"skip": [], "error": []}
     # each distinct (outcome, reason) in order of first appearance, as a result-by-result pass
     # would number the footnotes
-    for (outcome, reason), n in Counter(map(_OUTCOME_REASON, noted)).items():
-        key = (policy(outcome).status, _short(reason))
+    for (noted, reason), n in reasons.items():
+        key = (policy(noted).status, _short(reason))
         index = notes.setdefault(key, len(notes) + 1)
         note_counts[key] += n
         note_full.setdefault(key, reason.strip() or key[1])
         if index not in marks[key[0]]:
             marks[key[0]].append(index)
-    affected, fixed = _known_issue_flags(results, known_issues, named)
+    affected_ids, fixed = _known_issue_flags(asked, affected, known_issues, named)
     segments = [
         " ".join(part for part in (_SYMBOLS[status], text) if part)
         for status in _SEGMENTS
-        if (text := _segment(status, statuses, len(results), marks, affected))
+        if (text := _segment(status, statuses, len(results), marks, affected_ids))
     ]
     segments.extend(f"fixed in {version} ({ki})" for version, ki in fixed)
-    present = {*statuses, *(("known",) if affected else ())}
+    present = {*statuses, *(("known",) if affected_ids else ())}
     return TableCell(
         counts=dict(sorted((str(k), n) for k, n in counts.items())),
         status=next(s for s in _PRECEDENCE if s in present),
-        affected=affected,
+        affected=affected_ids,
         fixed=fixed,
         notes=tuple(marks["error"] + marks["skip"]),
-        keys=_keys(results),
+        keys=tuple(keys),
         text=" · ".join(segments),
     )
-
-
-def _keys(results: Sequence[CaseResult]) -> tuple[str, ...]:
-    """`result_key` of each result; joined in C where every result has a cell id (issue #27)."""
-    if all(map(_CELL_ID, results)):
-        return tuple(map("::".join, zip(map(_CELL_ID, results), map(_CASE, results), strict=True)))
-    return tuple(result_key(r) for r in results)
 
 
 def _segment(
@@ -312,23 +314,18 @@ def _marks(indices: Sequence[int]) -> str:
 
 
 def _known_issue_flags(
-    results: Sequence[CaseResult],
+    asked: Sequence[CaseResult],
+    affected: set[str],
     known_issues: Sequence[KnownIssue],
     named: Mapping[str, frozenset[str]],
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    """KIs that affect a cell (from the results' verdicts and the DB) and KIs shown fixed in it.
-    `named`: per issue, the cases it names (`named_cases`); only their results are asked."""
-    affected = {
-        r.known_issue
-        for r in results
-        if r.known_issue and (policy(r.outcome).status == "known" or is_bad(r))
-    }
+    """KIs that affect a cell (`affected`: those the results' verdicts name; and from the DB)
+    and KIs shown fixed in it. `asked`: the cell's results of the cases some issue names;
+    `named`: per issue, the cases it names (`named_cases`)."""
     fixed: set[tuple[str, str]] = set()
     for ki in known_issues:
         cases = named.get(ki.id, frozenset())
-        mine = (
-            list(compress(results, map(cases.__contains__, map(_CASE, results)))) if cases else []
-        )
+        mine = [r for r in asked if r.case in cases] if cases else []
         hits = [r for r in mine if ki.matches(r)]
         if any(policy(r.outcome).status == "known" or is_bad(r) for r in hits):
             affected.add(ki.id)
