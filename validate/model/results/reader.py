@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ResultsError
 from validate.model.outcome import Outcome
-from validate.model.results.schema import SCHEMA_VERSION, CaseResult
+from validate.model.results.schema import _LINE_KEYS, SCHEMA_VERSION, CaseResult
 from validate.model.results.signing import RunKey
 from validate.textsafe import display
 
@@ -160,12 +160,22 @@ def iter_results(
     string as a report shows it (`textsafe.display`: control characters and undecodable bytes
     escaped); a plain-ASCII line without escapes has nothing to rewrite and is taken as it is."""
     cells: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+    last: tuple[tuple[tuple[str, Any], ...], dict[str, Any]] = ((), {})
     for raw, data in _records(file, key or _key_for(file), skipped):
         shown = _shown(data) if for_display and (not raw.isascii() or _ESCAPE.search(raw)) else data
         if type(cell := shown.get("cell")) is dict:  # one pins dict per cell, not per result
-            shown["cell"] = cells.setdefault(tuple(cell.items()), cell)
-        try:
-            yield CaseResult.from_dict(shown)
+            pins = tuple(cell.items())  # in its order, as a results line has it
+            if pins == last[0]:  # a cell's lines lie together: compared, not hashed, per line
+                shown["cell"] = last[1]
+            else:
+                shown["cell"] = cells.setdefault(pins, cell)
+                last = (pins, shown["cell"])
+        try:  # a line's own decoded object, taken over: no copy of it per result
+            yield (
+                CaseResult.from_line(shown)
+                if _LINE_KEYS.issuperset(shown)
+                else CaseResult.from_dict(shown)
+            )
         except (KeyError, ValueError, TypeError) as exc:
             if skipped is not None:
                 skipped.append(f"{file}: not a result ({exc})")
