@@ -131,6 +131,10 @@ def test_a_stored_line_reads_back_as_written(
     read = list(iter_results(file, skipped=skipped))
     assert read == written
     assert [r.to_dict() for r in read] == [r.to_dict() for r in written]
+    # a result read keeps only the fields its line names, yet shows every one, in field order
+    assert [list(r.to_dict()) for r in read] == [list(r.to_dict()) for r in written]
+    assert (read[2].known_issue, read[2].attempts, read[2].reason) == (None, (), "")
+    assert read[2].with_(reason="x") == written[2].with_(reason="x")
     assert read[2].cell is not read[2].env  # each default mapping its own
     assert skipped == []
 

@@ -213,6 +213,7 @@ def decide(
     regressions, errors, notices, flaky_ones = [], [], [], []
     skipped: dict[SkipKind, list[CaseResult]] = {SkipKind.NO_GPU: [], SkipKind.MISSING_MODULE: []}
     kinds: dict[str, SkipKind] = {}  # skip_kind per distinct reason
+    captured: list[CaseResult] = []  # results with a captured environment, for pins_verified
     for r in results:
         outcome = r.outcome
         counts[outcome] += 1
@@ -226,6 +227,8 @@ def decide(
                 errors.append(r)
         if rule.status == "xpass":
             notices.append(r)
+        if r.env:
+            captured.append(r)
         if outcome is Outcome.SKIP:
             kind = kinds.get(r.reason)
             if kind is None:
@@ -242,7 +245,7 @@ def decide(
         flaky_policy=flaky,
         no_gpu=tuple(skipped[SkipKind.NO_GPU]),
         missing_modules=tuple(skipped[SkipKind.MISSING_MODULE]),
-        pins_verified=pins_verified(results),
+        pins_verified=pins_verified(captured),
         require_gpu=require_gpu,
     )
 

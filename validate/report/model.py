@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import groupby
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -83,9 +84,11 @@ class RunSet:
     runs: tuple[RunInfo, ...]
     items: tuple[StoredResult, ...]
 
-    @property
+    @cached_property
     def results(self) -> tuple[CaseResult, ...]:
-        return tuple(item.result for item in self.items)
+        """The results alone (gathered in C, once: the known-issue check, the speed section and
+        a selection each ask, over a million items)."""
+        return tuple(map(_RESULT, self.items))
 
 
 def axis_label(axis: str, value: str) -> str:
@@ -191,8 +194,17 @@ _SPANS: list[tuple[Sequence[StoredResult], list[tuple[CaseResult, Sequence[Store
 
 
 def case_names(items: Sequence[StoredResult]) -> set[str]:
-    """The distinct case names of `items` (gathered in C: a run holds a million results)."""
-    return set(map(_CASE, map(_RESULT, items)))
+    """The distinct case names of `items` (gathered in C: a run holds a million results; the
+    table and the KI table ask of one tuple, kept like `cell_spans`')."""
+    if _NAMES and _NAMES[0][0] is items:
+        return _NAMES[0][1]
+    names = set(map(_CASE, map(_RESULT, items)))
+    if isinstance(items, tuple):
+        _NAMES[:] = [(items, names)]
+    return names
+
+
+_NAMES: list[tuple[Sequence[StoredResult], set[str]]] = []
 
 
 _RESULT: Final = itemgetter(0)  # StoredResult.result
