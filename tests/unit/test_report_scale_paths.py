@@ -13,7 +13,16 @@ from validate.judge.signoff import decide
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, iter_results, result_key
 from validate.report.case_matrix import build_case_matrix
-from validate.report.model import RunInfo, StoredResult, cell_spans, merge_runs
+from validate.report.model import (
+    RunInfo,
+    RunSet,
+    StoredResult,
+    case_names,
+    cell_spans,
+    merge_runs,
+    sharing,
+)
+from validate.report.store import build_report
 from validate.report.table import Pivot, build_table
 
 OLD = {"cudnn": "9.9.0", "frontend": "1.0", "cuda": "12.9", "driver": "580", "arch": "sm90"}
@@ -163,3 +172,14 @@ def test_only_results_an_issue_names_are_judged_and_the_verdict_lists_them(tmp_p
     assert [r.case for r in verdict.notices] == ["k2.py"]
     assert verdict.counts == {"crash": 1, "fail": 1, "skip": 1, "xfail": 1, "xpass": 1}
     assert [r.case for r in verdict.no_gpu] == ["c.py"]
+
+
+def test_pieces_are_cut_once_while_shared_and_forgotten_after() -> None:
+    info = RunInfo(run_id="r", path=Path())
+    items = tuple(StoredResult(result=_r(c, OLD, "o"), run=info) for c in ("a", "b"))
+    with sharing(items):
+        assert cell_spans(items) is cell_spans(items)
+        assert case_names(items) is case_names(items) == {"a", "b"}
+    assert cell_spans(items) is not cell_spans(items)  # nothing kept past the block
+    build_report(RunSet(runs=(info,), items=items))
+    assert cell_spans(items) is not cell_spans(items)

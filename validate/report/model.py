@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import groupby
@@ -15,7 +16,7 @@ from validate.model.order import natural_key, parse_version, value_key
 from validate.model.results import axis_value, cell_label, is_bad, is_good, result_key
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from validate.model.results import CaseResult
 
@@ -38,6 +39,7 @@ __all__ = [
     "natural_key",
     "parse_version",
     "result_key",
+    "sharing",
     "value_key",
 ]
 
@@ -174,9 +176,11 @@ def cell_spans(items: Sequence[StoredResult]) -> list[tuple[CaseResult, Sequence
     what a result's cell decides (a table row and column, a matrix column) is worked out once per
     piece rather than once per result. Merged items lie cell by cell (`merge_runs`), so a run of
     25 cells gives 25 pieces; any order is still cut correctly, into more pieces. Pins compare
-    by identity first, and the reader shares one pins dict per cell."""
-    if _SPANS and _SPANS[0][0] is items:  # the table, the matrix and the KI table cut one tuple
-        return _SPANS[0][1]
+    by identity first, and the reader shares one pins dict per cell. Once within `sharing`."""
+    shared = _SHARED.get(id(items))
+    if shared is not None and shared[0] is items and shared[1] is not None:  # in `sharing`
+        cut: list[tuple[CaseResult, Sequence[StoredResult]]] = shared[1]
+        return cut
     spans: list[tuple[CaseResult, Sequence[StoredResult]]] = []
     start = 0
     # grouped in C (groupby, attrgetter): a Python loop over a million items was a second
@@ -184,27 +188,40 @@ def cell_spans(items: Sequence[StoredResult]) -> list[tuple[CaseResult, Sequence
         end = start + len(list(group))
         spans.append((items[start].result, items[start:end]))
         start = end
-    if isinstance(items, tuple):  # immutable: the pieces stay right while it is held here
-        _SPANS[:] = [(items, spans)]
+    if shared is not None and shared[0] is items:
+        shared[1] = spans
     return spans
 
 
-#: The last tuple cut and its pieces (one entry; holding the tuple keeps its id from reuse).
-_SPANS: list[tuple[Sequence[StoredResult], list[tuple[CaseResult, Sequence[StoredResult]]]]] = []
+@contextmanager
+def sharing(items: Sequence[StoredResult]) -> Iterator[None]:
+    """Within the block, `cell_spans(items)` and `case_names(items)` are worked out once for all
+    the stages that ask (the table, the case matrix, the KI table, not_run), and forgotten at
+    its end: results held past the report would keep a million objects for the exit's
+    collector. `items` must not change meanwhile (a tuple cannot)."""
+    _SHARED[id(items)] = [items, None, None]
+    try:
+        yield
+    finally:
+        _SHARED.pop(id(items), None)
+
+
+#: id -> [items, its cell_spans, its case_names] while `sharing` it (the list holds the items,
+#: so the id is not reused meanwhile)
+_SHARED: dict[int, list[Any]] = {}
 
 
 def case_names(items: Sequence[StoredResult]) -> set[str]:
-    """The distinct case names of `items` (gathered in C: a run holds a million results; the
-    table and the KI table ask of one tuple, kept like `cell_spans`')."""
-    if _NAMES and _NAMES[0][0] is items:
-        return _NAMES[0][1]
+    """The distinct case names of `items` (gathered in C: a run holds a million results; once
+    within `sharing`)."""
+    shared = _SHARED.get(id(items))
+    if shared is not None and shared[0] is items and shared[2] is not None:
+        names: set[str] = shared[2]
+        return names
     names = set(map(_CASE, map(_RESULT, items)))
-    if isinstance(items, tuple):
-        _NAMES[:] = [(items, names)]
+    if shared is not None and shared[0] is items:
+        shared[2] = names
     return names
-
-
-_NAMES: list[tuple[Sequence[StoredResult], set[str]]] = []
 
 
 _RESULT: Final = itemgetter(0)  # StoredResult.result
