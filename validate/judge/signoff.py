@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from validate.model.axes import REGISTRY
 from validate.model.matrix import AXES
 from validate.model.order import natural_key, value_key
-from validate.model.outcome import Outcome, policy
+from validate.model.outcome import POLICY, Outcome, policy
 from validate.model.results import axis_value, cell_label, result_key
 from validate.plan.requirements import MISSING_MODULE_PREFIX, SkipKind, skip_kind
 
@@ -192,7 +192,7 @@ def pins_verified(results: Sequence[CaseResult]) -> int:
         {
             tuple(axis_value(r, a) for a in _ENV_AXES)
             for r in results
-            if r.env.get("captured_in") == "case" and not policy(r.outcome).infra
+            if r.env and r.env.get("captured_in") == "case" and not policy(r.outcome).infra
         }
     )
 
@@ -207,14 +207,18 @@ def decide(
     """The sign-off verdict for merged results, optionally compared with a baseline run. A flaky
     result is in `flaky` only; `flaky` (the policy) says whether it withholds sign-off;
     `require_gpu` whether GPU cases skipped for want of a GPU fail the exit code too."""
-    # one pass over the results: a pytest suite gives a million of them (issue #27)
+    # one pass over the results: a pytest suite gives a million of them (issue #27), and a pass
+    # touching each result once costs less than several that each touch a field
     counts: Counter[str] = Counter()
     regressions, errors, notices, flaky_ones = [], [], [], []
     skipped: dict[SkipKind, list[CaseResult]] = {SkipKind.NO_GPU: [], SkipKind.MISSING_MODULE: []}
+    kinds: dict[str, SkipKind] = {}  # skip_kind per distinct reason
+    captured: list[CaseResult] = []  # results with a captured environment, for pins_verified
     for r in results:
-        counts[r.outcome] += 1
-        rule = policy(r.outcome)
-        if passed_on_rerun(r):
+        outcome = r.outcome
+        counts[outcome] += 1
+        rule = POLICY[outcome]
+        if r.attempts and passed_on_rerun(r):  # most results ran once: no call for them
             flaky_ones.append(r)
         else:
             if rule.bad:
@@ -223,8 +227,14 @@ def decide(
                 errors.append(r)
         if rule.status == "xpass":
             notices.append(r)
-        if r.outcome is Outcome.SKIP and (kind := skip_kind(r.reason)) in skipped:
-            skipped[kind].append(r)
+        if r.env:
+            captured.append(r)
+        if outcome is Outcome.SKIP:
+            kind = kinds.get(r.reason)
+            if kind is None:
+                kind = kinds[r.reason] = skip_kind(r.reason)
+            if kind in skipped:
+                skipped[kind].append(r)
     return Verdict(
         counts=dict(sorted((str(k), n) for k, n in counts.items())),
         regressions=tuple(regressions),
@@ -235,7 +245,7 @@ def decide(
         flaky_policy=flaky,
         no_gpu=tuple(skipped[SkipKind.NO_GPU]),
         missing_modules=tuple(skipped[SkipKind.MISSING_MODULE]),
-        pins_verified=pins_verified(results),
+        pins_verified=pins_verified(captured),
         require_gpu=require_gpu,
     )
 

@@ -22,12 +22,20 @@ from typing import TYPE_CHECKING, Final
 from validate.judge.signoff import passed_on_rerun
 from validate.model.axes import AXES
 from validate.model.outcome import POLICY, Outcome, policy
-from validate.report.model import axis_label, axis_value, natural_key, result_key, value_key
+from validate.report.model import (
+    axis_label,
+    axis_value,
+    cell_spans,
+    natural_key,
+    result_key,
+    value_key,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
+    from validate.model.results import CaseResult
     from validate.report.model import StoredResult
 
 __all__ = [
@@ -182,6 +190,9 @@ class CaseMatrix:
         ]
 
 
+_STATUS: Final[Mapping[str, str]] = {o: p.status for o, p in POLICY.items()}
+
+
 def _ident(item: StoredResult) -> str:
     """The cell part of a result key (its cell id, or its pins outside a matrix)."""
     return item.result.cell_id or result_key(item.result).split("::", 1)[0]
@@ -197,11 +208,13 @@ def _evidence(item: StoredResult) -> Path | None:
     return None
 
 
-def _columns(items: Sequence[StoredResult]) -> tuple[tuple[MatrixColumn, ...], tuple[str, ...]]:
+def _columns(
+    spans: Sequence[tuple[CaseResult, Sequence[StoredResult]]],
+) -> tuple[tuple[MatrixColumn, ...], tuple[str, ...]]:
     cells: dict[str, Mapping[str, str]] = {}
-    for item in items:
-        if (ident := _ident(item)) not in cells:
-            cells[ident] = {a: axis_value(item.result, a) for a in AXES}
+    for head, span in spans:
+        if (ident := _ident(span[0])) not in cells:
+            cells[ident] = {a: axis_value(head, a) for a in AXES}
     varying = [a for a in AXES if len({c[a] for c in cells.values()}) > 1]
     first = next(iter(cells.values()), {})
     common = tuple(
@@ -227,29 +240,36 @@ def _short(reason: str) -> str:
 
 def build_case_matrix(items: Sequence[StoredResult]) -> CaseMatrix:
     """Pivot stored results into cases x cells, and pytest node ids into test files x cells."""
-    columns, common = _columns(items)
+    spans = cell_spans(items)
+    columns, common = _columns(spans)
     entries: dict[tuple[str, str], MatrixEntry] = {}
     counts: dict[tuple[str, str], Counter[str]] = {}
     tests: set[str] = set()
-    for item in items:
-        r = item.result
-        flaky = passed_on_rerun(r)
-        status = "flaky" if flaky else policy(r.outcome).status
-        ident = _ident(item)
-        file = test_file(r.case)
-        if file is not None:
-            counts.setdefault((file, ident), Counter())[status] += 1
-            if status in _COUNTED_ONLY:
-                continue  # a pass or a skip of a test id is counted, not listed
-            tests.add(r.case)
-        entries[(r.case, ident)] = MatrixEntry(
-            key=result_key(r),
-            outcome=str(r.outcome),
-            status=status,
-            flaky=flaky,
-            reason=_short(r.reason),
-            evidence=_evidence(item),
-        )
+    files: dict[str, str | None] = {}  # test_file per case name, asked once per name
+    for _, span in spans:  # one cell's results: its ident once (issue #27)
+        ident = _ident(span[0])
+        tally: Counter[tuple[str, str]] = Counter()  # (file, status): the cell's tests counted
+        for item in span:  # each result touched once: a cell of a suite holds 40,000
+            r = item.result
+            case = r.case
+            flaky = bool(r.attempts) and passed_on_rerun(r)
+            status = "flaky" if flaky else _STATUS[r.outcome]
+            file = files[case] if case in files else files.setdefault(case, test_file(case))
+            if file is not None:
+                tally[(file, status)] += 1
+                if status in _COUNTED_ONLY:
+                    continue  # a pass or a skip of a test id is counted, not listed
+                tests.add(case)
+            entries[(case, ident)] = MatrixEntry(
+                key=result_key(r),
+                outcome=str(r.outcome),
+                status=status,
+                flaky=flaky,
+                reason=_short(r.reason),
+                evidence=_evidence(item),
+            )
+        for (file, status), n in tally.items():  # in order of first appearance, as one by one
+            counts.setdefault((file, ident), Counter())[status] += n
     cases = tuple(sorted({case for case, _ in entries if case not in tests}, key=natural_key))
     return CaseMatrix(
         columns=columns,

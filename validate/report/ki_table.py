@@ -15,18 +15,20 @@ not_run         no case ran there because the tier that ran left the cells out (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import compress
 from typing import TYPE_CHECKING, Final
 
 from validate._compat import StrEnum
 from validate.judge.known_issues import named_cases, result_pins
 from validate.judge.suggest import evidence_kind, normal_arch, spec_text
 from validate.model.order import natural_key, parse_version, value_key
-from validate.report.model import result_key
+from validate.report.model import case_names, cell_spans, result_key
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping, Sequence
 
     from validate.judge.known_issues import KnownIssue
+    from validate.model.results import CaseResult
     from validate.report.model import StoredResult
 
 __all__ = [
@@ -291,21 +293,11 @@ def _cases(keys: Sequence[str]) -> list[str]:
     return sorted({k.split("::", 1)[-1] for k in keys}, key=natural_key)
 
 
-def _column_keys(items: Sequence[StoredResult]) -> list[tuple[str, str, str]]:
-    """backend x frontend x arch of each result (worked out once per cell: a run holds a
-    million results of 25 cells)."""
-    by_cell: dict[str, tuple[str, str, str]] = {}
-    out = []
-    for item in items:
-        r = item.result
-        key = by_cell.get(r.cell_id) if r.cell_id else None
-        if key is None:
-            p = result_pins(r)
-            key = (p["backend"] or "?", p["frontend"] or "?", normal_arch(p["arch"]) or "?")
-            if r.cell_id:
-                by_cell[r.cell_id] = key
-        out.append(key)
-    return out
+def _column_key(result: CaseResult) -> tuple[str, str, str]:
+    """backend x frontend x arch of a result's cell (the first result's, for a matrix cell: a
+    run holds a million results of 25 cells)."""
+    p = result_pins(result)
+    return (p["backend"] or "?", p["frontend"] or "?", normal_arch(p["arch"]) or "?")
 
 
 def _columns(
@@ -373,12 +365,16 @@ def build_ki_table(
     those of `not_run`: the pins of planned cells a tier left out (no result). A column where no
     case the issue names ran to an outcome and some cell was left out is "not run"."""
     skipped = {(p["cudnn"], p["frontend"], normal_arch(p["arch"])) for p in not_run}
-    keyed = _column_keys(items)
-    columns, common = _columns(keyed, skipped)
     by_column: dict[tuple[str, str, str], list[StoredResult]] = {}
-    for item, key in zip(items, keyed, strict=True):
-        by_column.setdefault(key, []).append(item)
-    named_by = named_cases(known_issues, (item.result.case for item in items))
+    for head, span in cell_spans(items):  # a column is worked out once per cell (issue #27)
+        if head.cell_id:
+            by_column.setdefault(_column_key(head), []).extend(span)
+        else:  # outside a matrix: what the case saw (its env) may tell the column
+            for item in span:
+                by_column.setdefault(_column_key(item.result), []).append(item)
+    columns, common = _columns(list(by_column), skipped)
+    named_by = named_cases(known_issues, case_names(items))
+    column_cases: dict[tuple[str, str, str], list[str]] = {}  # each column's case names, once
     rows = []
     for ki in known_issues:
         # a cell reads only the results of the cases the issue names (a suite's column holds
@@ -386,9 +382,13 @@ def build_ki_table(
         named = named_by[ki.id]
         cells = []
         for c in columns:
-            column = by_column.get((c.cudnn, c.frontend, c.arch), [])
-            mine = [item for item in column if item.result.case in named] if named else []
-            left_out = (c.cudnn, c.frontend, c.arch) in skipped
-            cells.append(_cell(ki, c, mine, left_out=left_out))
+            key = (c.cudnn, c.frontend, c.arch)
+            column = by_column.get(key, [])
+            mine: list[StoredResult] = []
+            if named:
+                if key not in column_cases:
+                    column_cases[key] = [item.result.case for item in column]
+                mine = list(compress(column, map(named.__contains__, column_cases[key])))
+            cells.append(_cell(ki, c, mine, left_out=key in skipped))
         rows.append(KITableRow(issue=ki, cells=tuple(cells)))
     return KITable(columns=columns, rows=tuple(rows), common=common)

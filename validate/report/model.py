@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import groupby
+from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 from validate.errors import ConfigError
 from validate.model.axes import AXES, REGISTRY
@@ -12,7 +16,7 @@ from validate.model.order import natural_key, parse_version, value_key
 from validate.model.results import axis_value, cell_label, is_bad, is_good, result_key
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from validate.model.results import CaseResult
 
@@ -26,13 +30,16 @@ __all__ = [
     "StoredResult",
     "axis_label",
     "axis_value",
+    "case_names",
     "cell_label",
+    "cell_spans",
     "is_bad",
     "is_good",
     "merge_runs",
     "natural_key",
     "parse_version",
     "result_key",
+    "sharing",
     "value_key",
 ]
 
@@ -52,9 +59,10 @@ class RunInfo:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
-class StoredResult:
-    """A result together with the run folder it was read from (to resolve its log paths)."""
+class StoredResult(NamedTuple):
+    """A result together with the run folder it was read from (to resolve its log paths). A
+    named tuple, not a dataclass: a report makes one per stored result, a million for a pytest
+    suite (issue #27), and a tuple is built in a fraction of a frozen dataclass's time."""
 
     result: CaseResult
     run: RunInfo
@@ -78,9 +86,11 @@ class RunSet:
     runs: tuple[RunInfo, ...]
     items: tuple[StoredResult, ...]
 
-    @property
+    @cached_property
     def results(self) -> tuple[CaseResult, ...]:
-        return tuple(item.result for item in self.items)
+        """The results alone (gathered in C, once: the known-issue check, the speed section and
+        a selection each ask, over a million items)."""
+        return tuple(map(_RESULT, self.items))
 
 
 def axis_label(axis: str, value: str) -> str:
@@ -99,47 +109,124 @@ def merge_runs(
 ) -> RunSet:
     """Merge runs in order. Within one run the later line wins (a rerun, a resume); across runs a
     result with the same outcome replaces the earlier one, and a different outcome is settled by
-    `prefer`: shards of one matrix never overlap, so an overlap that disagrees is refused."""
+    `prefer`: shards of one matrix never overlap, so an overlap that disagrees is refused.
+
+    Results are kept per cell (`_ident`), then per case: the identity `result_key` spells, asked
+    once per run of a cell's results rather than formatted once per result (issue #27)."""
     infos: list[RunInfo] = []
-    merged: dict[str, StoredResult] = {}
+    merged: dict[object, dict[str, StoredResult]] = {}
     conflicts: list[tuple[StoredResult, StoredResult]] = []
     for info, results in runs:
         infos.append(info)
+        pins: object = None
+        cell: dict[str, StoredResult] = {}
         for result in results:
-            key = result_key(result)
-            new = StoredResult(result=result, run=info)
-            old = merged.get(key)
+            if result.cell_id:
+                if result.cell_id != pins:  # a results file holds one cell's lines together
+                    pins = result.cell_id
+                    cell = merged.setdefault(pins, {})
+            else:
+                pins = None
+                cell = merged.setdefault(_ident(result), {})
+            new = StoredResult(result, info)
+            old = cell.get(result.case)
             if old is not None and old.run is not info and old.result.outcome != result.outcome:
                 if prefer == "refuse":
                     conflicts.append((old, new))
                 elif prefer == "newest" and _started(old) > _started(new):
                     new = old
-            merged[key] = new
+            cell[result.case] = new
     if conflicts:
         raise ConfigError(_conflict_message(conflicts))
-    return RunSet(runs=tuple(infos), items=tuple(_sorted(merged.values())))
+    return RunSet(runs=tuple(infos), items=tuple(_sorted(merged)))
 
 
-def _sorted(items: Collection[StoredResult]) -> list[StoredResult]:
-    """By the cell's axes (version order), then the case (natural order). The keys are ranked
-    once per cell and once per case name, and a million results sort on two integers."""
-    cells: dict[object, tuple[Any, ...]] = {}
-    cases: set[str] = set()
-    for item in items:
-        r = item.result
-        if (cell := _cell(r)) not in cells:
-            cells[cell] = tuple(_SORT[a](axis_value(r, a)) for a in AXES)
-        cases.add(r.case)
-    cell_keys = {k: i for i, k in enumerate(sorted(set(cells.values())))}
-    cell_rank = {cell: cell_keys[k] for cell, k in cells.items()}
-    case_keys = {k: i for i, k in enumerate(sorted({natural_key(c) for c in cases}))}
-    case_rank = {case: case_keys[natural_key(case)] for case in cases}
-    return sorted(items, key=lambda s: (cell_rank[_cell(s.result)], case_rank[s.result.case]))
-
-
-def _cell(result: CaseResult) -> object:
+def _ident(result: CaseResult) -> object:
     """What tells a result's cell apart: its id, or its pins outside a matrix."""
     return result.cell_id or tuple(sorted(result.cell.items()))
+
+
+def _sorted(cells: Mapping[object, Mapping[str, StoredResult]]) -> list[StoredResult]:
+    """By the cell's axes (version order), then the case (natural order). The keys are ranked
+    once per cell and once per case name; a cell's results sort on their case's rank. Cells
+    whose axes are all alike (e.g. pins that differ outside the axes) keep the order they were
+    first seen in, and their results interleave by case."""
+    keyed: dict[tuple[Any, ...], list[Mapping[str, StoredResult]]] = {}
+    names: set[str] = set()
+    for results in cells.values():
+        r = next(iter(results.values())).result
+        keyed.setdefault(tuple(_SORT[a](axis_value(r, a)) for a in AXES), []).append(results)
+        names.update(results)
+    case_keys = {k: i for i, k in enumerate(sorted({natural_key(c) for c in names}))}
+    rank = {case: case_keys[natural_key(case)] for case in names}.__getitem__
+    out: list[StoredResult] = []
+    for key in sorted(keyed):
+        alike = keyed[key]
+        if len(alike) == 1:
+            results = alike[0]
+            out.extend([results[case] for case in sorted(results, key=rank)])
+        else:
+            both = [item for results in alike for item in results.values()]
+            out.extend(sorted(both, key=lambda s: rank(s.result.case)))
+    return out
+
+
+def cell_spans(items: Sequence[StoredResult]) -> list[tuple[CaseResult, Sequence[StoredResult]]]:
+    """`items` cut where the cell changes (its id or its pins), each piece with its first result:
+    what a result's cell decides (a table row and column, a matrix column) is worked out once per
+    piece rather than once per result. Merged items lie cell by cell (`merge_runs`), so a run of
+    25 cells gives 25 pieces; any order is still cut correctly, into more pieces. Pins compare
+    by identity first, and the reader shares one pins dict per cell. Once within `sharing`."""
+    shared = _SHARED.get(id(items))
+    if shared is not None and shared[0] is items and shared[1] is not None:  # in `sharing`
+        cut: list[tuple[CaseResult, Sequence[StoredResult]]] = shared[1]
+        return cut
+    spans: list[tuple[CaseResult, Sequence[StoredResult]]] = []
+    start = 0
+    # grouped in C (groupby, attrgetter): a Python loop over a million items was a second
+    for _, group in groupby(map(_RESULT, items), _CELL):
+        end = start + len(list(group))
+        spans.append((items[start].result, items[start:end]))
+        start = end
+    if shared is not None and shared[0] is items:
+        shared[1] = spans
+    return spans
+
+
+@contextmanager
+def sharing(items: Sequence[StoredResult]) -> Iterator[None]:
+    """Within the block, `cell_spans(items)` and `case_names(items)` are worked out once for all
+    the stages that ask (the table, the case matrix, the KI table, not_run), and forgotten at
+    its end: results held past the report would keep a million objects for the exit's
+    collector. `items` must not change meanwhile (a tuple cannot)."""
+    _SHARED[id(items)] = [items, None, None]
+    try:
+        yield
+    finally:
+        _SHARED.pop(id(items), None)
+
+
+#: id -> [items, its cell_spans, its case_names] while `sharing` it (the list holds the items,
+#: so the id is not reused meanwhile)
+_SHARED: dict[int, list[Any]] = {}
+
+
+def case_names(items: Sequence[StoredResult]) -> set[str]:
+    """The distinct case names of `items` (gathered in C: a run holds a million results; once
+    within `sharing`)."""
+    shared = _SHARED.get(id(items))
+    if shared is not None and shared[0] is items and shared[2] is not None:
+        names: set[str] = shared[2]
+        return names
+    names = set(map(_CASE, map(_RESULT, items)))
+    if shared is not None and shared[0] is items:
+        shared[2] = names
+    return names
+
+
+_RESULT: Final = itemgetter(0)  # StoredResult.result
+_CASE: Final = attrgetter("case")
+_CELL: Final = attrgetter("cell_id", "cell")
 
 
 def _started(item: StoredResult) -> str:

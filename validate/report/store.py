@@ -21,9 +21,11 @@ from validate.report.model import (
     RunInfo,
     RunSet,
     StoredResult,
+    cell_spans,
     is_bad,
     merge_runs,
     result_key,
+    sharing,
 )
 from validate.report.speed import load_speed, mark_table
 from validate.report.table import Pivot, build_table
@@ -123,7 +125,7 @@ def load_known_issue_db(path: Path | None, runs: Sequence[RunInfo] = ()) -> tupl
 def not_run(runs: RunSet) -> list[dict[str, str]]:
     """The pins of the planned cells a tier left out (run.json tier.left_out) that no merged
     run has a result for: the reports show them as not run, never as not reproduced."""
-    ran = {item.result.cell_id for item in runs.items}
+    ran = {head.cell_id for head, _ in cell_spans(runs.items)}  # once per cell, not per result
     out: dict[str, dict[str, str]] = {}
     for run in runs.runs:
         tier = run.meta.get("tier")
@@ -154,6 +156,32 @@ def build_report(
     section's thresholds (report/speed.py). The
     verdict judges the results against `known_issues` as the tables do, so a database given at
     report time (`--known-issues`) turns a failure it declares into xfail in the sign-off too."""
+    with sharing(runs.items):  # each stage's per-cell pieces cut once
+        return _build(
+            runs,
+            pivot=pivot,
+            known_issues=known_issues,
+            baseline=baseline,
+            link_base=link_base,
+            link_prefix=link_prefix,
+            flaky=flaky,
+            require_gpu=require_gpu,
+            slower=slower,
+        )
+
+
+def _build(
+    runs: RunSet,
+    *,
+    pivot: Pivot | None,
+    known_issues: Sequence[KnownIssue],
+    baseline: RunSet | None,
+    link_base: Path | None,
+    link_prefix: str | None,
+    flaky: FlakyPolicy,
+    require_gpu: bool,
+    slower: Thresholds | None,
+) -> Report:
     judged = apply_known_issues(runs.results, known_issues)
     speed = load_speed(runs, slower or Thresholds())
     return Report(

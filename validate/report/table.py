@@ -11,7 +11,7 @@ from validate._compat import assert_never
 from validate.errors import ConfigError
 from validate.judge.known_issues import named_cases
 from validate.judge.signoff import passed_on_rerun
-from validate.model.outcome import POLICY, Status, policy
+from validate.model.outcome import POLICY, Outcome, Status, policy
 from validate.report.case_matrix import FLAKY_SYMBOL
 from validate.report.model import (
     AXIS_TITLES,
@@ -19,6 +19,8 @@ from validate.report.model import (
     StoredResult,
     axis_label,
     axis_value,
+    case_names,
+    cell_spans,
     is_bad,
     is_good,
     natural_key,
@@ -151,6 +153,11 @@ class CompatTable:
         ]
 
 
+#: The outcomes whose results get a reason footnote: those of the skip and error statuses.
+_NOTED: Final = frozenset(o for o, p in POLICY.items() if p.status in ("skip", "error"))
+#: The outcomes whose known-issue id flags a cell affected: a known status, or a bad one.
+_KNOWN_OR_BAD: Final = frozenset(o for o, p in POLICY.items() if p.status == "known" or p.bad)
+
 _EMPTY = TableCell(counts={}, status="empty", affected=(), fixed=(), notes=(), keys=(), text="—")
 
 
@@ -168,17 +175,20 @@ def build_table(
     """Pivot stored results into a CompatTable with known-issue flags and reason footnotes."""
     pivot = pivot or Pivot()
     groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[StoredResult]] = {}
-    for item in items:
-        row = tuple(axis_value(item.result, a) for a in pivot.rows)
-        col = tuple(axis_value(item.result, a) for a in pivot.cols)
-        groups.setdefault((row, col), []).append(item)
+    # a row and a column are the cell's pins, asked once per cell (issue #27), unless the case
+    # is a pivot axis
+    by_case = "case" in pivot.rows or "case" in pivot.cols
+    for first, span in [(item.result, (item,)) for item in items] if by_case else cell_spans(items):
+        row = tuple(axis_value(first, a) for a in pivot.rows)
+        col = tuple(axis_value(first, a) for a in pivot.cols)
+        groups.setdefault((row, col), []).extend(span)
     row_keys = sorted({r for r, _ in groups}, key=lambda k: [value_key(v) for v in k])
     col_keys = sorted({c for _, c in groups}, key=lambda k: [value_key(v) for v in k])
     notes: dict[tuple[str, str], int] = {}
     note_counts: Counter[tuple[str, str]] = Counter()
     note_full: dict[tuple[str, str], str] = {}
     cells: dict[tuple[tuple[str, ...], tuple[str, ...]], TableCell] = {}
-    named = named_cases(known_issues, (item.result.case for item in items))
+    named = named_cases(known_issues, case_names(items))
     for row in row_keys:
         for col in col_keys:
             group = groups.get((row, col))
@@ -213,40 +223,62 @@ def _cell(
     note_counts: Counter[tuple[str, str]],
     note_full: dict[tuple[str, str], str],
 ) -> TableCell:
-    counts: Counter[str] = Counter()
+    # one pass over the cell's results, each touched once: a cell of a pytest suite holds
+    # 40,000 of them (issue #27); statuses follow from the outcomes' counts, less the flaky ones
+    counts: Counter[Outcome] = Counter()
+    flaky: list[CaseResult] = []
+    reasons: Counter[tuple[Outcome, str]] = Counter()  # (outcome, reason) of skips and errors
+    affected: set[str] = set()  # KIs the results' verdicts name
+    any_named = frozenset().union(*named.values()) if known_issues else frozenset()
+    asked: list[CaseResult] = []  # the results of cases some issue names
+    keys: list[str] = []
+    for r in results:
+        outcome = r.outcome
+        counts[outcome] += 1
+        if r.attempts and passed_on_rerun(r):  # rare: only a re-run result is asked
+            flaky.append(r)
+        elif outcome in _NOTED:
+            reasons[(outcome, r.reason)] += 1
+        if r.known_issue and outcome in _KNOWN_OR_BAD:
+            affected.add(r.known_issue)
+        case = r.case
+        if case in any_named:
+            asked.append(r)
+        keys.append(f"{r.cell_id}::{case}" if r.cell_id else result_key(r))
     statuses: Counter[Segment] = Counter()
+    for counted, n in counts.items():
+        statuses[policy(counted).status] += n
+    for r in flaky:
+        statuses[policy(r.outcome).status] -= 1
+        statuses["flaky"] += 1
+    statuses = +statuses  # no status left at 0
     marks: dict[str, list[int]] = {"skip": [], "error": []}
-    for r in results:  # one pass: a cell of a pytest suite holds 40,000 results
-        counts[r.outcome] += 1
-        statuses[status := _segment_of(r)] += 1
-        if status in marks:
-            key = (status, _short(r.reason))
-            index = notes.setdefault(key, len(notes) + 1)
-            note_counts[key] += 1
-            note_full.setdefault(key, r.reason.strip() or key[1])
-            if index not in marks[key[0]]:
-                marks[key[0]].append(index)
-    affected, fixed = _known_issue_flags(results, known_issues, named)
+    # each distinct (outcome, reason) in order of first appearance, as a result-by-result pass
+    # would number the footnotes
+    for (noted, reason), n in reasons.items():
+        key = (policy(noted).status, _short(reason))
+        index = notes.setdefault(key, len(notes) + 1)
+        note_counts[key] += n
+        note_full.setdefault(key, reason.strip() or key[1])
+        if index not in marks[key[0]]:
+            marks[key[0]].append(index)
+    affected_ids, fixed = _known_issue_flags(asked, affected, known_issues, named)
     segments = [
         " ".join(part for part in (_SYMBOLS[status], text) if part)
         for status in _SEGMENTS
-        if (text := _segment(status, statuses, len(results), marks, affected))
+        if (text := _segment(status, statuses, len(results), marks, affected_ids))
     ]
     segments.extend(f"fixed in {version} ({ki})" for version, ki in fixed)
-    present = {*statuses, *(("known",) if affected else ())}
+    present = {*statuses, *(("known",) if affected_ids else ())}
     return TableCell(
         counts=dict(sorted((str(k), n) for k, n in counts.items())),
         status=next(s for s in _PRECEDENCE if s in present),
-        affected=affected,
+        affected=affected_ids,
         fixed=fixed,
         notes=tuple(marks["error"] + marks["skip"]),
-        keys=tuple(result_key(r) for r in results),
+        keys=tuple(keys),
         text=" · ".join(segments),
     )
-
-
-def _segment_of(result: CaseResult) -> Segment:
-    return "flaky" if passed_on_rerun(result) else policy(result.outcome).status
 
 
 def _segment(
@@ -282,21 +314,18 @@ def _marks(indices: Sequence[int]) -> str:
 
 
 def _known_issue_flags(
-    results: Sequence[CaseResult],
+    asked: Sequence[CaseResult],
+    affected: set[str],
     known_issues: Sequence[KnownIssue],
     named: Mapping[str, frozenset[str]],
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    """KIs that affect a cell (from the results' verdicts and the DB) and KIs shown fixed in it.
-    `named`: per issue, the cases it names (`named_cases`); only their results are asked."""
-    affected = {
-        r.known_issue
-        for r in results
-        if r.known_issue and (policy(r.outcome).status == "known" or is_bad(r))
-    }
+    """KIs that affect a cell (`affected`: those the results' verdicts name; and from the DB)
+    and KIs shown fixed in it. `asked`: the cell's results of the cases some issue names;
+    `named`: per issue, the cases it names (`named_cases`)."""
     fixed: set[tuple[str, str]] = set()
     for ki in known_issues:
         cases = named.get(ki.id, frozenset())
-        mine = [r for r in results if r.case in cases] if cases else []
+        mine = [r for r in asked if r.case in cases] if cases else []
         hits = [r for r in mine if ki.matches(r)]
         if any(policy(r.outcome).status == "known" or is_bad(r) for r in hits):
             affected.add(ki.id)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ResultsError
 from validate.model.outcome import Outcome
-from validate.model.results.schema import SCHEMA_VERSION, CaseResult
+from validate.model.results.schema import _LINE_KEYS, SCHEMA_VERSION, CaseResult
 from validate.model.results.signing import RunKey
 from validate.textsafe import display
 
@@ -72,16 +72,16 @@ def _records(
     except FileNotFoundError:
         return
     with stream:
-        for number, raw in enumerate(stream, start=1):
-            if not raw.strip():
-                continue
-            raw = raw.removesuffix(b"\n")
+        for number, line in enumerate(stream, start=1):
+            raw = line.removesuffix(b"\n")
             if key is not None and key.verifies_line(raw):  # the common case, taken first
-                data = json.loads(raw.decode("utf-8"))
-                schema = data.get("schema", 1)
+                data = _signed_object(raw.decode("utf-8"))
+                schema = data.get("schema", 1) if type(data) is dict else None
                 if type(schema) is int and schema <= SCHEMA_VERSION:
                     yield raw, data
                     continue
+            if not raw.strip():
+                continue
             problem, data = _decode(raw, key)
             if problem is None and data is not None:
                 yield raw, data
@@ -96,6 +96,18 @@ def _records(
 
 
 _NEWER: Final = "results schema "
+_SCAN: Final = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
+
+
+def _signed_object(text: str) -> Any:
+    """A line the tool signed, decoded: it is compact JSON as `RunKey.signed_line` wrote it, so
+    the scanner reads it straight, without json.loads' whitespace passes (a million lines a
+    report, issue #27); anything else goes through json.loads."""
+    try:
+        data, end = _SCAN(text, 0)
+    except StopIteration:
+        end = -1
+    return data if end == len(text) else json.loads(text)
 
 
 def _decode(raw: bytes, key: RunKey | None) -> tuple[str | None, dict[str, Any] | None]:
@@ -148,12 +160,22 @@ def iter_results(
     string as a report shows it (`textsafe.display`: control characters and undecodable bytes
     escaped); a plain-ASCII line without escapes has nothing to rewrite and is taken as it is."""
     cells: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+    last: tuple[tuple[tuple[str, Any], ...], dict[str, Any]] = ((), {})
     for raw, data in _records(file, key or _key_for(file), skipped):
         shown = _shown(data) if for_display and (not raw.isascii() or _ESCAPE.search(raw)) else data
         if type(cell := shown.get("cell")) is dict:  # one pins dict per cell, not per result
-            shown["cell"] = cells.setdefault(tuple(cell.items()), cell)
-        try:
-            yield CaseResult.from_dict(shown)
+            pins = tuple(cell.items())  # in its order, as a results line has it
+            if pins == last[0]:  # a cell's lines lie together: compared, not hashed, per line
+                shown["cell"] = last[1]
+            else:
+                shown["cell"] = cells.setdefault(pins, cell)
+                last = (pins, shown["cell"])
+        try:  # a line's own decoded object, taken over: no copy of it per result
+            yield (
+                CaseResult.from_line(shown)
+                if _LINE_KEYS.issuperset(shown)
+                else CaseResult.from_dict(shown)
+            )
         except (KeyError, ValueError, TypeError) as exc:
             if skipped is not None:
                 skipped.append(f"{file}: not a result ({exc})")

@@ -74,7 +74,7 @@ class CaseResult:
     def to_dict(self) -> dict[str, Any]:
         # field by field rather than dataclasses.asdict, which deep-copies through copy.deepcopy
         # and was most of the cost of writing and reporting a million results (issue #27)
-        data = dict(self.__dict__)  # the fields, in their order (from_dict keeps it too)
+        data = _TEMPLATE | self.__dict__  # every field, in their order (from_line keeps only some)
         data["outcome"] = str(self.outcome)
         data["attempts"] = list(self.attempts)
         data["cell"] = dict(self.cell)
@@ -90,26 +90,34 @@ class CaseResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CaseResult:
         if _LINE_KEYS.issuperset(data):  # a results line: its fields, its schema and MAC
-            kwargs = dict(data)
-            kwargs.pop("schema", None)
-            kwargs.pop("mac", None)
-        else:
-            kwargs = {k: v for k, v in data.items() if k in _FIELDS}
-        kwargs["outcome"] = Outcome(data["outcome"])
-        kwargs["attempts"] = tuple(data.get("attempts", ()))
-        kwargs["units"] = {str(k): float(v) for k, v in (data.get("units") or {}).items()}
-        if "case" not in kwargs:
+            return cls.from_line(dict(data))
+        return cls.from_line({k: v for k, v in data.items() if k in _FIELDS})
+
+    @classmethod
+    def from_line(cls, fields: dict[str, Any]) -> CaseResult:
+        """A result made of `fields` (a decoded results line, which it takes over and changes:
+        no copy) without __init__'s 22 frozen setattr calls: this runs once per stored result, a
+        million times for one report of a pytest suite (issue #27). Only the fields the line
+        names are kept in the instance (a field left at its plain default is read from the
+        class): half the memory of a full set, and each pass over a million results touches
+        that much less."""
+        fields.pop("schema", None)
+        fields.pop("mac", None)
+        outcome = fields["outcome"]
+        # a dict lookup, not Outcome(value)
+        fields["outcome"] = _OUTCOME_OF[outcome] if outcome in _OUTCOME_OF else Outcome(outcome)
+        if "attempts" in fields:
+            fields["attempts"] = tuple(fields["attempts"])
+        if "case" not in fields:
             msg = "a result needs a case"
             raise TypeError(msg)
-        # what __init__ would set, without its 22 frozen setattr calls: this runs once per
-        # stored result, a million times for one report of a pytest suite (issue #27)
+        units = fields.get("units")
+        fields["units"] = {str(k): float(v) for k, v in units.items()} if units else {}
+        for name in _MAPPINGS:  # the default factories (each an empty dict), for a field left out
+            if name not in fields:
+                fields[name] = {}
         result = object.__new__(cls)
-        fields = result.__dict__
-        fields.update(_TEMPLATE)  # every field, in the order __init__ sets them
-        fields.update(kwargs)
-        for name, make in _FACTORIES:
-            if name not in kwargs:
-                fields[name] = make()
+        object.__setattr__(result, "__dict__", fields)
         return result
 
     def to_line(self) -> dict[str, Any]:
@@ -137,6 +145,9 @@ _FACTORIES: Final = tuple(
     if f.default_factory is not MISSING
 )
 _TEMPLATE: Final = {name: _DEFAULTS.get(name) for name in _ORDER}
+#: the fields whose default factory makes an empty dict (None in `_TEMPLATE` until filled)
+_MAPPINGS: Final = tuple(name for name, make in _FACTORIES if make is dict)
+_OUTCOME_OF: Final = {str(o): o for o in Outcome}
 _ALWAYS: Final = frozenset({"case", "outcome", "cell_id", "cell", "schema"})
 _EMPTY: Final = (str, list, dict)
 
