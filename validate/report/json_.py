@@ -51,19 +51,22 @@ from typing import TYPE_CHECKING, Any, Final
 
 from validate.judge.signoff import passed_on_rerun, verdict_line
 from validate.judge.suggest import spec_text
+from validate.report.json_fast import ResultLines, compact
 from validate.report.ki_table import KI_SYMBOLS
 from validate.report.model import cell_label, natural_key, result_key
 from validate.report.speed import speed_dict
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from validate.judge.signoff import Verdict
     from validate.model.results import CaseResult
     from validate.report import Report
     from validate.report.case_matrix import MatrixEntry
     from validate.report.ki_table import KITableRow
-    from validate.report.model import RunInfo
+    from validate.report.model import RunInfo, StoredResult
 
-__all__ = ["REPORT_SCHEMA", "render_json", "report_dict"]
+__all__ = ["REPORT_SCHEMA", "render_json", "report_dict", "write_json"]
 
 REPORT_SCHEMA: Final = "cudnn-matrix/report/v1"
 
@@ -192,13 +195,9 @@ def _case_matrix(report: Report) -> dict[str, Any]:
     }
 
 
-def report_dict(report: Report) -> dict[str, Any]:
-    """The v1 document as plain data (what render_json serialises)."""
+def _head(report: Report) -> dict[str, Any]:
+    """Every top-level entry of the document but ``results``, in the document's order."""
     table = report.table
-    labels: dict[str, str] = {}  # cell id -> label, once per cell
-    for item in report.runs.items:
-        if item.result.cell_id and item.result.cell_id not in labels:
-            labels[item.result.cell_id] = cell_label(item.result)
     rows = [
         {
             "key": list(row),
@@ -235,35 +234,70 @@ def report_dict(report: Report) -> dict[str, Any]:
             {"state": str(state), "symbol": KI_SYMBOLS[state], "meaning": meaning}
             for state, meaning in report.ki_table.legend_items()
         ],
-        "results": [
-            {
-                **item.result.to_dict(),
-                "key": result_key(item.result),
-                "cell_label": labels.get(item.result.cell_id) or cell_label(item.result),
-                "run_dir": str(item.run.path),
-                "passed_on_rerun": passed_on_rerun(item.result),
-            }
-            for item in report.runs.items
-        ],
     }
 
 
+def _labels(report: Report) -> dict[str, str]:
+    """Cell id -> label, once per cell."""
+    labels: dict[str, str] = {}
+    for item in report.runs.items:
+        if item.result.cell_id and item.result.cell_id not in labels:
+            labels[item.result.cell_id] = cell_label(item.result)
+    return labels
+
+
+def _result(item: StoredResult, labels: Mapping[str, str]) -> dict[str, Any]:
+    """One entry of ``results``: the result's dict and what the report adds to it."""
+    return {
+        **item.result.to_dict(),
+        "key": result_key(item.result),
+        "cell_label": labels.get(item.result.cell_id) or cell_label(item.result),
+        "run_dir": str(item.run.path),
+        "passed_on_rerun": passed_on_rerun(item.result),
+    }
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    """The v1 document as plain data (what render_json serialises)."""
+    labels = _labels(report)
+    return {**_head(report), "results": [_result(item, labels) for item in report.runs.items]}
+
+
 #: Top-level keys whose lists may hold a million entries: one compact entry per line.
-_LONG: Final = ("table", "case_matrix", "results")
+_LONG: Final = ("table", "case_matrix")
 
 
 def render_json(report: Report) -> str:
     """The document, indented; the long parts (results, table, case matrix) one compact entry
     per line, since indenting a million results is what made a report of a suite slow."""
-    doc = report_dict(report)
-    parts = []
-    for key, value in doc.items():
-        if key in _LONG:
-            text = _lines(value)
-        else:
-            text = json.dumps(value, indent=2, default=str).replace("\n", "\n  ")
-        parts.append(f"  {json.dumps(key)}: {text}")
-    return "{\n" + ",\n".join(parts) + "\n}\n"
+    chunks: list[str] = []
+    write_json(report, chunks.append)
+    return "".join(chunks)
+
+
+def write_json(report: Report, write: Callable[[str], object]) -> None:
+    """render_json's text, in pieces, to `write` (e.g. a file's write: no text of the whole
+    report in memory)."""
+    write("{\n")
+    for key, value in _head(report).items():
+        text = _lines(value) if key in _LONG else _indented(value)
+        write(f"  {json.dumps(key)}: {text},\n")
+    write('  "results": ')
+    items = report.runs.items
+    if not items:
+        write("[]\n}\n")
+        return
+    labels = _labels(report)
+    lines = ResultLines(labels, lambda item: _result(item, labels))
+    write("[\n")
+    batch = 10_000  # results per write: few calls, no text of them all at once
+    for start in range(0, len(items), batch):
+        end = "\n  ]\n}\n" if start + batch >= len(items) else ",\n"
+        write(",\n".join(f"    {lines.line(item)}" for item in items[start : start + batch]) + end)
+
+
+def _indented(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str).replace("\n", "\n  ")
 
 
 def _lines(value: Any) -> str:
@@ -271,23 +305,15 @@ def _lines(value: Any) -> str:
     if isinstance(value, list):
         if not value:
             return "[]"
-        return "[\n" + ",\n".join(f"    {_compact(v)}" for v in value) + "\n  ]"
+        return "[\n" + ",\n".join(f"    {compact(v)}" for v in value) + "\n  ]"
     if isinstance(value, dict):
         items = [
-            f"    {json.dumps(k)}: {_compact(v)}"
+            f"    {json.dumps(k)}: {compact(v)}"
             if not isinstance(v, list) or not v
             else f"    {json.dumps(k)}: [\n"
-            + ",\n".join(f"      {_compact(x)}" for x in v)
+            + ",\n".join(f"      {compact(x)}" for x in v)
             + "\n    ]"
             for k, v in value.items()
         ]
         return "{\n" + ",\n".join(items) + "\n  }" if items else "{}"
-    return _compact(value)
-
-
-#: One encoder for every entry: json.dumps with options builds a new one per call.
-_ENCODER: Final = json.JSONEncoder(default=str, separators=(",", ":"))
-
-
-def _compact(value: Any) -> str:
-    return _ENCODER.encode(value)
+    return compact(value)
