@@ -85,12 +85,17 @@ def render(report: Report, fmt: Format) -> str:
 
 
 def write_report(report: Report, fmt: Format, out: Path) -> None:
-    """Write render(report, fmt) to a file (UTF-8); JSON goes in pieces, so the text of a report
-    of a million results is never in memory whole."""
+    """Write render(report, fmt) to a file (UTF-8); JSON and JUnit go in pieces, so the text of
+    a report of a million results is never in memory whole."""
     with out.open("w", encoding="utf-8") as file:
-        if fmt == "json":
-            from validate.report.json_ import write_json
+        match fmt:
+            case "json":
+                from validate.report.json_ import write_json
 
-            write_json(report, file.write)
-        else:
-            file.write(render(report, fmt))
+                write_json(report, file.write)
+            case "junit":
+                from validate.report.junit import write_junit
+
+                write_junit(report, file.write)
+            case _:
+                file.write(render(report, fmt))
