@@ -11,8 +11,8 @@ import pytest
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult
 from validate.report import Report, render, write_report
-from validate.report.json_ import _labels, _result, report_dict
-from validate.report.json_fast import FIELDS, ResultLines, compact
+from validate.report.json_ import _result, report_dict
+from validate.report.json_fast import FIELDS, CellLabels, ResultLines, compact
 from validate.report.model import RunInfo, StoredResult, merge_runs
 from validate.report.store import build_report
 
@@ -57,6 +57,7 @@ RESULTS = [
 ]
 #: fields of a type the schema does not give them: still the dict's text
 MISTYPED = [
+    CaseResult(case="f.py", outcome=Outcome.SKIP, cell_id=5, cell=PINS),  # type: ignore[arg-type]
     CaseResult(case="g.py", outcome=Outcome.SKIP, reason=7, tail=None),  # type: ignore[arg-type]
     CaseResult(case="h.py", outcome=Outcome.SKIP, attempts=["skip"]),  # type: ignore[arg-type]
     CaseResult(case="i.py", outcome=Outcome.SKIP, cell={"cuda": 13, "arch": True}),  # type: ignore[dict-item]
@@ -84,13 +85,13 @@ def test_fields_are_case_results() -> None:
 
 def test_each_line_is_the_encoded_dict() -> None:
     report = _report()
-    labels = _labels(report)
-    lines = ResultLines(labels, lambda item: _result(item, labels))
+    labels = CellLabels()
+    lines = ResultLines(_result)
     items = list(report.runs.items) * 2  # the second time from what was kept
     run = RunInfo(run_id="r", path=Path(ODD))
     items += [StoredResult(result=r, run=run) for r in MISTYPED * 2]
     for item in items:
-        assert lines.line(item) == compact(_result(item, labels)), item.result.case
+        assert lines.line(item) == compact(_result(item, labels.of(item.result))), item.result.case
 
 
 def test_report_is_the_document_and_round_trips(tmp_path: Path) -> None:

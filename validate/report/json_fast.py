@@ -11,6 +11,7 @@ goes through the dict and the encoder.
 from __future__ import annotations
 
 import json
+import operator
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, Final
 
@@ -20,7 +21,7 @@ from validate.model.results import SCHEMA_VERSION, CaseResult, cell_label, resul
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from validate.report.model import StoredResult
+    from validate.report.model import RunInfo, StoredResult
 
 __all__ = ["FIELDS", "ResultLines", "compact"]
 
@@ -85,7 +86,15 @@ class _Floats(dict[Any, str]):
         return text
 
 
-#: The fields (and the cell label) whose values repeat across results: their text is kept.
+_FIELD_VALUES: Final = operator.itemgetter(*FIELDS)
+
+
+class _Slow(Exception):  # not an error: the result takes the dict's way
+    """A result the pieces do not spell out (an exception, env, api_logs or units)."""
+
+
+#: The fields (and the cell label) whose values repeat across results: their text is kept;
+#: the first eight in the order _line unpacks them.
 _MEMOS: Final = (
     "reason",
     "case_path",
@@ -100,52 +109,83 @@ _MEMOS: Final = (
 )
 
 
-class ResultLines:
-    """Encodes the entries of one report's ``results``; `line(item)` is `compact(slow(item))`."""
+class CellLabels(dict[str, str]):
+    """Cell id -> the label of the first result met in that cell (the results' `cell_label`);
+    asked of the results in their order."""
 
-    def __init__(self, labels: Mapping[str, str], slow: Callable[[StoredResult], Any]) -> None:
-        self._labels = labels
+    def of(self, result: CaseResult) -> str:
+        cell_id = result.cell_id
+        if not cell_id:
+            return cell_label(result)
+        label = self.get(cell_id)
+        if label is None:
+            label = self[cell_id] = cell_label(result)
+        return label or cell_label(result)
+
+
+class ResultLines:
+    """Encodes the entries of one report's ``results``, in their order: `line(item)` is
+    `compact(slow(item, label))`, label being CellLabels.of the result."""
+
+    def __init__(self, slow: Callable[[StoredResult, str], Any]) -> None:
+        self._labels = CellLabels()
         self._slow = slow
         self._memo: dict[str, _Memo] = {name: _Memo() for name in _MEMOS}
+        self._memos = tuple(self._memo[name] for name in _MEMOS[:8])
         self._floats = _Floats()
         self._ints: dict[Any, str] = {}  # exit codes (None and ints only)
         self._cells: dict[tuple[tuple[Any, Any], ...], str] = {}
         self._runs: dict[int, str] = {}  # id(RunInfo) -> its path's JSON text
         self._outcomes: dict[Any, str] = {}
         self._attempts: dict[tuple[str, ...], str] = {(): "[]"}
+        #: the last result's cell mapping, cell id and run, and the text they give (a run's
+        #: results share one mapping per cell, and come cell by cell)
+        self._last: tuple[object, object, object, str, str, str] = (None, None, None, "", "", "")
 
     def line(self, item: StoredResult) -> str:
-        r = item.result
-        f = r.__dict__
-        if (
-            not _KNOWN
-            or len(f) != len(FIELDS)
-            or f["exception"] is not None
-            or f["env"]
-            or f["api_logs"]
-            or f["units"]
-            or type(f["flaky"]) is not bool
-        ):
-            return compact(self._slow(item))
-        try:
-            return self._line(item, r, f)
-        except TypeError:  # a field of an unexpected type (a number for a string): the slow way
-            return compact(self._slow(item))
+        f = item.result.__dict__
+        if _KNOWN and len(f) == len(FIELDS):
+            try:
+                return self._line(item, _FIELD_VALUES(f))
+            except (TypeError, _Slow):  # a field of a type the schema does not give it
+                pass
+        return compact(self._slow(item, self._labels.of(item.result)))
 
-    def _line(self, item: StoredResult, r: CaseResult, f: dict[str, Any]) -> str:
-        m = self._memo
-        s = encode_basestring_ascii
-        cell = f["cell"]
+    def _cell(self, r: CaseResult, cell: Mapping[str, str], run: RunInfo) -> tuple[str, str]:
+        """The `"cell_id":..,"cell":..` and the `"cell_label":..,"run_dir":..` of a result."""
         pins = tuple(cell.items())
         cell_text = self._cells.get(pins)
         if cell_text is None:
             cell_text = compact(dict(cell))
             if all(type(k) is str and type(v) is str for k, v in pins):
                 self._cells[pins] = cell_text
-        run = self._runs.get(id(item.run))
-        if run is None:
-            run = self._runs[id(item.run)] = compact(str(item.run.path))
-        exit_code = f["exit_code"]
+        run_text = self._runs.get(id(run))
+        if run_text is None:
+            run_text = self._runs[id(run)] = compact(str(run.path))
+        label = self._labels.of(r)
+        return (
+            f'"cell_id":{self._memo["cell_id"][r.cell_id]},"cell":{cell_text}',
+            f'"cell_label":{self._memo["label"][label]},"run_dir":{run_text}',
+        )
+
+    def _line(self, item: StoredResult, values: tuple[Any, ...]) -> str:
+        (case, outcome, reason, duration, cell_id, cell, case_path, exit_code, signal, exception,
+         tail, log_path, api_logs, env, attempts, flaky, known_issue, ki_note, started_at, run_id,
+         content_key, contention, units) = values  # fmt: skip
+        if exception is not None or env or api_logs or units or type(flaky) is not bool:
+            raise _Slow
+        m_reason, m_path, m_signal, m_issue, m_note, m_started, m_run, m_contention = self._memos
+        s = encode_basestring_ascii
+        run = item.run
+        last = self._last
+        if cell is last[0] and cell_id == last[1] and run is last[2]:
+            cell_text, place, cell_key = last[3], last[4], last[5]
+        else:
+            cell_text, place = self._cell(item.result, cell, run)
+            if type(cell_id) is not str:
+                raise _Slow
+            cell_key = s(cell_id)
+            self._last = (cell, cell_id, run, cell_text, place, cell_key)
         if exit_code is None:
             exit_text = "null"
         elif type(exit_code) is int:
@@ -154,30 +194,28 @@ class ResultLines:
             )
         else:
             exit_text = compact(exit_code)
-        duration = f["duration_s"]
-        outcome = self._outcomes.get(f["outcome"])
-        if outcome is None:
-            outcome = self._outcomes[f["outcome"]] = compact(str(f["outcome"]))
-        attempts = f["attempts"]
+        outcome_text = self._outcomes.get(outcome)
+        if outcome_text is None:
+            outcome_text = self._outcomes[outcome] = compact(str(outcome))
         attempts_text = self._attempts.get(attempts)
         if attempts_text is None:
             attempts_text = compact(list(attempts))
             if all(type(a) is str for a in attempts):
                 self._attempts[attempts] = attempts_text
-        rerun = "false" if len(attempts) < 2 else compact(passed_on_rerun(r))
-        label = self._labels.get(r.cell_id) or cell_label(r)
+        rerun = "false" if len(attempts) < 2 else compact(passed_on_rerun(item.result))
+        case_text = s(case)
+        # result_key is `<cell_id>::<case>` where there is a cell id; JSON escapes character by
+        # character, so its text is the two texts joined (without encoding the key again)
+        key = cell_key[:-1] + "::" + case_text[1:] if cell_id else s(result_key(item.result))
         return (
-            f'{{"case":{s(f["case"])},"outcome":{outcome},'
-            f'"reason":{m["reason"][f["reason"]]},'
+            f'{{"case":{case_text},"outcome":{outcome_text},"reason":{m_reason[reason]},'
             f'"duration_s":{self._floats[duration] if type(duration) is float else compact(duration)},'
-            f'"cell_id":{m["cell_id"][f["cell_id"]]},"cell":{cell_text},'
-            f'"case_path":{m["case_path"][f["case_path"]]},"exit_code":{exit_text},'
-            f'"signal":{m["signal"][f["signal"]]},"exception":null,'
-            f'"tail":{s(f["tail"])},"log_path":{s(f["log_path"])},"api_logs":{{}},"env":{{}},'
-            f'"attempts":{attempts_text},"flaky":{"true" if f["flaky"] else "false"},'
-            f'"known_issue":{m["known_issue"][f["known_issue"]]},"ki_note":{m["ki_note"][f["ki_note"]]},'
-            f'"started_at":{m["started_at"][f["started_at"]]},"run_id":{m["run_id"][f["run_id"]]},'
-            f'"content_key":{s(f["content_key"])},"contention":{m["contention"][f["contention"]]},'
-            f'"units":{{}},"schema":{_SCHEMA},"key":{s(result_key(r))},'
-            f'"cell_label":{m["label"][label]},"run_dir":{run},"passed_on_rerun":{rerun}}}'
+            f'{cell_text},"case_path":{m_path[case_path]},"exit_code":{exit_text},'
+            f'"signal":{m_signal[signal]},"exception":null,"tail":{s(tail)},'
+            f'"log_path":{s(log_path)},"api_logs":{{}},"env":{{}},"attempts":{attempts_text},'
+            f'"flaky":{"true" if flaky else "false"},"known_issue":{m_issue[known_issue]},'
+            f'"ki_note":{m_note[ki_note]},"started_at":{m_started[started_at]},'
+            f'"run_id":{m_run[run_id]},"content_key":{s(content_key)},'
+            f'"contention":{m_contention[contention]},"units":{{}},"schema":{_SCHEMA},'
+            f'"key":{key},{place},"passed_on_rerun":{rerun}}}'
         )

@@ -167,6 +167,10 @@ class _Cases:
         #: case -> its name and the classname's part after the cell's, escaped (None: no node id)
         self._names: dict[str, tuple[str, str] | None] = {}
         self._skips: dict[str, SkipKind] = {}
+        self._reasons: dict[str, str] = {}  # reason -> without control characters
+        self._skipped: dict[str, str] = {}  # reason -> its <skipped> element
+        #: what a result without tail or log says -> its <system-out> element
+        self._outs: dict[tuple[object, ...], str] = {}
 
     def testcase(self, item: StoredResult, cell_class: str, label: str) -> tuple[str, str]:
         """The element (at level 2) and the <testsuite> counter it adds to. `cell_class` is
@@ -184,7 +188,10 @@ class _Cases:
         else:
             name, klass = names[0], cell_class + names[1]
         head = f'<testcase name="{name}" classname="{klass}" time="{r.duration_s:.3f}">'
-        reason = _clean(r.reason or str(r.outcome))
+        raw = r.reason or str(r.outcome)
+        reason = self._reasons.get(raw)
+        if reason is None:
+            reason = self._reasons[raw] = _clean(raw)
         rule = policy(r.outcome)
         element = rule.junit
         children = []
@@ -195,8 +202,7 @@ class _Cases:
                 tag = "flakyFailure" if element == "failure" else "flakyError"
                 about = (("message", reason), ("type", str(r.outcome)))
                 children.append(_leaf(tag, about, _clean(r.tail or reason)))
-                out = _cdata(_text(item, label))
-                children.append(f"<system-out>{out}</system-out>" if out else "<system-out />")
+                children.append(self._system_out(item, label))
                 return f"{head}{_CASE_IN}{_CASE_IN.join(children)}{_CASE_OUT}", _COUNTERS[None]
         if (
             r.outcome is Outcome.SKIP
@@ -214,14 +220,26 @@ class _Cases:
                 message = f"{r.outcome} {r.known_issue}: {reason}"
                 children.append(_leaf("skipped", (("type", str(r.outcome)), ("message", message))))
             case "skipped":
-                children.append(_leaf("skipped", (("message", reason),)))
+                skipped = self._skipped.get(reason)
+                if skipped is None:
+                    skipped = self._skipped[reason] = _leaf("skipped", (("message", reason),))
+                children.append(skipped)
             case None:
                 pass
             case _:
                 assert_never(element)
-        out = _cdata(_text(item, label))
-        children.append(f"<system-out>{out}</system-out>" if out else "<system-out />")
+        children.append(self._system_out(item, label))
         return f"{head}{_CASE_IN}{_CASE_IN.join(children)}{_CASE_OUT}", _COUNTERS[element]
+
+    def _system_out(self, item: StoredResult, label: str) -> str:
+        r = item.result
+        if r.tail or r.log_path:
+            return _leaf("system-out", (), _text(item, label))
+        key = (r.outcome, label, r.reason, r.known_issue, r.ki_note)  # all _text reads then
+        out = self._outs.get(key)
+        if out is None:
+            out = self._outs[key] = _leaf("system-out", (), _text(item, label))
+        return out
 
     def _skip_kind(self, reason: str) -> SkipKind:
         kind = self._skips.get(reason)
@@ -260,29 +278,35 @@ def render_junit(report: Report) -> str:
 
 
 def write_junit(report: Report, write: Callable[[str], object]) -> None:
-    """render_junit's text, one <testsuite> at a time, to `write` (e.g. a file's write)."""
+    """render_junit's text, in pieces, to `write` (e.g. a file's write)."""
     suites: dict[str, list[StoredResult]] = {}
+    cell, cell_id, members = None, None, []  # the last result's cell and its suite's list
     for item in report.runs.items:
-        suites.setdefault(cell_label(item.result), []).append(item)
+        r = item.result
+        if r.cell is not cell or r.cell_id != cell_id:  # results come cell by cell
+            cell, cell_id = r.cell, r.cell_id
+            members = suites.setdefault(cell_label(r), [])  # the label of its pins (or id)
+        members.append(item)
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     total_time = 0.0
     flaky = report.verdict.flaky_policy
     cases = _Cases(flaky)
-    body = []
+    body: list[tuple[str, list[str]]] = []  # per suite: its start tag and properties, its cases
     for label, items in suites.items():
         props = _properties(report.ki_table, items[0].result, flaky)
         props += [(_clean(p), t) for p, t in speed_properties(report, items[0].result.cell_id)]
         counts = {"tests": len(items), "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
         cell_class = _attr(classname(items[0].result))  # one cell per suite
-        children = [_props(props, 2)]
+        children = []
         for item in items:
             text, counter = cases.testcase(item, cell_class, label)
             children.append(text)
             counts[counter] += 1
         time = sum(i.result.duration_s for i in items)
         total_time += time
-        attrs = [("name", label)] + [(key, str(counts[key])) for key in totals]
-        body.append(_parent("testsuite", [*attrs, ("time", f"{time:.3f}")], children, 1))
+        attrs = [("name", label), *((key, str(counts[key])) for key in totals)]
+        head = _open("testsuite", [*attrs, ("time", f"{time:.3f}")])
+        body.append((f"{head}>{_INDENT[2]}{_props(props, 2)}", children))
         for key in totals:
             totals[key] += counts[key]
     attrs = [("name", "cudnn-matrix"), *((k, str(v)) for k, v in totals.items())]
@@ -292,6 +316,10 @@ def write_junit(report: Report, write: Callable[[str], object]) -> None:
         write(_parent("testsuites", attrs, [], 0) + "\n")
         return
     write(_open("testsuites", attrs) + ">")
-    for suite in body:
-        write(_INDENT[1] + suite)
+    for head, children in body:
+        write(_INDENT[1] + head)
+        # ~100 KB a write: malloc reuses pieces that size; larger ones are fresh pages each time
+        for start in range(0, len(children), 200):
+            write(_INDENT[2] + _INDENT[2].join(children[start : start + 200]))
+        write(_INDENT[1] + "</testsuite>")
     write(_INDENT[0] + "</testsuites>\n")
