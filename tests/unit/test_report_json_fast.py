@@ -91,7 +91,8 @@ def test_each_line_is_the_encoded_dict() -> None:
     run = RunInfo(run_id="r", path=Path(ODD))
     items += [StoredResult(result=r, run=run) for r in MISTYPED * 2]
     for item in items:
-        assert lines.line(item) == compact(_result(item, labels.of(item.result))), item.result.case
+        expected = "    " + compact(_result(item, labels.of(item.result)))
+        assert lines.line(item) == expected, item.result.case
 
 
 def test_report_is_the_document_and_round_trips(tmp_path: Path) -> None:

@@ -292,7 +292,7 @@ def write_json(report: Report, write: Callable[[str], object]) -> None:
     batch = 100
     for start in range(0, len(items), batch):
         end = "\n  ]\n}\n" if start + batch >= len(items) else ",\n"
-        write(",\n".join(f"    {lines.line(item)}" for item in items[start : start + batch]) + end)
+        write(",\n".join([lines.line(item) for item in items[start : start + batch]]) + end)
 
 
 def _indented(value: Any) -> str:

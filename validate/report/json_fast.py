@@ -109,6 +109,32 @@ _MEMOS: Final = (
 )
 
 
+class _Ints(dict[int, str]):
+    """An exit code (an int, not a bool) -> its JSON text."""
+
+    def __missing__(self, value: int) -> str:
+        text = self[value] = compact(value)
+        return text
+
+
+class _Outcomes(dict[Any, str]):
+    """An outcome -> the JSON text of its str() (what to_dict writes)."""
+
+    def __missing__(self, value: Any) -> str:
+        text = self[value] = compact(str(value))
+        return text
+
+
+class _Attempts(dict[Any, str]):
+    """The attempts (a tuple of outcomes) -> their JSON list; only tuples of strings are kept."""
+
+    def __missing__(self, value: Any) -> str:
+        text = compact(list(value))
+        if all(type(a) is str for a in value):
+            self[value] = text
+        return text
+
+
 class CellLabels(dict[str, str]):
     """Cell id -> the label of the first result met in that cell (the results' `cell_label`);
     asked of the results in their order."""
@@ -125,7 +151,8 @@ class CellLabels(dict[str, str]):
 
 class ResultLines:
     """Encodes the entries of one report's ``results``, in their order: `line(item)` is
-    `compact(slow(item, label))`, label being CellLabels.of the result."""
+    `"    " + compact(slow(item, label))` (the entry's line in the report), label being
+    CellLabels.of the result."""
 
     def __init__(self, slow: Callable[[StoredResult, str], Any]) -> None:
         self._labels = CellLabels()
@@ -133,11 +160,11 @@ class ResultLines:
         self._memo: dict[str, _Memo] = {name: _Memo() for name in _MEMOS}
         self._memos = tuple(self._memo[name] for name in _MEMOS[:8])
         self._floats = _Floats()
-        self._ints: dict[Any, str] = {}  # exit codes (None and ints only)
+        self._ints = _Ints()  # exit codes
         self._cells: dict[tuple[tuple[Any, Any], ...], str] = {}
         self._runs: dict[int, str] = {}  # id(RunInfo) -> its path's JSON text
-        self._outcomes: dict[Any, str] = {}
-        self._attempts: dict[tuple[str, ...], str] = {(): "[]"}
+        self._outcomes = _Outcomes()
+        self._attempts = _Attempts()
         #: the last result's cell mapping, cell id and run, and the text they give (a run's
         #: results share one mapping per cell, and come cell by cell)
         self._last: tuple[object, object, object, str, str, str] = (None, None, None, "", "", "")
@@ -149,7 +176,7 @@ class ResultLines:
                 return self._line(item, _FIELD_VALUES(f))
             except (TypeError, _Slow):  # a field of a type the schema does not give it
                 pass
-        return compact(self._slow(item, self._labels.of(item.result)))
+        return "    " + compact(self._slow(item, self._labels.of(item.result)))
 
     def _cell(self, r: CaseResult, cell: Mapping[str, str], run: RunInfo) -> tuple[str, str]:
         """The `"cell_id":..,"cell":..` and the `"cell_label":..,"run_dir":..` of a result."""
@@ -189,26 +216,18 @@ class ResultLines:
         if exit_code is None:
             exit_text = "null"
         elif type(exit_code) is int:
-            exit_text = self._ints.get(exit_code) or self._ints.setdefault(
-                exit_code, compact(exit_code)
-            )
+            exit_text = self._ints[exit_code]
         else:
             exit_text = compact(exit_code)
-        outcome_text = self._outcomes.get(outcome)
-        if outcome_text is None:
-            outcome_text = self._outcomes[outcome] = compact(str(outcome))
-        attempts_text = self._attempts.get(attempts)
-        if attempts_text is None:
-            attempts_text = compact(list(attempts))
-            if all(type(a) is str for a in attempts):
-                self._attempts[attempts] = attempts_text
+        outcome_text = self._outcomes[outcome]
+        attempts_text = self._attempts[attempts]
         rerun = "false" if len(attempts) < 2 else compact(passed_on_rerun(item.result))
         case_text = s(case)
         # result_key is `<cell_id>::<case>` where there is a cell id; JSON escapes character by
         # character, so its text is the two texts joined (without encoding the key again)
         key = cell_key[:-1] + "::" + case_text[1:] if cell_id else s(result_key(item.result))
         return (
-            f'{{"case":{case_text},"outcome":{outcome_text},"reason":{m_reason[reason]},'
+            f'    {{"case":{case_text},"outcome":{outcome_text},"reason":{m_reason[reason]},'
             f'"duration_s":{self._floats[duration] if type(duration) is float else compact(duration)},'
             f'{cell_text},"case_path":{m_path[case_path]},"exit_code":{exit_text},'
             f'"signal":{m_signal[signal]},"exception":null,"tail":{s(tail)},'
