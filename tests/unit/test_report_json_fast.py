@@ -119,3 +119,17 @@ def test_batches_join_into_one_list(count: int) -> None:
     report = build_report(merge_runs([(RunInfo(run_id="r", path=Path()), results)]))
     doc = json.loads(render(report, "json"))
     assert [r["case"] for r in doc["results"]] == [r.case for r in results]
+
+
+def test_a_report_failing_part_way_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: object) -> str:
+        raise OSError(28, "No space left on device")
+
+    out = tmp_path / "r.json"
+    out.write_text("an older report", encoding="utf-8")
+    monkeypatch.setattr(ResultLines, "line", broken)
+    with pytest.raises(OSError, match="No space"):
+        write_report(_report(), "json", out)
+    assert not out.exists()  # not a report cut short

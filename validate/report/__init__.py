@@ -85,17 +85,24 @@ def render(report: Report, fmt: Format) -> str:
 
 
 def write_report(report: Report, fmt: Format, out: Path) -> None:
-    """Write render(report, fmt) to a file (UTF-8); JSON and JUnit go in pieces, so the text of
-    a report of a million results is never in memory whole."""
-    with out.open("w", encoding="utf-8") as file:
-        match fmt:
-            case "json":
+    """Write render(report, fmt) to a file (UTF-8). JSON and JUnit go in pieces, so the text of
+    a report of a million results is never in memory whole; should one fail part-way, the file
+    is removed rather than left cut short."""
+    if fmt not in ("json", "junit"):
+        text = render(report, fmt)
+        with out.open("w", encoding="utf-8") as file:
+            file.write(text)
+        return
+    try:
+        with out.open("w", encoding="utf-8") as file:
+            if fmt == "json":
                 from validate.report.json_ import write_json
 
                 write_json(report, file.write)
-            case "junit":
+            else:
                 from validate.report.junit import write_junit
 
                 write_junit(report, file.write)
-            case _:
-                file.write(render(report, fmt))
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
