@@ -33,7 +33,7 @@ from validate.judge.signoff import summary
 from validate.judge.speed import Thresholds
 from validate.model.axes import axis_named
 from validate.model.results import axis_value
-from validate.report import FORMATS, SUFFIXES, Format, render
+from validate.report import FORMATS, SUFFIXES, Format, render, write_report
 from validate.report.model import PREFER, RunSet
 from validate.report.store import (
     DEFAULT_RUNS_DIR,
@@ -131,9 +131,8 @@ def _report(args: argparse.Namespace) -> int:
     elif out is None:
         sys.stdout.write(render(report, _format(args)))
     else:
-        text = render(report, _format(args))
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        write_report(report, _format(args), out)
         log.info("wrote %s", out)
     if args.bug_reports:
         from validate.report.bugreport import write_bug_reports

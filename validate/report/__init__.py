@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from validate.report.model import RunInfo, RunSet
     from validate.report.table import CompatTable
 
-__all__ = ["FORMATS", "SUFFIXES", "Format", "Report", "render"]
+__all__ = ["FORMATS", "SUFFIXES", "Format", "Report", "render", "write_report"]
 
 Format = Literal["md", "rst", "json", "junit", "html"]
 FORMATS: Final[tuple[str, ...]] = get_args(Format)
@@ -82,3 +82,27 @@ def render(report: Report, fmt: Format) -> str:
             from validate.report.html import render_html
 
             return render_html(report)
+
+
+def write_report(report: Report, fmt: Format, out: Path) -> None:
+    """Write render(report, fmt) to a file (UTF-8). JSON and JUnit go in pieces, so the text of
+    a report of a million results is never in memory whole; should one fail part-way, the file
+    is removed rather than left cut short."""
+    if fmt not in ("json", "junit"):
+        text = render(report, fmt)
+        with out.open("w", encoding="utf-8") as file:
+            file.write(text)
+        return
+    try:
+        with out.open("w", encoding="utf-8") as file:
+            if fmt == "json":
+                from validate.report.json_ import write_json
+
+                write_json(report, file.write)
+            else:
+                from validate.report.junit import write_junit
+
+                write_junit(report, file.write)
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise

@@ -47,23 +47,28 @@ A result key is ``<cell_id>::<case>``. Readers must ignore unknown keys (additio
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.judge.signoff import passed_on_rerun, verdict_line
 from validate.judge.suggest import spec_text
+from validate.report.json_fast import CellLabels, ResultLines, compact
 from validate.report.ki_table import KI_SYMBOLS
-from validate.report.model import cell_label, natural_key, result_key
+from validate.report.model import natural_key, result_key
 from validate.report.speed import speed_dict
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     from validate.judge.signoff import Verdict
     from validate.model.results import CaseResult
     from validate.report import Report
     from validate.report.case_matrix import MatrixEntry
     from validate.report.ki_table import KITableRow
-    from validate.report.model import RunInfo
+    from validate.report.model import RunInfo, StoredResult
 
-__all__ = ["REPORT_SCHEMA", "render_json", "report_dict"]
+__all__ = ["REPORT_SCHEMA", "render_json", "report_dict", "write_json"]
 
 REPORT_SCHEMA: Final = "cudnn-matrix/report/v1"
 
@@ -145,7 +150,9 @@ def _ki(row: KITableRow) -> dict[str, Any]:
     }
 
 
-def _entry(report: Report, entry: MatrixEntry | None) -> dict[str, Any] | None:
+def _entry(
+    href: Callable[[Path | None], str | None], entry: MatrixEntry | None
+) -> dict[str, Any] | None:
     if entry is None:
         return None
     return {
@@ -155,7 +162,7 @@ def _entry(report: Report, entry: MatrixEntry | None) -> dict[str, Any] | None:
         "flaky": entry.flaky,
         "text": entry.text,
         "reason": entry.reason,
-        "evidence": report.href(entry.evidence),
+        "evidence": href(entry.evidence),
     }
 
 
@@ -163,9 +170,10 @@ def _case_matrix(report: Report) -> dict[str, Any]:
     matrix = report.cases
     if matrix is None:
         return {"common": [], "columns": [], "rows": [], "files": [], "tests": []}
+    href = cache(report.href)  # a case folder's link, worked out once (it resolves the path)
     rows = []
     for case in matrix.cases:
-        cells = [_entry(report, matrix.entry(case, column)) for column in matrix.columns]
+        cells = [_entry(href, matrix.entry(case, column)) for column in matrix.columns]
         rows.append({"case": case, "cells": cells})
     return {
         "files": [
@@ -181,7 +189,7 @@ def _case_matrix(report: Report) -> dict[str, Any]:
             for file in matrix.files
         ],
         "tests": [
-            {"case": case, "cells": [_entry(report, matrix.entry(case, c)) for c in matrix.columns]}
+            {"case": case, "cells": [_entry(href, matrix.entry(case, c)) for c in matrix.columns]}
             for case in matrix.tests
         ],
         "common": list(matrix.common),
@@ -192,13 +200,9 @@ def _case_matrix(report: Report) -> dict[str, Any]:
     }
 
 
-def report_dict(report: Report) -> dict[str, Any]:
-    """The v1 document as plain data (what render_json serialises)."""
+def _head(report: Report) -> dict[str, Any]:
+    """Every top-level entry of the document but ``results``, in the document's order."""
     table = report.table
-    labels: dict[str, str] = {}  # cell id -> label, once per cell
-    for item in report.runs.items:
-        if item.result.cell_id and item.result.cell_id not in labels:
-            labels[item.result.cell_id] = cell_label(item.result)
     rows = [
         {
             "key": list(row),
@@ -235,35 +239,64 @@ def report_dict(report: Report) -> dict[str, Any]:
             {"state": str(state), "symbol": KI_SYMBOLS[state], "meaning": meaning}
             for state, meaning in report.ki_table.legend_items()
         ],
-        "results": [
-            {
-                **item.result.to_dict(),
-                "key": result_key(item.result),
-                "cell_label": labels.get(item.result.cell_id) or cell_label(item.result),
-                "run_dir": str(item.run.path),
-                "passed_on_rerun": passed_on_rerun(item.result),
-            }
-            for item in report.runs.items
-        ],
     }
 
 
+def _result(item: StoredResult, label: str) -> dict[str, Any]:
+    """One entry of ``results``: the result's dict and what the report adds to it (`label`:
+    CellLabels.of the result)."""
+    return {
+        **item.result.to_dict(),
+        "key": result_key(item.result),
+        "cell_label": label,
+        "run_dir": str(item.run.path),
+        "passed_on_rerun": passed_on_rerun(item.result),
+    }
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    """The v1 document as plain data (what render_json serialises)."""
+    labels = CellLabels()
+    results = [_result(item, labels.of(item.result)) for item in report.runs.items]
+    return {**_head(report), "results": results}
+
+
 #: Top-level keys whose lists may hold a million entries: one compact entry per line.
-_LONG: Final = ("table", "case_matrix", "results")
+_LONG: Final = ("table", "case_matrix")
 
 
 def render_json(report: Report) -> str:
     """The document, indented; the long parts (results, table, case matrix) one compact entry
     per line, since indenting a million results is what made a report of a suite slow."""
-    doc = report_dict(report)
-    parts = []
-    for key, value in doc.items():
-        if key in _LONG:
-            text = _lines(value)
-        else:
-            text = json.dumps(value, indent=2, default=str).replace("\n", "\n  ")
-        parts.append(f"  {json.dumps(key)}: {text}")
-    return "{\n" + ",\n".join(parts) + "\n}\n"
+    chunks: list[str] = []
+    write_json(report, chunks.append)
+    return "".join(chunks)
+
+
+def write_json(report: Report, write: Callable[[str], object]) -> None:
+    """render_json's text, in pieces, to `write` (e.g. a file's write: no text of the whole
+    report in memory)."""
+    write("{\n")
+    for key, value in _head(report).items():
+        text = _lines(value) if key in _LONG else _indented(value)
+        write(f"  {json.dumps(key)}: {text},\n")
+    write('  "results": ')
+    items = report.runs.items
+    if not items:
+        write("[]\n}\n")
+        return
+    lines = ResultLines(_result)
+    write("[\n")
+    # results per write: few calls, and pieces small enough (~100 KB) for malloc to reuse
+    # (a fresh mmap per larger piece, its pages faulted in, made writing a million 3x slower)
+    batch = 100
+    for start in range(0, len(items), batch):
+        end = "\n  ]\n}\n" if start + batch >= len(items) else ",\n"
+        write(",\n".join([lines.line(item) for item in items[start : start + batch]]) + end)
+
+
+def _indented(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str).replace("\n", "\n  ")
 
 
 def _lines(value: Any) -> str:
@@ -271,23 +304,15 @@ def _lines(value: Any) -> str:
     if isinstance(value, list):
         if not value:
             return "[]"
-        return "[\n" + ",\n".join(f"    {_compact(v)}" for v in value) + "\n  ]"
+        return "[\n" + ",\n".join(f"    {compact(v)}" for v in value) + "\n  ]"
     if isinstance(value, dict):
         items = [
-            f"    {json.dumps(k)}: {_compact(v)}"
+            f"    {json.dumps(k)}: {compact(v)}"
             if not isinstance(v, list) or not v
             else f"    {json.dumps(k)}: [\n"
-            + ",\n".join(f"      {_compact(x)}" for x in v)
+            + ",\n".join(f"      {compact(x)}" for x in v)
             + "\n    ]"
             for k, v in value.items()
         ]
         return "{\n" + ",\n".join(items) + "\n  }" if items else "{}"
-    return _compact(value)
-
-
-#: One encoder for every entry: json.dumps with options builds a new one per call.
-_ENCODER: Final = json.JSONEncoder(default=str, separators=(",", ":"))
-
-
-def _compact(value: Any) -> str:
-    return _ENCODER.encode(value)
+    return compact(value)
