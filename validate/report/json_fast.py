@@ -170,7 +170,7 @@ class ResultLines:
         self._last: tuple[object, object, object, str, str, str] = (None, None, None, "", "", "")
 
     def line(self, item: StoredResult) -> str:
-        f = item.result.__dict__
+        f = item.result.fields()  # a result read from a line holds only the fields it names
         if _KNOWN and len(f) == len(FIELDS):
             try:
                 return self._line(item, _FIELD_VALUES(f))

@@ -71,6 +71,12 @@ class CaseResult:
         """Copy with fields replaced."""
         return replace(self, **changes)
 
+    def fields(self) -> dict[str, Any]:
+        """Every field by name, in field order, not copied further: a result read from a line
+        keeps only the fields the line names (`from_line`), the others read from the class."""
+        own = self.__dict__
+        return own if len(own) == len(_ORDER) else _TEMPLATE | own
+
     def to_dict(self) -> dict[str, Any]:
         # field by field rather than dataclasses.asdict, which deep-copies through copy.deepcopy
         # and was most of the cost of writing and reporting a million results (issue #27)
