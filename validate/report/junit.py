@@ -102,13 +102,9 @@ def node_names(case: str) -> tuple[str, str] | None:
 
 
 def _attr(text: str) -> str:
-    """An attribute value escaped as ElementTree escapes it."""
-    if "&" in text:
-        text = text.replace("&", "&amp;")
-    if "<" in text:
-        text = text.replace("<", "&lt;")
-    if ">" in text:
-        text = text.replace(">", "&gt;")
+    """An attribute value escaped as ElementTree escapes it: as element text, then quotes and
+    the whitespace an attribute would lose."""
+    text = _cdata(text)
     if '"' in text:
         text = text.replace('"', "&quot;")
     if "\r" in text:
