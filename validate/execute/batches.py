@@ -235,7 +235,7 @@ class BatchRun:
         cwd: Path,
         folder: Path,
         limit_s: Callable[[str], float],
-        on_ends: Callable[[list[TestEnd]], None],
+        on_ends: Callable[[list[TestEnd]], object],
         share_env: Mapping[str, str] | None = None,
         on_collect: Callable[[list[dict[str, Any]]], None] | None = None,
         check_env: Callable[[Mapping[str, Any]], str | None] | None = None,

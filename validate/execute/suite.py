@@ -14,6 +14,11 @@
   report or a timeout, the ids left run in a fresh process (execute/batches.py). On a GPU host
   the `gpu_exclusive` tests are left out of the shares and run after them as one exclusive pool
   job (nothing else on the GPU); without a GPU there are no kernels to keep apart.
+- **Every id once**: each share process cuts its part from its own collection, which is share 1's
+  only where collection is deterministic (pytest-xdist refuses workers that collected
+  differently). So the tool checks: when the last share ends, the ids of share 1's collection
+  that got no result run in one more batch, and a second result for an id is stored only where
+  it is worse than the first (the later line wins in a report, so never the more optimistic).
 - **Resume**: ids that have a result in the store (same file content and pins) are not run again.
 """
 
@@ -50,7 +55,8 @@ from validate.execute.pool import Job, Pool
 from validate.execute.resources.shares import split
 from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, run_pool
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
-from validate.model.outcome import Outcome
+from validate.execute.supervise import SUPERVISOR
+from validate.model.outcome import POLICY, Outcome
 from validate.model.results import CaseResult
 from validate.plan.requirements import missing_modules
 
@@ -106,6 +112,7 @@ class SuiteRun:
         self.history = history if history is not None else History.load(options.history)
         self._on_result = on_result
         self._lock = threading.Lock()
+        self._storing = threading.Lock()  # one share's results judged and stored at a time
         self._files: dict[str, str] = {}
         self.results: list[CaseResult] = []
         self.paths: dict[str, str] = {}  # test id -> its file, from the collection
@@ -115,6 +122,8 @@ class SuiteRun:
         self.tests: tuple[CollectedTest, ...] | None = None  # None: not (yet) collected
         self._skip: set[str] = set()
         self._weights: dict[str, float] = {}
+        self._seen: dict[str, int] = {}  # test id -> its index in `results` (this run)
+        self._shares_ended = 0
 
     def jobs(self) -> list[Job]:
         """One pool job per share. Share 1 collects the whole selection for the tool too (its
@@ -190,7 +199,7 @@ class SuiteRun:
         name: str,
         ids: Sequence[str] | None,
         share: Mapping[str, str] | None = None,
-        on_ends: Callable[[list[TestEnd]], None] | None = None,
+        on_ends: Callable[[list[TestEnd]], object] | None = None,
     ) -> BatchRun:
         # a module that fails to collect is its own `error` (share 1 reports it): the rest runs
         extra = ["--capture=tee-sys", "--continue-on-collection-errors"]
@@ -213,12 +222,13 @@ class SuiteRun:
         batches: list[BatchRun] = []
 
         def counted(ends: list[TestEnd]) -> None:
-            self._ended(ends)
-            stored[0] += len(ends)
+            stored[0] += self._ended(ends)
 
         job.live = lambda: (stored[0], sum(b.assigned for b in batches))
         try:
-            return self._run_share(k, counted, batches.append)
+            follow = self._run_share(k, counted, batches.append)
+            self._last_share_ended(counted, batches.append)
+            return follow
         finally:
             job.cases = stored[0]  # `live` stays: read while the pool still counts it running
 
@@ -254,6 +264,42 @@ class SuiteRun:
             started(again)
             again.run()
         return ()
+
+    def _last_share_ended(
+        self, on_ends: Callable[[list[TestEnd]], None], started: Callable[[BatchRun], None]
+    ) -> None:
+        """After the last share: the ids of share 1's collection that no share ran (a process
+        that collected differently cut other parts) run in one more batch; nothing is lost."""
+        with self._lock:
+            self._shares_ended += 1
+            if self._shares_ended < self.slots or self.tests is None or SUPERVISOR.stopped:
+                return
+            left = [
+                t.id
+                for t in self.tests
+                if t.id not in self._skip and t.id not in self._seen and not self._alone(t)
+            ]
+            collected = {t.id for t in self.tests}
+            extra = sum(1 for i in self._seen if "::" in i and i not in collected)
+        if extra:
+            log.warning(
+                "cell %s: %d test ids were run by a share process but not collected by share 1: "
+                "the suite's processes collect different tests (random parametrization?)",
+                self.target.cell_id or "local",
+                extra,
+            )
+        if not left:
+            return
+        log.warning(
+            "cell %s: %d test ids of the collection got no result from the shares (their "
+            "processes collected differently): running them now",
+            self.target.cell_id or "local",
+            len(left),
+        )
+        batch = self._batch("leftover", left, None, on_ends)
+        batch.assigned = len(left)
+        started(batch)
+        batch.run()
 
     def _env(self) -> dict[str, str]:
         """The cell environment's variables, and the backend it pins (the plugin then reports
@@ -346,7 +392,8 @@ class SuiteRun:
             ]
         )
 
-    def _ended(self, ends: list[TestEnd]) -> None:
+    def _ended(self, ends: list[TestEnd]) -> int:
+        """Store the ends; returns how many were ids without a result in this run yet."""
         results = []
         for end in ends:
             results.append(
@@ -371,24 +418,65 @@ class SuiteRun:
             if end.outcome is not Outcome.SKIP:
                 timed_out = end.outcome is Outcome.TIMEOUT
                 self.history.record(end.id, end.duration_s, timed_out=timed_out)
-        self._store_all(results)
+        return self._store_all(results)
 
-    def _store_all(self, results: list[CaseResult]) -> None:
+    def _store_all(self, results: list[CaseResult]) -> int:
         """Store results together: one write and fsync where the store groups them
-        (`append_many`), else one by one; none is reported before it is stored."""
-        if not results:
-            return
-        many = getattr(self.store, "append_many", None)
-        if many is not None:
-            many(results)
-        else:
-            for result in results:
-                self.store.append(result)
-        with self._lock:
-            self.results.extend(results)
+        (`append_many`), else one by one; none is reported before it is stored. A second result
+        for an id of this run (two processes that collected differently both ran it) is stored
+        only where it is worse than the first, and then takes its place in `results`; returns
+        how many ids were new."""
+        with self._storing:  # judged against what is stored, so two shares' repeats cannot race
+            results = self._first_or_worse(results)
+            if not results:
+                return 0
+            many = getattr(self.store, "append_many", None)
+            if many is not None:
+                many(results)
+            else:
+                for result in results:
+                    self.store.append(result)
+            new = self._register(results)
         if self._on_result is not None:
             for result in results:
                 self._on_result(result)
+        return new
+
+    def _register(self, results: list[CaseResult]) -> int:
+        new = 0
+        with self._lock:
+            for result in results:
+                index = self._seen.get(result.case)
+                if index is None:
+                    self._seen[result.case] = len(self.results)
+                    self.results.append(result)
+                    new += 1
+                else:
+                    self.results[index] = result
+        return new
+
+    def _first_or_worse(self, results: list[CaseResult]) -> list[CaseResult]:
+        with self._lock:
+            if not any(r.case in self._seen for r in results):
+                return results
+            kept = []
+            for result in results:
+                index = self._seen.get(result.case)
+                if index is None:
+                    kept.append(result)
+                    continue
+                first = self.results[index]
+                worse = POLICY[result.outcome].rank < POLICY[first.outcome].rank
+                log.warning(
+                    "%s: a second result in this run (%s after %s): %s",
+                    result.case,
+                    result.outcome,
+                    first.outcome,
+                    "stored, it is worse" if worse else "not stored",
+                )
+                if worse:
+                    kept.append(result)
+            return kept
 
 
 def run_suite(
