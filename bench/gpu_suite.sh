@@ -22,12 +22,16 @@
 # device-side assert that kills the process, then a test after it) into the suite and adds it to
 # the selection, so both sides of the comparison meet a real CUDA fault.
 # Each part writes OUT_DIR/PART/{provenance.txt, validate.txt, validate.err, ...} (RESUME=1: the
-# same names with -resume, beside the first call's).
+# same names with -resume, beside the first call's), and OUT_DIR/PART/done (done-resume) last. A
+# background part's poll waits for that file, not for `pgrep -f gpu_suite.sh` (which matches the
+# poll's own command line), and copies the results out in the same call: a machine left idle is
+# given back with its /tmp (reports/gpu/2026-12-04-h200-l0-rerun lost its folder that way).
 set -uo pipefail
 PART=$1; KIT=$(realpath "$2"); OUT=$(realpath -m "$3")
 REPO=$(cd "$(dirname "$0")/.." && pwd); cd "$REPO"
 mkdir -p "$OUT/$PART"; export PYTHONUNBUFFERED=1
 T=${RESUME:+-resume}  # a resumed part keeps the first call's files beside its own
+rm -f "$OUT/$PART/done$T"; trap 'touch "$OUT/$PART/done$T"' EXIT
 SELECT=${SELECT:-"-m L0 test_kernel_cache.py test_layernorm.py test_rmsnorm.py test_batchnorm.py test_instancenorm.py test_matmul_bias_relu.py test_slice.py test_wgrads.py test_conv_bias.py"}
 SUITE="$KIT/frontend/test/python"
 if [ "${FAULT:-0}" = 1 ]; then
