@@ -331,7 +331,7 @@ class _Process:
                     self.left = [str(i) for i in event.get("ids") or ()]
                     self.batch.assigned = self.batch.assigned or len(self.left)
                     self.last = time.monotonic()
-                case "session" | "item" | "collect_error" | "collected":
+                case "session" | "item" | "collect_error" | "collect_skip" | "collected":
                     collection.append(event)
         if collection and self.batch.on_collect is not None:
             self.batch.on_collect(collection)

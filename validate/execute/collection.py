@@ -173,7 +173,8 @@ def collection_results(
     suite: Suite, target: ExecTarget, events: Sequence[Mapping[str, Any]]
 ) -> tuple[tuple[CollectedTest, ...], tuple[tuple[str, Outcome, str], ...]]:
     """The collected tests and the modules that failed to collect (a module's `skip` where the
-    host has no GPU and its error says it needs one)."""
+    host has no GPU and its error says it needs one) or were skipped at import (one `skip` with
+    the module's reason: it has no test ids, and would otherwise leave no trace in the cell)."""
     tests = tuple(
         CollectedTest(
             id=str(e["id"]),
@@ -185,6 +186,10 @@ def collection_results(
     )
     problems = []
     for event in events:
+        if event.get("ev") == "collect_skip":
+            where = str(event.get("id") or suite.name)
+            why = str(event.get("reason") or "").strip() or "skipped at import"
+            problems.append((where, Outcome.SKIP, f"{where} skipped at import: {why}"))
         if event.get("ev") != "collect_error":
             continue
         text = str(event.get("text") or "")

@@ -10,13 +10,15 @@ The plugin writes one JSON object per line to the file named by $CUDNN_MATRIX_PY
 each line whole with one write(2) on an O_APPEND descriptor:
 
 - collection (`--collect-only`): `item` per collected test (node id, file, markers), `collect_error`
-  per module that failed to collect, then `collected`;
+  per module that failed to collect, `collect_skip` per module skipped at import
+  (`pytest.skip(..., allow_module_level=True)`: it has no test ids), then `collected`;
 - a share ($CUDNN_MATRIX_PYTEST_SHARE is "k/n"): the whole selection is collected, as pytest-xdist's
   workers do, and this process runs share k of n (resources/shares.py: contiguous blocks dealt
   round robin, balanced by the seconds in $CUDNN_MATRIX_PYTEST_WEIGHTS), less the ids in $CUDNN_MATRIX_PYTEST_SKIP (stored
   already: resume) and, where $CUDNN_MATRIX_PYTEST_EXCLUSIVE is 1, the `gpu_exclusive` tests; its
-  ids are one `assigned` line. Share 1 also writes every `item` and `collect_error`, then
-  `collected`: the collection of the whole suite, without a process of its own;
+  ids are one `assigned` line. Share 1 also writes every `item`, `collect_error` and
+  `collect_skip`, then `collected`: the collection of the whole suite, without a process of its
+  own;
 - a batch run ($CUDNN_MATRIX_PYTEST_IDS names a file of node ids): only those files are collected,
   only those tests run, in that order (the selection's -m/-k are not applied again: the ids were
   selected by the collection); an id not collected now is a `missing` line.
@@ -176,6 +178,10 @@ class _Plugin:
             self.record.write(
                 {"ev": "collect_error", "id": report.nodeid, "text": _longrepr(report)[-8000:]}
             )
+        elif report.skipped and report.nodeid:  # pytest.skip(allow_module_level=True)
+            why = report.longrepr[2] if isinstance(report.longrepr, tuple) else _longrepr(report)
+            why = str(why).removeprefix("Skipped: ")
+            self.record.write({"ev": "collect_skip", "id": report.nodeid, "reason": why[-2000:]})
 
     def _write_items(self, items: list[pytest.Item]) -> None:
         for item in items:
