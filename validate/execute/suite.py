@@ -281,21 +281,14 @@ class SuiteRun:
             ]
             collected = {t.id for t in self.tests}
             extra = sum(1 for i in self._seen if "::" in i and i not in collected)
+        cell = self.target.cell_id or "local"
         if extra:
-            log.warning(
-                "cell %s: %d test ids were run by a share process but not collected by share 1: "
-                "the suite's processes collect different tests (random parametrization?)",
-                self.target.cell_id or "local",
-                extra,
-            )
+            why = "were run by a share process but not collected by share 1 (random ids?)"
+            log.warning("cell %s: %d test ids %s", cell, extra, why)
         if not left:
             return
-        log.warning(
-            "cell %s: %d test ids of the collection got no result from the shares (their "
-            "processes collected differently): running them now",
-            self.target.cell_id or "local",
-            len(left),
-        )
+        why = "got no result from the shares (their processes collected differently): run now"
+        log.warning("cell %s: %d test ids of the collection %s", cell, len(left), why)
         batch = self._batch("leftover", left, None, on_ends)
         batch.assigned = len(left)
         started(batch)
