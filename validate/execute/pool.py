@@ -101,6 +101,9 @@ class Job:
     #: a job of many cases that counts them as it goes (a pytest share: `cases` is 0 until its
     #: end): (stored, expected) while it runs, so the progress line moves with its results
     live: Callable[[], tuple[int, int]] | None = None
+    #: set by the pool it is queued in: a `live` job calls it when its count moved, so the
+    #: progress line (plain: at most every 30 s) moves while no job starts or ends
+    moved: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +206,7 @@ class Pool:
         deferred ones after those."""
         key = -(job.estimate_s if job.estimate_s is not None else float("inf"))
         tier = 2 if job.defer else int(job.exclusive)
+        job.moved = self._changed
         heapq.heappush(self._state.queue, (tier, key, next(self._seq), job))
 
     def _need(self, job: Job) -> tuple[int, float, float]:

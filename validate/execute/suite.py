@@ -223,6 +223,8 @@ class SuiteRun:
 
         def counted(ends: list[TestEnd]) -> None:
             stored[0] += self._ended(ends)
+            if job.moved is not None:
+                job.moved()
 
         job.live = lambda: (stored[0], sum(b.assigned for b in batches))
         try:
