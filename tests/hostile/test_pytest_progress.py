@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from validate.env.target import ExecTarget
 from validate.execute.collection import Suite
-from validate.execute.pool import PoolStats
 from validate.execute.runner import RunOptions
 from validate.execute.suite import run_suite
 from validate.model.results import ResultStore
+
+if TYPE_CHECKING:
+    from validate.execute.pool import PoolStats
 
 SUITE = Path(__file__).resolve().parents[1] / "resources" / "pytest_suite"
 

@@ -20,9 +20,9 @@ def test_ids_no_share_ran_run_after_the_shares_and_a_repeat_is_kept_only_if_wors
     tmp_path: Path,
 ) -> None:
     run = tmp_path / "run"
+    argv = ["run", "--tests", str(SUITE), "--jobs", "2", "--results", str(run)]
     proc = subprocess.run(
-        [sys.executable, "-m", "validate", "run", "--tests", str(SUITE), "--jobs", "2"]
-        + ["--results", str(run)],
+        [sys.executable, "-m", "validate", *argv],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
