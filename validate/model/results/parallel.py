@@ -144,6 +144,8 @@ class _Child:
         if pid == 0:  # the child: it checks blocks until the reader closes the pipe, then exits
             code = 1
             try:
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_DFL)  # never the tool's handlers: it just ends
                 os.close(to_w)
                 os.close(from_r)
                 _serve(key, to_r, from_w)
