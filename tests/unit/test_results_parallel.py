@@ -65,6 +65,7 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(parallel, "_BLOCK", 1024)
     monkeypatch.setattr(parallel, "_cores", lambda: 2)
+    monkeypatch.setattr(parallel, "_alone", lambda: True)  # an earlier test's thread may linger
     monkeypatch.setattr(parallel, "_sample", lambda _count: range(0))
     started: list[bool] = []
     start = parallel._Child.start

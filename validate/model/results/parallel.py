@@ -99,12 +99,13 @@ def _usable(stream: IO[bytes]) -> bool:
         size = os.fstat(stream.fileno()).st_size
     except (OSError, ValueError):  # not a real file: read it serially
         return False
-    return (
-        size >= PARALLEL_MIN_BYTES
-        and _cores() > 1
-        and hasattr(os, "fork")
-        and threading.active_count() == 1
-    )
+    return size >= PARALLEL_MIN_BYTES and _cores() > 1 and hasattr(os, "fork") and _alone()
+
+
+def _alone() -> bool:
+    """Whether this process runs no other thread (a fork copies only the thread that calls it,
+    and a lock another one held would stay held in the child)."""
+    return threading.active_count() == 1
 
 
 def _cores() -> int:
