@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -167,21 +167,24 @@ def split(run: Path, cells: list[Cell], out: Path) -> tuple[Path, Path]:
     return shards
 
 
-def _timed_cli(*args: str) -> tuple[float, float, int, str]:
-    """Wall and CPU seconds of `validate report ARGS`, its exit code, its stderr's end."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "report", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    took = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return took, cpu, proc.returncode, proc.stderr.strip()[-300:]
+def _timed_cli(*args: str) -> tuple[float, float, float, int, str]:
+    """Wall and CPU seconds of `validate report ARGS`, its peak resident GB (its own, or a
+    process it started), its exit code, its stderr's end."""
+    with tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "validate", "report", *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)  # this process's own figures, not a running sum
+        took = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        tail = err.read().decode(errors="replace").strip()[-300:]
+    cpu = usage.ru_utime + usage.ru_stime
+    return took, cpu, usage.ru_maxrss / 1e6, proc.returncode, tail
 
 
 def main() -> None:
@@ -230,7 +233,7 @@ def main() -> None:
     out.mkdir(exist_ok=True)
     for fmt in args.formats.split(","):
         file = out / f"report.{fmt}"
-        took, cpu, rc, err = _timed_cli(
+        took, cpu, rss, rc, err = _timed_cli(
             "--results",
             str(run),
             "--format",
@@ -244,9 +247,9 @@ def main() -> None:
         note = f" ({err})" if rc not in (0, 1) else ""
         print(
             f"report --format {fmt}: {took:.1f} s wall, {cpu:.1f} s cpu over {total:,} results, "
-            f"exit {rc}, {mb:.1f} MB{note}"
+            f"exit {rc}, {mb:.1f} MB, peak {rss:.2f} GB resident{note}"
         )
-    took, cpu, rc, err = _timed_cli(
+    took, cpu, rss, rc, err = _timed_cli(
         "--results",
         str(shards[0]),
         "--results",
@@ -261,7 +264,7 @@ def main() -> None:
     note = f" ({err})" if rc not in (0, 1) else ""
     print(
         f"merge of two shards (report --results A --results B, json): {took:.1f} s wall, "
-        f"{cpu:.1f} s cpu, exit {rc}{note}"
+        f"{cpu:.1f} s cpu, exit {rc}, peak {rss:.2f} GB resident{note}"
     )
     print(f"goal: report over 1,000,000 results <= 30 s (this run: {total:,})")
 
