@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 SUITE = RESOURCES / "pytest_suite"
 GPU_SUITE = RESOURCES / "pytest_gpu_suite"
+UNEVEN_SUITE = RESOURCES / "pytest_uneven_suite"  # its second share collects 40 of the 50 ids
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -289,6 +290,35 @@ def test_a_slow_family_is_spread_over_the_shares_where_no_duration_is_known() ->
     assert all(part == sorted(part, key=order.__getitem__) for part in parts)
     slow = [sum(i.startswith("b.py") for i in part) for part in parts]
     assert 30 <= min(slow) <= max(slow) <= 70, slow  # 800 / 16 = 50 each, give or take a block
+
+
+def test_ids_no_share_ran_run_after_the_shares_and_a_repeat_is_kept_only_if_worse(
+    tmp_path: Path,
+) -> None:
+    """Each share cuts its part from its own collection: where that differs (as pytest-xdist's
+    workers' may), ids 40-49 fall to no share and 20-24 to two. The ids no share ran run after
+    the shares; a repeat is stored only if worse (test_case[22] fails only in share 2)."""
+    run = tmp_path / "run"
+    proc = _cli("run", "--tests", str(UNEVEN_SUITE), "--jobs", "2", "--results", str(run))
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # test_case[22] fails
+    lines: dict[str, list[str]] = {}
+    for row in _lines(run):
+        lines.setdefault(row["case"], []).append(row["outcome"])
+    assert sorted(lines) == sorted(f"test_uneven.py::test_case[{i}]" for i in range(50))
+    assert {case for case, got in lines.items() if len(got) > 1} <= {
+        "test_uneven.py::test_case[22]"
+    }
+    assert lines["test_uneven.py::test_case[22]"][-1] == "fail"  # the later line is the worse
+    assert (run / "cases" / "local" / "pytest" / "leftover").is_dir()  # 40-49 ran there
+    assert "got no result from the shares" in proc.stderr
+    assert "(fail after pass): stored, it is worse" in proc.stderr or (
+        "(pass after fail): not stored" in proc.stderr
+    )
+    assert "50 tests, 1 failing" in proc.stdout + proc.stderr
+    report = _cli("report", "--results", str(run), "--format", "json")
+    got = {r["case"]: r["outcome"] for r in json.loads(report.stdout)["results"]}
+    assert len(got) == 50  # one verdict per id
+    assert got["test_uneven.py::test_case[22]"] == "fail"
 
 
 def test_shares_are_contiguous_and_balanced_by_the_history() -> None:
