@@ -190,6 +190,7 @@ def collection_results(
             where = str(event.get("id") or suite.name)
             why = str(event.get("reason") or "").strip() or "skipped at import"
             problems.append((where, Outcome.SKIP, f"{where} skipped at import: {why}"))
+            continue
         if event.get("ev") != "collect_error":
             continue
         text = str(event.get("text") or "")

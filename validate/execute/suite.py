@@ -222,8 +222,9 @@ class SuiteRun:
         batches: list[BatchRun] = []
 
         def counted(ends: list[TestEnd]) -> None:
-            stored[0] += self._ended(ends)
-            if job.moved is not None:
+            new = self._ended(ends)
+            stored[0] += new
+            if new and job.moved is not None:
                 job.moved()
 
         job.live = lambda: (stored[0], sum(b.assigned for b in batches))
