@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,11 +22,20 @@ if TYPE_CHECKING:
 collect_ignore = ["resources"]
 
 # Unsealed run keys (validate.model.results.RunKey) go to a folder of this test session, not the
-# user's ~/.local/state; subprocesses of the tests inherit it.
-os.environ.setdefault("CUDNN_MATRIX_STATE_DIR", tempfile.mkdtemp(prefix="cudnn-matrix-state-"))
+# user's ~/.local/state; subprocesses of the tests inherit it. It goes when the session ends: the
+# CI machine keeps /tmp from run to run.
+if "CUDNN_MATRIX_STATE_DIR" not in os.environ:
+    os.environ["CUDNN_MATRIX_STATE_DIR"] = _STATE = tempfile.mkdtemp(prefix="cudnn-matrix-state-")
+    atexit.register(shutil.rmtree, _STATE, True)
 
+_CACHE = Path(__file__).resolve().parents[1] / ".cache"
 #: Git-ignored, shared by the env, validate, repro and docker tests: each wheel downloads once.
-WHEELHOUSE = Path(__file__).resolve().parents[1] / ".cache" / "wheelhouse"
+WHEELHOUSE = _CACHE / "wheelhouse"
+# uv keys its cache of a local wheel by the wheel's path, and each clean clone has a new one: in
+# the user's ~/.cache/uv every CI run left the two backends unpacked again (0.9 GB a run, until the
+# CI machine's disk was full). The tests' uv cache lives beside the wheelhouse and goes with the
+# clone; a developer's own runs still reuse it.
+os.environ.setdefault("UV_CACHE_DIR", str(_CACHE / "uv"))
 _PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 #: glob -> `pip download` arguments. The backends are the smallest cu13 wheels on PyPI.
 _WANTED = {
