@@ -12,8 +12,10 @@
 #               against `cudnn-matrix run --tests ... --jobs 8`, verdicts counted on both sides;
 #   PART=l0     `validate --tests` with the suite's own selection (its addopts: -m L0, every file,
 #               fe_api/ included) on CUDNN (default 9.25.1.1), --jobs JOBS (default 16): the whole
-#               L0 suite of one cell; longer than one device call, so start it in the background
-#               and `--resume` it (RESUME=1) in a later call if the first did not finish;
+#               L0 suite of one cell (L0_SELECT="ARGS": that --tests-select instead, e.g. a
+#               stated part of L0 that fits the device time); longer than one device call, so start
+#               it in the background and `--resume` it (RESUME=1) in a later call if the first did
+#               not finish;
 #   PART=speed  `validate` of the causal_conv1d samples on backends 9.22.0.52, 9.24.0.43 and
 #               9.25.1.1 with frontend 1.27.0: the speed stage re-runs each candidate alone
 #               --speed-repeats times (#29). Longer than one device call: start it in the
@@ -66,8 +68,9 @@ case $PART in
       --cache-dir /tmp/envs-suite --results "$OUT/suite/validate" ;;
   l0)
     CELL=${CUDNN:-9.25.1.1}
-    echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn $CELL --tests $SUITE --jobs ${JOBS:-16} --with looseversion==1.3.0 ${RESUME:+--resume}" >>"$OUT/$PART/provenance$T.txt"
-    run validate "${COMMON[@]}" --cudnn "$CELL" --tests "$SUITE" --jobs "${JOBS:-16}" \
+    SEL=(); [ -n "${L0_SELECT:-}" ] && SEL=(--tests-select "$L0_SELECT")
+    echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn $CELL --tests $SUITE ${L0_SELECT:+--tests-select '$L0_SELECT' }--jobs ${JOBS:-16} --with looseversion==1.3.0 ${RESUME:+--resume}" >>"$OUT/$PART/provenance$T.txt"
+    run validate "${COMMON[@]}" --cudnn "$CELL" --tests "$SUITE" "${SEL[@]}" --jobs "${JOBS:-16}" \
       --with looseversion==1.3.0 --cache-dir /tmp/envs-suite --results "$OUT/l0/validate" \
       ${RESUME:+--resume} ;;
   xdist)
