@@ -157,3 +157,56 @@ def test_a_line_of_an_older_version_still_verifies(tmp_path: Path) -> None:
     assert read.skipped == []
     assert key.verifies(json.loads(new))
     assert read.results[1] == CaseResult(case="new.py", outcome=Outcome.PASS)  # defaults back
+
+
+def _pytest_line(key: RunKey, i: int, **extra: object) -> bytes:
+    """A results line as a pytest batch writes it: the file, cell, run and start repeat."""
+    result = CaseResult(
+        case=f"test/python/test_f{i // 50:03d}.py::test_x[param-{i}]",
+        outcome=Outcome.PASS,
+        cell_id="6484915a09",
+        cell={"cudnn": "9.24.0.43", "frontend": "1.27.0"},
+        case_path=f"test/python/test_f{i // 50:03d}.py",
+        run_id="20261204T205127Z-337085",
+        started_at="2026-12-04T20:51:32+00:00",
+        content_key=f"{i:016x}",
+        duration_s=0.25 + i,
+        **extra,  # type: ignore[arg-type]
+    )
+    return key.signed_line(result.to_line()) + b"\n"
+
+
+def test_results_read_back_share_what_repeats_and_make_no_empty_mappings(tmp_path: Path) -> None:
+    """A million results are read for one report (issue #27): a value the line before held too is
+    one string, not a copy per result, and the mappings a line leaves out (units, env, api_logs)
+    are one shared read-only empty mapping. The results stay equal to the ones written."""
+    key = RunKey(b"k" * 32)
+    file = tmp_path / "results.jsonl"
+    count = 5_000
+    file.write_bytes(
+        b"".join(_pytest_line(key, i) for i in range(count))
+        + _pytest_line(key, count, units={"call": 1.5}, env={"python": "3.12"})
+    )
+    tracemalloc.start()
+    try:
+        results = read_results(file, key).results
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    first, second, last = results[0], results[1], results[-1]
+    assert len(results) == count + 1
+    for name in ("case_path", "cell_id", "run_id", "started_at"):
+        assert getattr(first, name) is getattr(second, name), name
+    assert first.units == first.env == first.api_logs == {}
+    assert first.units is second.env
+    with pytest.raises(TypeError):
+        first.units["call"] = 1.0  # type: ignore[index]
+    assert (last.units, last.env, last.api_logs) == ({"call": 1.5}, {"python": "3.12"}, {})
+    written = [CaseResult.from_dict(json.loads(line)) for line in file.read_bytes().splitlines()]
+    assert results == written  # every field as written, the defaults given back
+    assert first.to_dict()["units"] == {}
+    assert type(first.to_dict()["env"]) is dict  # a copy that json encodes
+    json.dumps(first.to_dict())
+    # what each result holds: ~1,690 bytes with a copy of every repeated string, three empty
+    # dicts and the decoded object's oversized table (04127df); ~1,030 without
+    assert held / len(results) < 1_250, held / len(results)

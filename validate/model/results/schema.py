@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, replace
 from functools import lru_cache
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.model.axes import pins_label
@@ -106,7 +107,10 @@ class CaseResult:
         million times for one report of a pytest suite (issue #27). Only the fields the line
         names are kept in the instance (a field left at its plain default is read from the
         class): half the memory of a full set, and each pass over a million results touches
-        that much less."""
+        that much less. A mapping field the line leaves out (units, env, api_logs) reads one
+        shared, read-only empty mapping from the class, and the instance's dict is a compact
+        copy: the decoded object's table was sized for the MAC and schema it no longer holds
+        (together a sixth of a report's memory at a million results)."""
         fields.pop("schema", None)
         fields.pop("mac", None)
         outcome = fields["outcome"]
@@ -118,12 +122,10 @@ class CaseResult:
             msg = "a result needs a case"
             raise TypeError(msg)
         units = fields.get("units")
-        fields["units"] = {str(k): float(v) for k, v in units.items()} if units else {}
-        for name in _MAPPINGS:  # the default factories (each an empty dict), for a field left out
-            if name not in fields:
-                fields[name] = {}
+        if units:
+            fields["units"] = {str(k): float(v) for k, v in units.items()}
         result = object.__new__(cls)
-        object.__setattr__(result, "__dict__", fields)
+        object.__setattr__(result, "__dict__", dict(fields))
         return result
 
     def to_line(self) -> dict[str, Any]:
@@ -150,9 +152,16 @@ _FACTORIES: Final = tuple(
     for name, f in CaseResult.__dataclass_fields__.items()
     if f.default_factory is not MISSING
 )
-_TEMPLATE: Final = {name: _DEFAULTS.get(name) for name in _ORDER}
-#: the fields whose default factory makes an empty dict (None in `_TEMPLATE` until filled)
+#: the fields whose default factory makes an empty dict
 _MAPPINGS: Final = tuple(name for name, make in _FACTORIES if make is dict)
+#: what a result made by from_line reads for a mapping field its line left out: one empty
+#: mapping for all of them, read-only so that no result can change another's
+EMPTY_MAPPING: Final[Mapping[str, Any]] = MappingProxyType({})
+for _name in _MAPPINGS:
+    setattr(CaseResult, _name, EMPTY_MAPPING)
+_TEMPLATE: Final = {
+    name: _DEFAULTS.get(name, EMPTY_MAPPING if name in _MAPPINGS else None) for name in _ORDER
+}
 _OUTCOME_OF: Final = {str(o): o for o in Outcome}
 _ALWAYS: Final = frozenset({"case", "outcome", "cell_id", "cell", "schema"})
 _EMPTY: Final = (str, list, dict)
