@@ -100,7 +100,7 @@ def test_slurm_without_its_tools_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_case_killed_with_its_task_is_an_error_not_a_crash() -> None:
-    from validate.dispatch.slurm import _killed_by_slurm
+    from validate.dispatch.slurm_merge import killed_by_slurm
     from validate.model.outcome import Outcome
     from validate.model.results import CaseResult
 
@@ -109,18 +109,18 @@ def test_a_case_killed_with_its_task_is_an_error_not_a_crash() -> None:
         CaseResult(case="b.py", outcome=Outcome.CRASH, signal="SIGSEGV"),  # the product's own
         CaseResult(case="c.py", outcome=Outcome.PASS),
     ]
-    out = _killed_by_slurm(results, "slurm TIMEOUT: task 6_0 hit its time limit")
+    out = killed_by_slurm(results, "slurm TIMEOUT: task 6_0 hit its time limit")
     assert [r.outcome for r in out] == [Outcome.ERROR, Outcome.CRASH, Outcome.PASS]
     assert out[0].reason == "slurm TIMEOUT: task 6_0 hit its time limit (the case died of SIGTERM)"
 
 
 def test_sbatch_options_come_from_the_arch_runner() -> None:
     from validate.dispatch.runners import JobGroup, Runner
-    from validate.dispatch.slurm import _sbatch_options
+    from validate.dispatch.slurm_jobs import sbatch_options
 
     def options(**fields: object) -> list[str]:
         runner = Runner(arch="sm90", tags=("gpu",), runs_on=("gpu",), **fields)  # type: ignore[arg-type]
-        return _sbatch_options(JobGroup(runner=runner, env=(), drivers=("580",), cells=1))
+        return sbatch_options(JobGroup(runner=runner, env=(), drivers=("580",), cells=1))
 
     hopper = options(partition="hopper", constraint="sm90", gpus=2, time="02:00:00")
     assert hopper == ["--partition=hopper", "--constraint=sm90", "--gres=gpu:2", "--time=02:00:00"]
