@@ -17,7 +17,8 @@ import pytest
 from testwheels import make_wheel
 
 from validate.env import venvs
-from validate.env.progress import activity, interactive, ninja_line, pip_line, run_streamed, uv_line
+from validate.env.progress import activity, interactive, ninja_line, pip_line, uv_line
+from validate.env.streamed import run_streamed
 from validate.errors import EnvBuildError
 
 ROOT = Path(__file__).resolve().parents[2]

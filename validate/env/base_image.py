@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 from validate.env.images import LOCAL_BASE_IMAGE
-from validate.env.progress import Activity, activity, run_streamed
+from validate.env.progress import Activity, activity
+from validate.env.streamed import run_streamed
 from validate.errors import ConfigError, DockerError
 
 __all__ = ["BOOTSTRAP_TOOLS", "DEBIAN_MIRROR", "base_image_exists", "build_base_image"]

@@ -28,7 +28,8 @@ from validate.env.frontend_plan import (
     missing_requirements,
     plan_build,
 )
-from validate.env.progress import Activity, Streamed, activity, ninja_line, run_streamed
+from validate.env.progress import Activity, activity, ninja_line
+from validate.env.streamed import Streamed, run_streamed
 from validate.errors import EnvBuildError
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ So nothing needs more than the declared 23.1 except `raw`, which is only a finer
 display: below 24.1 the tool passes `--progress-bar off`, reads pip's ordinary lines
 (`Collecting`, `Processing`, `Downloading X (N MB)`, `Installing collected packages`,
 `Successfully installed`), see `progress.pip_line`, and takes a download's bytes from the size
-of the file pip writes it into, in a TMPDIR of the tool's (`progress.run_streamed` `grow`). The image's pip runs only the Dockerfiles'
+of the file pip writes it into, in a TMPDIR of the tool's (`streamed.run_streamed` `grow`). The image's pip runs only the Dockerfiles'
 long-standing options, so Debian's 23.0.1 below the floor builds images too.
 
 uv (optional, used when on PATH; no floor declared, tested with uv 0.13): `uv venv --quiet
@@ -73,7 +73,7 @@ def pip_version(python: str = sys.executable) -> Version:
 
 def raw_progress(version: Version) -> bool:
     """Whether this pip prints its downloads' bytes (`Progress N of M`); older ones are watched
-    through the files they download into (progress.run_streamed `grow`)."""
+    through the files they download into (streamed.run_streamed `grow`)."""
     return version >= RAW_PROGRESS
 
 

@@ -27,7 +27,7 @@ from packaging.version import Version
 from validate import __version__
 from validate.env.frontend_build import build_frontend_wheel
 from validate.env.pipcli import pip_version, progress_args, raw_progress
-from validate.env.progress import Activity, activity, pip_line, run_streamed, uv_line
+from validate.env.progress import Activity, activity, pip_line, uv_line
 from validate.env.sources import (
     BackendSource,
     FrontendSource,
@@ -36,6 +36,7 @@ from validate.env.sources import (
     read_libdir_version,
     short_version,
 )
+from validate.env.streamed import run_streamed
 from validate.env.target import ExecTarget
 from validate.errors import EnvBuildError
 from validate.model.results import write_json

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from validate.env.pipcli import pip_version, progress_args, raw_progress
-from validate.env.progress import activity, pip_line, run_streamed
+from validate.env.progress import activity, pip_line
 from validate.env.sources import backend_package
+from validate.env.streamed import run_streamed
 from validate.errors import ConfigError, EnvBuildError
 
 if TYPE_CHECKING:
