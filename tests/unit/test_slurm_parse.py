@@ -126,3 +126,25 @@ def test_sbatch_options_come_from_the_arch_runner() -> None:
     assert hopper == ["--partition=hopper", "--constraint=sm90", "--gres=gpu:2", "--time=02:00:00"]
     assert options(gres="gpu:h200:1") == ["--gres=gpu:h200:1"]  # an explicit gres wins
     assert options(gpus=0) == []  # a CPU-only runner: no gres, the cluster's defaults
+
+
+def test_a_batch_script_puts_the_folder_holding_this_package_on_pythonpath(tmp_path: Path) -> None:
+    """The task and merge scripts run `python -m validate` on the nodes, from a checkout that may
+    not be installed there: PYTHONPATH must name the folder that holds `validate/`."""
+    import validate
+    from validate.dispatch.slurm_jobs import batch_script
+
+    script = batch_script(tmp_path, "g-1", ["--slurm-task", "g-1:@TASK@"], "a group")
+    text = script.read_text()
+    (export,) = [ln for ln in text.splitlines() if ln.startswith("export PYTHONPATH=")]
+    shown = subprocess.run(
+        ["bash", "-c", f'{export}; printf %s "$PYTHONPATH"'],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": "/elsewhere"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    first, rest = shown.split(":", 1)
+    assert Path(first) / "validate" / "__init__.py" == Path(validate.__file__).resolve()
+    assert rest == "/elsewhere"  # the node's own PYTHONPATH is kept after it
+    assert '"$SLURM_ARRAY_TASK_ID"' in text

@@ -37,7 +37,16 @@ if TYPE_CHECKING:
     from validate.dispatch.runners import JobGroup
     from validate.plan.rules import Plan
 
-__all__ = ["POLL_ENV", "job_ids", "poll", "resubmit", "sbatch_options", "submit", "wait"]
+__all__ = [
+    "POLL_ENV",
+    "batch_script",
+    "job_ids",
+    "poll",
+    "resubmit",
+    "sbatch_options",
+    "submit",
+    "wait",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +70,15 @@ def sbatch_options(group: JobGroup) -> list[str]:
     return options
 
 
-def _script(run_dir: Path, name: str, args: Sequence[str], comment: str) -> Path:
-    """A batch script that runs this tool: this interpreter and this package (the nodes share
-    their paths, as they share the run folder)."""
+def batch_script(run_dir: Path, name: str, args: Sequence[str], comment: str) -> Path:
+    """A batch script that runs this tool: this interpreter and this package, the folder that
+    holds `validate/` first on PYTHONPATH (the nodes share their paths, as they share the run
+    folder), so a checkout that is not installed runs there too."""
     path = run_dir / "slurm" / f"{name}.sh"
     path.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "validate", "validate", *args]
     body = " ".join(shlex.quote(a) for a in argv).replace("@TASK@", '"$SLURM_ARRAY_TASK_ID"')
-    package = shlex.quote(str(Path(__file__).resolve().parent.parent))
+    package = shlex.quote(str(Path(__file__).resolve().parents[2]))
     lines = [
         "#!/bin/bash",
         f"# {comment}",
@@ -115,7 +125,7 @@ def _submit_array(run_dir: Path, entry: dict[str, Any], indices: Sequence[int]) 
 
 
 def _submit_merge(run_dir: Path, state: dict[str, Any], arrays: Sequence[str]) -> None:
-    script = _script(
+    script = batch_script(
         run_dir,
         "merge",
         ["--slurm-merge", "--results", str(run_dir)],
@@ -179,7 +189,7 @@ def submit(
                 "not_scheduled": [],
             }
             state["groups"].append(entry)
-            _script(
+            batch_script(
                 run_dir,
                 group_id,
                 ["--slurm-task", f"{group_id}:@TASK@", "--results", str(run_dir)],
