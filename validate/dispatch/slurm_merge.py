@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.config import ValidateConfig
@@ -34,8 +33,6 @@ if TYPE_CHECKING:
     from validate.model.matrix import Cell
 
 __all__ = ["finalize", "killed_by_slurm", "merge_job", "summarise", "task_reason"]
-
-log = logging.getLogger(__name__)
 
 
 def task_reason(run_dir: Path, group: dict[str, Any], index: int, task: sl.TaskState | None) -> str:
