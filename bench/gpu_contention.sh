@@ -15,7 +15,8 @@
 # interrupts validate (SIGINT) after S seconds, so a device call's 600 s limit is never hit with
 # results unsaved. Each part writes OUT_DIR/PART/: provenance.txt, validate.txt/.err (or
 # resume.*), *_wall_s, smi.csv (nvidia-smi utilization.gpu every second, beside the tool's own
-# NVML figures in validate/gpu_utilization.json).
+# NVML figures in validate/gpu_utilization.json), cpu.csv (bench/cpu_sample.py: the host's CPU
+# busy share every second).
 set -uo pipefail
 PART=$1; KIT=$(realpath "$2"); OUT=$(realpath -m "$3")
 REPO=$(cd "$(dirname "$0")/.." && pwd); cd "$REPO"
@@ -40,7 +41,9 @@ done
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 1 \
   >>"$OUT/$PART/smi.csv" 2>/dev/null &
 SMI=$!
-trap 'kill $SMI 2>/dev/null' EXIT
+python3 bench/cpu_sample.py "$OUT/$PART/cpu.csv" &
+CPU=$!
+trap 'kill $SMI $CPU 2>/dev/null' EXIT
 if [ "$PART" = loop ]; then
   echo "loop: jupyter execute --timeout=300, backend 9.24.0.43, frontend 1.27.0" >>"$OUT/$PART/provenance.txt"
   LIB="$STORE/9.24.0.43/lib"

@@ -73,6 +73,29 @@ def _smi(path: Path) -> dict[str, float] | None:
     }
 
 
+def _cpu(path: Path) -> dict[str, float] | None:
+    """The host's CPU busy share each second (bench/cpu_sample.py), as _smi does the GPU's."""
+    if not path.is_file():
+        return None
+    values = []
+    for line in path.read_text().splitlines():
+        parts = line.split(",")
+        try:
+            values.append(float(parts[1]))
+        except (IndexError, ValueError):
+            continue
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "seconds": len(values),
+        "mean_pct": round(sum(values) / len(values), 1),
+        "p95_pct": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+        "max_pct": ordered[-1],
+        "seconds_ge_90pct": sum(v >= 90 for v in values),
+    }
+
+
 def _tool_lines(run: Path) -> list[str]:
     lines = []
     for name in ("validate.err", "resume.err"):
@@ -81,7 +104,7 @@ def _tool_lines(run: Path) -> list[str]:
             lines += [
                 f"{name}: {line}"
                 for line in path.read_text().splitlines()
-                if line.startswith(("slots:", "gpu utilization"))
+                if line.startswith(("slots:", "gpu utilization", "gpu ", "cpu "))
             ]
     return lines
 
@@ -114,6 +137,7 @@ def _run_figures(
             if r.get("contention")
         ],
         "gpu_utilization_smi": _smi(run / "smi.csv"),
+        "cpu_busy": _cpu(run / "cpu.csv"),
         "tool_lines": _tool_lines(run),
     }
     if loop is not None and total is not None:
@@ -155,6 +179,10 @@ def _run_figures(
     return fig
 
 
+def _pair(use: dict[str, float] | None) -> str:
+    return "not measured" if use is None else f"{use['mean_pct']} % / {use['p95_pct']} %"
+
+
 def main(out: Path, reference_dir: Path | None) -> int:
     loop_path = out / "loop" / "loop.json"
     loop = json.loads(loop_path.read_text()) if loop_path.is_file() else None
@@ -165,12 +193,15 @@ def main(out: Path, reference_dir: Path | None) -> int:
         else {k: loop[k] for k in ("total_s", "notebooks", "ok", "set_e_would_stop_at")},
         "reference": str(reference_dir) if reference_dir else None,
     }
-    md = ["| run | wall | 15 x loop (est.) | ratio | timeouts | flaky | errors | alone re-runs |"]
-    md.append("|---|---|---|---|---|---|---|---|")
+    md = [
+        "| run | wall | 15 x loop (est.) | ratio | timeouts | flaky | errors | alone re-runs"
+        " | CPU busy mean/p95 | GPU busy mean/p95 |"
+    ]
+    md.append("|---|---|---|---|---|---|---|---|---|---|")
     for name in ("m1", "m2"):
         if not (out / name / "validate").is_dir():
             figures[name] = "not measured"
-            md.append(f"| {name} | not measured | | | | | | |")
+            md.append(f"| {name} | not measured | | | | | | | | |")
             continue
         fig = _run_figures(out / name, loop, reference)
         figures[name] = fig
@@ -179,6 +210,7 @@ def main(out: Path, reference_dir: Path | None) -> int:
             f"| {name} | {fig['wall_s']} s | {fig.get('loop_estimate_s', '—')} s |"
             f" {fig.get('ratio', '—')} | {len(fig['timeouts'])} | {len(fig['flaky'])} |"
             f" {len(fig['errors'])} | {len(fig['contention'])} ({passed_alone} passed alone) |"
+            f" {_pair(fig['cpu_busy'])} | {_pair(fig['gpu_utilization_smi'])} |"
         )
     (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
     (out / "figures.md").write_text("\n".join(md) + "\n")
