@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,20 @@ def _cpu(path: Path) -> dict[str, float] | None:
     }
 
 
+def _cases_phase_s(run_dir: Path, rows: list[dict[str, Any]]) -> float | None:
+    """Seconds from the run's start to the end of its last stored case (the speed stage that
+    follows, re-measuring candidates alone, stores no case result)."""
+    try:
+        started = json.loads((run_dir / "run.json").read_text())["started_at"]
+        ends = [
+            datetime.fromisoformat(r["started_at"]) + timedelta(seconds=r.get("duration_s") or 0)
+            for r in rows
+        ]
+        return round((max(ends) - datetime.fromisoformat(started)).total_seconds(), 1)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _tool_lines(run: Path) -> list[str]:
     lines = []
     for name in ("validate.err", "resume.err"):
@@ -140,10 +155,13 @@ def _run_figures(
         "cpu_busy": _cpu(run / "cpu.csv"),
         "tool_lines": _tool_lines(run),
     }
+    fig["cases_phase_s"] = _cases_phase_s(run / "validate", rows)
     if loop is not None and total is not None:
         estimate = round(loop["total_s"] * fig["cells"], 1)
         fig["loop_estimate_s"] = estimate
         fig["ratio"] = round(total / estimate, 3)
+        if fig["cases_phase_s"] is not None:
+            fig["cases_phase_ratio"] = round(fig["cases_phase_s"] / estimate, 3)
     if loop is not None:
         mine = {r["case"]: r for r in rows if _key(r)[:2] == LOOP_CELL}
         compare = []
@@ -193,24 +211,37 @@ def main(out: Path, reference_dir: Path | None) -> int:
         else {k: loop[k] for k in ("total_s", "notebooks", "ok", "set_e_would_stop_at")},
         "reference": str(reference_dir) if reference_dir else None,
     }
-    head = "run|wall|15 x loop (est.)|ratio|timeouts|flaky|errors|alone re-runs|CPU busy mean/p95"
+    loop_cpu = _cpu(out / "loop" / "cpu.csv")
+    if loop is not None and loop_cpu is not None:
+        cpus = int((out / "loop" / "cpu.csv").read_text().splitlines()[0].split(",")[2])
+        cpu_s = loop_cpu["mean_pct"] / 100 * cpus * loop_cpu["seconds"]
+        # every cell's loop on every CPU at once: the least wall the matrix's CPU work allows
+        figures["loop_cpu_s"] = round(cpu_s, 1)
+        figures["cpu_floor_ratio"] = round(cpu_s / cpus / loop["total_s"], 3)
+    head = "run|wall|cases phase (ratio)|15 x loop (est.)|ratio|timeouts|flaky|errors|alone re-runs|CPU busy mean/p95"
     md = [f"| {' | '.join(head.split('|'))} | GPU busy mean/p95 |"]
-    md.append("|---|---|---|---|---|---|---|---|---|---|")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in ("m1", "m2"):
         if not (out / name / "validate").is_dir():
             figures[name] = "not measured"
-            md.append(f"| {name} | not measured | | | | | | | | |")
+            md.append(f"| {name} | not measured | | | | | | | | | |")
             continue
         fig = _run_figures(out / name, loop, reference)
         figures[name] = fig
         passed_alone = sum(c["outcome"] == "pass" for c in fig["contention"])
         md.append(
-            f"| {name} | {fig['wall_s']} s | {fig.get('loop_estimate_s', '—')} s |"
+            f"| {name} | {fig['wall_s']} s | {fig['cases_phase_s']} s ({fig.get('cases_phase_ratio')})"
+            f" | {fig.get('loop_estimate_s', '—')} s |"
             f" {fig.get('ratio', '—')} | {len(fig['timeouts'])} | {len(fig['flaky'])} |"
             f" {len(fig['errors'])} | {len(fig['contention'])} ({passed_alone} passed alone) |"
             f" {_pair(fig['cpu_busy'])} | {_pair(fig['gpu_utilization_smi'])} |"
         )
     (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
+    if "cpu_floor_ratio" in figures:
+        md.append(
+            f"\nloop: {figures['loop_cpu_s']} CPU-s per cell; the CPU floor (every cell's loop CPU"
+            f" time spread over every CPU) is {figures['cpu_floor_ratio']} of 15 x the loop"
+        )
     (out / "figures.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0
