@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import shutil
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from validate.cli import positive
+from validate.cli import caller_path, positive
 from validate.env.venvs import cache_root, env_dirs, read_manifest, tree_usage
 
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
 
     from validate.cli import OneLineParser
 
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction[OneLineParser]) -> None:
     )
     parser.add_argument(
         "--cache-dir",
-        type=Path,
+        type=caller_path,
         metavar="DIR",
         help="cache folder (default: $CUDNN_MATRIX_CACHE or ~/.cache/cudnn-matrix)",
     )

@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from validate.cli import add_run_options, add_tests_args, writable_dir
+from validate.cli import (
+    add_run_options,
+    add_tests_args,
+    caller_path,
+    caller_program,
+    writable_dir,
+)
 from validate.env.target import ExecTarget
 from validate.errors import ConfigError
 from validate.execute.cases import discover_cases, discover_samples, select_cases
@@ -34,16 +40,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="run notebooks/scripts in the current environment, one process each",
         description="Run cases (.ipynb / .py, or folders of them) in this Python environment.",
     )
-    parser.add_argument("cases", nargs="*", type=Path, metavar="CASE_OR_DIR")
+    parser.add_argument("cases", nargs="*", type=caller_path, metavar="CASE_OR_DIR")
     parser.add_argument(
         "--samples",
-        type=Path,
+        type=caller_path,
         metavar="CHECKOUT",
         help="a cudnn-frontend checkout: run samples/python/*.ipynb",
     )
     parser.add_argument(
         "--results",
-        type=Path,
+        type=caller_path,
         metavar="DIR",
         help="results folder (default: a new reports/runs/<UTC time>-<random>)",
     )
@@ -58,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_tests_args(parser)
     parser.add_argument(
         "--interpreter",
-        type=Path,
+        type=caller_program,
         metavar="PY",
         help="the Python the cases (and a --tests suite) run under (default: the one running "
         "the tool)",
@@ -75,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_run_options(parser)
     parser.add_argument(
         "--config",
-        type=Path,
+        type=caller_path,
         metavar="FILE",
         help="run what a `validate` run config names, with its options (the docker executor's "
         "entry point inside a cell's container); no other argument is taken with it",
@@ -126,6 +132,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             msg = f"--interpreter {args.interpreter}: no such file (nor a command on PATH)"
             raise ConfigError(msg)
         args.interpreter = Path(found)
+    if args.interpreter is not None:
+        args.interpreter = args.interpreter.absolute()  # a bare name found in this folder
     target = ExecTarget(
         python=args.interpreter or Path(sys.executable),
         expected_backend=args.expect_backend,

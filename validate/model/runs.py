@@ -109,6 +109,9 @@ def open_run(results: Path | None, *, run_id: str | None = None) -> Run:
     executor's, for the in-container runner), else a new one. ConfigError when another open run
     holds the folder's lock."""
     new_id, folder = claim_run_dir(results)
+    # absolute from here on: the run's cases (a pytest suite in its own folder, a container)
+    # read and write the folder from elsewhere (issue 36)
+    folder = folder.absolute()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
