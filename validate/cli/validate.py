@@ -25,6 +25,7 @@ from validate.config import Selectors
 from validate.dispatch import DISPATCHERS, DispatchOptions
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS
+from validate.model.runs import refuse_reuse
 
 if TYPE_CHECKING:
     from validate.workflow import RunOutcome
@@ -224,6 +225,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         msg = f"--durations {args.durations}: no such file (a JSON object: case name -> seconds)"
         raise ConfigError(msg)
     if args.results is not None:
+        refuse_reuse(args.results, resume=args.resume, command=getattr(args, "command", ""))
         writable_dir("--results", args.results)
     for path in args.cases:
         if not path.exists():
