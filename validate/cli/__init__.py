@@ -392,6 +392,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, _Terminated)
         print(f"cudnn-matrix: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        from validate import scratch
+
+        scratch.remove_all()  # a half-built environment or image context goes with the tool
         # Exit now: the running cases were killed and every finished result is fsynced; a worker
         # thread still unwinding must not hold the exit (interpreter shutdown joins them all).
         sys.stdout.flush()
