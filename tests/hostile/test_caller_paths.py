@@ -154,6 +154,7 @@ def test_report_plan_and_envs_paths_relative(caller: Path) -> None:
 
 #: Path-like metavars: a flag with one of these takes a path (or an interpreter).
 _PATHLIKE = {"FILE", "DIR", "PATH", "RUN_DIR", "RUN", "CHECKOUT", "CASE_OR_DIR", "PY", "PYTHON"}
+_PATHLIKE |= {"SRC", "SPEC"}  # --backend-source/--frontend-source: a version or a path
 #: The one path flag kept as typed: `plan --emit --durations FILE` names a file in the checkout
 #: that every emitted CI job reads from its own clone, so it must stay relative to the checkout.
 _AS_TYPED = {("plan", "--durations")}
@@ -171,8 +172,8 @@ def _parsers(
 
 def test_every_path_flag_is_made_absolute_at_the_parser() -> None:
     """Each path-like option of every command is parsed by the one shared type (caller_path,
-    caller_path_or, caller_program), so a new path flag cannot skip it."""
-    from validate.cli import caller_path, caller_program
+    caller_path_or, caller_program, caller_source), so a new path flag cannot skip it."""
+    from validate.cli import caller_path, caller_program, caller_source
 
     seen, wrong = 0, []
     for name, parser in _parsers(build_parser()):
@@ -184,16 +185,18 @@ def test_every_path_flag_is_made_absolute_at_the_parser() -> None:
                 continue
             seen += 1
             kind = getattr(action.type, "__qualname__", repr(action.type))
-            if action.type not in (caller_path, caller_program) and not kind.startswith(
-                "caller_path_or"
-            ):
+            if action.type not in (
+                caller_path,
+                caller_program,
+                caller_source,
+            ) and not kind.startswith("caller_path_or"):
                 wrong.append(f"{name} {flag}: type {kind}")
     assert seen > 30  # the walk reached every command
     assert not wrong, "\n".join(wrong)
 
 
 def test_caller_path_is_absolute_and_keeps_words() -> None:
-    from validate.cli import caller_path, caller_path_or, caller_program
+    from validate.cli import caller_path, caller_path_or, caller_program, caller_source
 
     assert caller_path("a/b") == Path.cwd() / "a" / "b"
     assert caller_path("~/x") == Path.home() / "x"
@@ -202,3 +205,7 @@ def test_caller_path_is_absolute_and_keeps_words() -> None:
     assert caller_program("./py") == Path.cwd() / "py"
     with pytest.raises(argparse.ArgumentTypeError):
         caller_path("")
+    assert caller_source("9.24.0.43") == "9.24.0.43"  # a version or `current`: as typed
+    assert caller_source("current") == "current"
+    assert caller_source("fe@v1.27.0") == f"{Path.cwd() / 'fe'}@v1.27.0"  # a checkout@ref
+    assert caller_source("w/x.whl") == str(Path.cwd() / "w" / "x.whl")

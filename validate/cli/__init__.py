@@ -39,6 +39,7 @@ __all__ = [
     "caller_path",
     "caller_path_or",
     "caller_program",
+    "caller_source",
     "main",
     "positive",
     "split_list",
@@ -149,6 +150,21 @@ def caller_program(text: str) -> Path:
     """argparse type of an interpreter flag: a bare name (`python3`) is kept for a PATH lookup,
     as a shell would do it; anything with a folder in it is a `caller_path`."""
     return Path(text) if os.sep not in text else caller_path(text)
+
+
+def caller_source(text: str) -> str:
+    """argparse type of --backend-source/--frontend-source: a version or `current` as typed; a
+    path (a wheel, a library folder, a checkout, with its `@ref`) made absolute as caller_path."""
+    from packaging.version import InvalidVersion, Version
+
+    if text.strip() == "current":
+        return text
+    try:
+        Version(text)
+    except InvalidVersion:
+        where, at, ref = text.partition("@")
+        return f"{caller_path(where)}{at}{ref}" if where else text
+    return text
 
 
 _PSEUDO_FS: Final = ("/proc", "/sys", "/dev")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from validate.cli import add_selector_args, caller_path, split_list
+from validate.cli import add_selector_args, caller_path, caller_source, split_list
 from validate.env.images import LOCAL_BASE_IMAGE
 from validate.model.axes import axis_named
 
@@ -37,9 +37,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"or {LOCAL_BASE_IMAGE} where only that one is on the daemon)",
     )
     build.add_argument(
-        "--backend-source", metavar="SPEC", help="backend wheel file or library folder"
+        "--backend-source",
+        type=caller_source,
+        metavar="SPEC",
+        help="backend wheel file or library folder",
     )
-    build.add_argument("--frontend-source", metavar="SPEC", help="frontend wheel file")
+    build.add_argument(
+        "--frontend-source", type=caller_source, metavar="SPEC", help="frontend wheel file"
+    )
     build.add_argument("--torch", metavar="V", help="add a torch layer with this torch version")
     build.add_argument("--offline", action="store_true", help="build with network_mode=none")
     build.add_argument(

@@ -17,6 +17,7 @@ from validate.cli import (
     caller_path,
     caller_path_or,
     caller_program,
+    caller_source,
     positive,
     split_list,
     writable_dir,
@@ -107,7 +108,10 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
         help="interpreter the cell venvs are made from (default: the one running the tool)",
     )
     env.add_argument(
-        "--backend-source", metavar="SRC", help="wheel file or library folder instead of PyPI"
+        "--backend-source",
+        type=caller_source,
+        metavar="SRC",
+        help="wheel file or library folder instead of PyPI",
     )
     env.add_argument(
         "--backend-store",
@@ -118,7 +122,10 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
         "cudnn version's folder; a version missing from it is an error for that cell",
     )
     env.add_argument(
-        "--frontend-source", metavar="SRC", help="wheel file, checkout[@ref] or 'current'"
+        "--frontend-source",
+        type=caller_source,
+        metavar="SRC",
+        help="wheel file, checkout[@ref] or 'current'",
     )
     env.add_argument(
         "--with",
