@@ -40,7 +40,7 @@ from validate.model.axes import AXES
 from validate.model.matrix import Cell, load_matrix
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, write_json
-from validate.model.runs import open_run
+from validate.model.runs import check_resumed_pins, open_run, stored_meta
 from validate.plan.host import HostFacts, detect_host, python_version_of
 from validate.plan.rules import Plan, load_rules, plan_cells
 from validate.plan.shard import ShardSpec, assign, expected, read_durations
@@ -166,8 +166,39 @@ def provenance(config: ValidateConfig, host: HostFacts, plan: Plan, run_id: str)
         else None,
         "versions": config.versions,  # the pins as checked and resolved (env.versions)
         "planned": [c.id for c in plan.planned],
+        "pins": plan_pins(plan.planned),  # what --resume must match (model/runs.py)
         "pruned": [{"id": c.id, **c.pins(), "reason": r} for c, r in plan.pruned],
     }
+
+
+def plan_pins(cells: Sequence[Cell]) -> dict[str, list[str]]:
+    """Per axis, the values the planned cells pin (run.json's `pins`)."""
+    pins: dict[str, set[str]] = {}
+    for cell in cells:
+        for axis, value in cell.pins().items():
+            pins.setdefault(axis, set()).add(str(value))
+    return {a: sorted(v) for a, v in pins.items()}
+
+
+def _check_resume(config: ValidateConfig, plan: Plan) -> None:
+    """--resume into a run of other pins is bad input, named both ways, before anything is
+    written; a run.json of an older version (no `pins`) is compared by its planned cells."""
+    if not config.resume or config.results_dir is None:
+        return
+    meta = stored_meta(config.results_dir)
+    if not meta:
+        return
+    given = plan_pins(plan.planned)
+    stored = meta.get("pins")
+    if isinstance(stored, dict):
+        check_resumed_pins(config.results_dir, stored, given)
+    planned = meta.get("planned")
+    if isinstance(planned, list) and set(planned) != {c.id for c in plan.planned}:
+        check_resumed_pins(
+            config.results_dir,
+            {"cells": sorted(map(str, planned))},
+            {"cells": sorted(c.id for c in plan.planned)},
+        )
 
 
 def run_cells(
@@ -389,6 +420,7 @@ def run(
         if resolved.selectors != config.selectors:  # a partial version resolved: its cells
             plan, tier, left_out = tier_stage(resolved)
         config = resolved
+    _check_resume(config, plan)
     sharded = shard_units(config, plan, cases)  # reads --durations
     host = detect_host()
     with open_run(config.results_dir) as opened:  # a fresh folder of its own, or --results

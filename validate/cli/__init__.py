@@ -36,6 +36,10 @@ __all__ = [
     "add_speed_options",
     "add_tests_args",
     "build_parser",
+    "caller_path",
+    "caller_path_or",
+    "caller_program",
+    "caller_source",
     "main",
     "positive",
     "split_list",
@@ -119,6 +123,50 @@ def positive(
 _DEFAULT_MAX: Final[dict[type[float | int], float]] = {int: 10_000, float: 7 * 86_400.0}
 
 
+def caller_path(text: str) -> Path:
+    """argparse type of every path flag: the path as the caller meant it, relative to the folder
+    the command was started in, made absolute here, once (`~` expanded; symlinks kept).
+
+    Child processes run elsewhere (a pytest suite in its own folder, a container, a Slurm node),
+    so no relative path may leave the command line (issue 36).
+    """
+    if not text:
+        msg = "expected a path, got ''"
+        raise argparse.ArgumentTypeError(msg)
+    # abspath: `a/../b` made `b` as a shell would, symlinks kept (Path.resolve follows them)
+    return Path(os.path.abspath(Path(text).expanduser()))  # noqa: PTH100
+
+
+def caller_path_or(*words: str) -> Callable[[str], Path]:
+    """`caller_path`, except that each of `words` (e.g. `none`) is kept as the word it is."""
+
+    def parse(text: str) -> Path:
+        return Path(text) if text in words else caller_path(text)
+
+    return parse
+
+
+def caller_program(text: str) -> Path:
+    """argparse type of an interpreter flag: a bare name (`python3`) is kept for a PATH lookup,
+    as a shell would do it; anything with a folder in it is a `caller_path`."""
+    return Path(text) if os.sep not in text else caller_path(text)
+
+
+def caller_source(text: str) -> str:
+    """argparse type of --backend-source/--frontend-source: a version or `current` as typed; a
+    path (a wheel, a library folder, a checkout, with its `@ref`) made absolute as caller_path."""
+    from packaging.version import InvalidVersion, Version
+
+    if text.strip() == "current":
+        return text
+    try:
+        Version(text)
+    except InvalidVersion:
+        where, at, ref = text.partition("@")
+        return f"{caller_path(where)}{at}{ref}" if where else text
+    return text
+
+
 _PSEUDO_FS: Final = ("/proc", "/sys", "/dev")
 
 
@@ -195,7 +243,7 @@ def add_tests_args(group: argparse._ActionsContainer) -> None:
     """--tests and --tests-select, shared by `run` and `validate`: a pytest suite as cases."""
     group.add_argument(
         "--tests",
-        type=Path,
+        type=caller_path,
         metavar="PATH",
         help="a pytest root (e.g. a cudnn-frontend checkout's test/python): one result per "
         "test id, in batches inside long-lived pytest processes, every crash named",
@@ -270,9 +318,14 @@ def add_selector_args(parser: argparse.ArgumentParser) -> None:
 
     group = parser.add_argument_group("matrix selection")
     group.add_argument(
-        "--matrix", metavar="FILE", help="matrix TOML (default: the embedded default)"
+        "--matrix",
+        type=caller_path,
+        metavar="FILE",
+        help="matrix TOML (default: the embedded default)",
     )
-    group.add_argument("--rules", metavar="FILE", help="rules TOML (default: the embedded rules)")
+    group.add_argument(
+        "--rules", type=caller_path, metavar="FILE", help="rules TOML (default: the embedded rules)"
+    )
     for axis in REGISTRY:
         group.add_argument(
             f"--{axis.name}",
@@ -355,6 +408,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, _Terminated)
         print(f"cudnn-matrix: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        from validate import scratch
+
+        scratch.remove_all()  # a half-built environment or image context goes with the tool
         # Exit now: the running cases were killed and every finished result is fsynced; a worker
         # thread still unwinding must not hold the exit (interpreter shutdown joins them all).
         sys.stdout.flush()

@@ -114,7 +114,10 @@ def _handle(args: argparse.Namespace) -> int:
     if args.results is None:
         speed = "" if args.slower_than is None else f"-slower-{args.unit}"
         args.results = (
-            Path("reports") / "bisect" / _slug(f"{case}-{args.axis}-{args.good}-{args.bad}{speed}")
+            Path.cwd()
+            / "reports"
+            / "bisect"
+            / _slug(f"{case}-{args.axis}-{args.good}-{args.bad}{speed}")
         )
     base: ValidateConfig = config_from_args(args)
     _check_pins(base, args)

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import shutil
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from validate.cli import positive
-from validate.env.venvs import cache_root, env_dirs, read_manifest, tree_usage
+from validate.cli import caller_path, positive
+from validate.env.venvs import (
+    cache_root,
+    env_dirs,
+    partial_builds,
+    read_manifest,
+    remove_partial_builds,
+    tree_usage,
+)
 
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
 
     from validate.cli import OneLineParser
 
@@ -26,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[OneLineParser]) -> None:
     )
     parser.add_argument(
         "--cache-dir",
-        type=Path,
+        type=caller_path,
         metavar="DIR",
         help="cache folder (default: $CUDNN_MATRIX_CACHE or ~/.cache/cudnn-matrix)",
     )
@@ -86,6 +93,14 @@ def _run(args: argparse.Namespace) -> int:
                 ]
             )
         headers = ["hash", "backend", "frontend", "cuda", "installer", "size", "disk", "last used"]
+        partial = partial_builds(cache)
+        if partial:  # not environments: listed apart, with what removes them
+            size = sum(tree_usage(p)[1] for p in partial)
+            print(
+                f"{len(partial)} half-built environment folder(s), {_size(float(size))} on disk "
+                "(interrupted builds, or builds in progress): `cudnn-matrix envs prune` removes "
+                "those no build works on"
+            )
         if not rows:
             print(f"no environments in {cache / 'envs'}")
             return 0
@@ -98,6 +113,12 @@ def _run(args: argparse.Namespace) -> int:
             "in the first environment that holds it)"
         )
         return 0
+    gone, partial_freed = remove_partial_builds(cache)  # whatever their age
+    if gone:
+        print(
+            f"removed {len(gone)} half-built environment folder(s) left by interrupted builds, "
+            f"{_size(float(partial_freed))} freed"
+        )
     cutoff = datetime.now(timezone.utc) - timedelta(days=args.older_than)
     doomed = [r for r in roots if args.all or _last_used(r) < cutoff]
     freed = 0

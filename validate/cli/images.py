@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from validate.cli import add_selector_args, split_list
+from validate.cli import add_selector_args, caller_path, caller_source, split_list
 from validate.env.images import LOCAL_BASE_IMAGE
 from validate.model.axes import axis_named
 
@@ -38,12 +37,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"or {LOCAL_BASE_IMAGE} where only that one is on the daemon)",
     )
     build.add_argument(
-        "--backend-source", metavar="SPEC", help="backend wheel file or library folder"
+        "--backend-source",
+        type=caller_source,
+        metavar="SPEC",
+        help="backend wheel file or library folder",
     )
-    build.add_argument("--frontend-source", metavar="SPEC", help="frontend wheel file")
+    build.add_argument(
+        "--frontend-source", type=caller_source, metavar="SPEC", help="frontend wheel file"
+    )
     build.add_argument("--torch", metavar="V", help="add a torch layer with this torch version")
     build.add_argument("--offline", action="store_true", help="build with network_mode=none")
-    build.add_argument("--log-dir", metavar="DIR", type=Path, help="keep each build log here")
+    build.add_argument(
+        "--log-dir", metavar="DIR", type=caller_path, help="keep each build log here"
+    )
     build.set_defaults(func=_build)
     listing = sub.add_parser("list", help="list the cell images on the docker daemon")
     listing.add_argument(
@@ -56,7 +62,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     prune.add_argument("--dry-run", action="store_true", help="only print what would go")
     prune.set_defaults(func=_prune)
     for action in (build, listing, prune):
-        action.add_argument("--wheelhouse", metavar="DIR", type=Path, help="shared wheel folder")
+        action.add_argument(
+            "--wheelhouse", metavar="DIR", type=caller_path, help="shared wheel folder"
+        )
 
 
 def _builder(args: argparse.Namespace, *, offline: bool = False) -> ImageBuilder:

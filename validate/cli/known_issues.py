@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from validate.cli import caller_path
 from validate.judge.suggest import render_suggestion, suggest
 from validate.report.store import load_known_issue_db, load_runs
 
@@ -62,11 +63,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--results",
         nargs="+",
         required=True,
+        type=caller_path,
         metavar="RUN",
         help="run folder(s) to merge, oldest first (later results for a cell x case win)",
     )
     suggest_parser.add_argument(
         "--known-issues",
+        type=caller_path,
         metavar="FILE",
         help="known-issues TOML (default: the newest run's snapshot, else matrix/known_issues.toml)",
     )

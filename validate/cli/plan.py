@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from tabulate import tabulate
 
-from validate.cli import add_selector_args, add_tier_arg, positive, writable_file
+from validate.cli import add_selector_args, add_tier_arg, caller_path, positive, writable_file
 from validate.config import Selectors
 from validate.errors import ConfigError
 from validate.model.axes import AXES, REGISTRY
@@ -52,7 +52,7 @@ def _add_pipeline_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("runners and CI pipelines")
     group.add_argument(
         "--runners",
-        type=Path,
+        type=caller_path,
         metavar="FILE",
         help="runner pools per arch (matrix/runners.toml): cells of an arch without one are "
         "pruned; --emit reads matrix/runners.toml when this is left out",
@@ -64,7 +64,7 @@ def _add_pipeline_args(parser: argparse.ArgumentParser) -> None:
         "trigger: include: artifact) or a GitHub Actions workflow",
     )
     group.add_argument(
-        "--out", type=Path, metavar="FILE", help="--emit: write here (default stdout)"
+        "--out", type=caller_path, metavar="FILE", help="--emit: write here (default stdout)"
     )
     group.add_argument(
         "--shards",
@@ -97,6 +97,14 @@ def _add_pipeline_args(parser: argparse.ArgumentParser) -> None:
         help="--emit: the case durations every shard balances by (a file in the checkout), so "
         "every job splits the same way; default: equal durations, which balances by count",
     )
+
+
+def _in_clone(path: Path | None) -> str | None:
+    """--matrix/--rules as a CI job reads them from its own clone: a file under the folder the
+    emitter runs in (the checkout) by its path from there, as typed; one elsewhere absolute."""
+    if path is None:
+        return None
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def _row(cell: Cell, status: str, reason: str) -> dict[str, str]:
@@ -198,8 +206,8 @@ def _emit_pipeline(
         shards=args.shards,
         tool=args.tool,
         validate_args=job_args.strip(),
-        matrix=args.matrix,
-        rules=args.rules,
+        matrix=_in_clone(args.matrix),
+        rules=_in_clone(args.rules),
         durations=args.durations,
         install=args.install,
     )

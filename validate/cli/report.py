@@ -24,6 +24,7 @@ from validate.cli import (
     add_require_gpu_option,
     add_selector_args,
     add_speed_options,
+    caller_path,
     writable_dir,
     writable_file,
 )
@@ -158,6 +159,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--results",
         action="append",
+        type=caller_path,
         metavar="RUN_DIR",
         help="run folder(s) to merge, oldest first (default: newest under --runs-dir)",
     )
@@ -170,6 +172,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument(
         "--runs-dir",
+        type=caller_path,
         default=str(DEFAULT_RUNS_DIR),
         metavar="DIR",
         help="where stored runs live (default: %(default)s)",
@@ -182,12 +185,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument(
         "--out",
+        type=caller_path,
         metavar="FILE",
         help="write here instead of stdout (on a terminal, stdout gets a summary that fits it)",
     )
     parser.add_argument(
         "--baseline",
         action="append",
+        type=caller_path,
         metavar="RUN_DIR",
         help="compare with this run (new failures, new passes, KIs fixed, supported -> unsupported)",
     )
@@ -198,10 +203,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="table axes, e.g. cudnn:frontend,arch or case:cudnn (default: %(default)s)",
     )
     parser.add_argument(
-        "--bug-reports", metavar="DIR", help="write a Markdown bug report per unexpected failure"
+        "--bug-reports",
+        type=caller_path,
+        metavar="DIR",
+        help="write a Markdown bug report per unexpected failure",
     )
     parser.add_argument(
         "--known-issues",
+        type=caller_path,
         metavar="FILE",
         help="known-issues TOML (default: the run's snapshot, else matrix/known_issues.toml)",
     )

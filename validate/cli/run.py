@@ -4,25 +4,42 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from validate.cli import add_run_options, add_tests_args, writable_dir
+from validate.cli import (
+    add_run_options,
+    add_tests_args,
+    caller_path,
+    caller_program,
+    writable_dir,
+)
+from validate.env.found import FoundCell, find_cell
 from validate.env.target import ExecTarget
 from validate.errors import ConfigError
 from validate.execute.cases import discover_cases, discover_samples, select_cases
 from validate.execute.collection import Suite
 from validate.execute.progress import pool_progress, progress
+from validate.execute.records import now_stamp
 from validate.execute.runner import FAILING, RunOptions, run_cases
 from validate.execute.slots import choose_slots
 from validate.execute.suite import run_suite
-from validate.model.runs import open_run
+from validate.model.results import CaseResult, write_json
+from validate.model.runs import (
+    RUN_META,
+    check_resumed_pins,
+    open_run,
+    refuse_reuse,
+    stored_meta,
+)
 from validate.plan.host import detect_host
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["register"]
 
@@ -34,16 +51,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="run notebooks/scripts in the current environment, one process each",
         description="Run cases (.ipynb / .py, or folders of them) in this Python environment.",
     )
-    parser.add_argument("cases", nargs="*", type=Path, metavar="CASE_OR_DIR")
+    parser.add_argument("cases", nargs="*", type=caller_path, metavar="CASE_OR_DIR")
     parser.add_argument(
         "--samples",
-        type=Path,
+        type=caller_path,
         metavar="CHECKOUT",
         help="a cudnn-frontend checkout: run samples/python/*.ipynb",
     )
     parser.add_argument(
         "--results",
-        type=Path,
+        type=caller_path,
         metavar="DIR",
         help="results folder (default: a new reports/runs/<UTC time>-<random>)",
     )
@@ -58,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_tests_args(parser)
     parser.add_argument(
         "--interpreter",
-        type=Path,
+        type=caller_program,
         metavar="PY",
         help="the Python the cases (and a --tests suite) run under (default: the one running "
         "the tool)",
@@ -75,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_run_options(parser)
     parser.add_argument(
         "--config",
-        type=Path,
+        type=caller_path,
         metavar="FILE",
         help="run what a `validate` run config names, with its options (the docker executor's "
         "entry point inside a cell's container); no other argument is taken with it",
@@ -114,11 +131,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(msg)
     host = detect_host()
     if args.results is not None:
-        writable_dir("--results", args.results)
-    bound = choose_slots(host, jobs=args.jobs)
-    if args.jobs is None:
-        logging.getLogger("validate").info("%s", bound.line())
-    jobs = bound.slots
+        refuse_reuse(args.results, resume=args.resume)
     if args.interpreter is not None and not args.interpreter.is_file():
         # a bare name (`python3`) is looked up on PATH, as a shell would
         found = shutil.which(args.interpreter) if len(args.interpreter.parts) == 1 else None
@@ -126,13 +139,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
             msg = f"--interpreter {args.interpreter}: no such file (nor a command on PATH)"
             raise ConfigError(msg)
         args.interpreter = Path(found)
+    python = (args.interpreter or Path(sys.executable)).absolute()  # a bare name found here
+    cell = find_cell(python, host)
+    if suite is not None and not cell.has_pytest:
+        msg = (
+            f"run --tests: {python} has no pytest; install it there "
+            f"({shlex.quote(str(python))} -m pip install pytest) or pass --interpreter PY of an "
+            "environment that has it"
+        )
+        raise ConfigError(msg)
+    if args.resume and args.results is not None:
+        stored = stored_meta(args.results)
+        if isinstance(stored.get("cell"), dict):
+            check_resumed_pins(args.results, _pins(stored), _pins(_meta(python, cell, suite)))
+    if args.results is not None:
+        writable_dir("--results", args.results)
+    bound = choose_slots(host, jobs=args.jobs)
+    if args.jobs is None:
+        logging.getLogger("validate").info("%s", bound.line())
+    jobs = bound.slots
     target = ExecTarget(
-        python=args.interpreter or Path(sys.executable),
+        python=python,
         expected_backend=args.expect_backend,
         host_arch=host.arch,
         has_gpu=host.has_gpu,
+        cell=dict(cell.pins),
     )
     with open_run(args.results) as run:  # without --results: a fresh folder
+        meta_path = run.folder / RUN_META
+        meta = {"run_id": run.id, **_meta(python, cell, suite), "host": host.to_dict()}
+        if args.resume and meta_path.is_file():
+            meta = {**stored_meta(run.folder), "resumed_at": now_stamp()}
+        write_json(meta_path, meta)
         options = RunOptions(
             timeout_s=args.timeout,
             jobs=jobs,
@@ -140,7 +178,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             results_dir=run.folder,
             resume=args.resume,
             api_logs=args.api_logs,
-            run_id=run.id,
+            run_id=str(meta.get("run_id") or run.id),
         )
         if suite is not None:
             what = "tests"
@@ -151,8 +189,48 @@ def _cmd_run(args: argparse.Namespace) -> int:
             with progress(len(cases), failing=FAILING) as report:
                 results = run_cases(cases, target, options, run.store, on_result=report)
         run.store.seal()  # every case has ended: the folder's lines verify wherever it is read
-    bad = sum(r.outcome in FAILING for r in results)
-    print(f"{len(results)} {what}, {bad} failing; results in {run.store.path}", file=sys.stderr)
+        write_json(meta_path, {**meta, "finished_at": now_stamp()})
+    bad = [r for r in results if r.outcome in FAILING]
+    print(
+        f"{len(results)} {what}, {len(bad)} failing; results in {run.store.path}", file=sys.stderr
+    )
+    for line in failing_lines(bad):
+        print(line, file=sys.stderr)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
     return 1 if bad else 0
+
+
+#: How many failing results the summary names; the rest are counted.
+_SHOWN = 10
+
+
+def failing_lines(bad: Sequence[CaseResult], shown: int = _SHOWN) -> list[str]:
+    """The summary's failing results: outcome, id and reason, the first `shown`, then how many
+    more (the report lists them all)."""
+    lines = []
+    for result in bad[:shown]:
+        reason = " ".join(result.reason.split())
+        reason = f"  {reason[:117]}..." if len(reason) > 120 else f"  {reason}" if reason else ""
+        lines.append(f"  {result.outcome!s:<8}{result.case}{reason}")
+    if len(bad) > shown:
+        lines.append(f"  ... and {len(bad) - shown} more (cudnn-matrix report --results DIR)")
+    return lines
+
+
+def _meta(python: Path, found: FoundCell, suite: Suite | None) -> dict[str, Any]:
+    """run.json of a `run`: what ran where, and the cell found there (model/runs.py RUN_META)."""
+    return {
+        "command": "cudnn-matrix " + shlex.join(sys.argv[1:]),
+        "started_at": now_stamp(),
+        "interpreter": str(python),
+        "tests": str(suite.root) if suite is not None else None,
+        "cell": dict(found.pins),
+        "cell_unknown": dict(found.notes),  # why each `unknown` pin could not be found
+    }
+
+
+def _pins(meta: Mapping[str, Any]) -> dict[str, list[str]]:
+    """What --resume must match: the interpreter and the cell found in it."""
+    cell = meta.get("cell") or {}
+    return {"interpreter": [str(meta.get("interpreter"))], **{k: [str(v)] for k, v in cell.items()}}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from validate.cli import (
@@ -15,6 +14,10 @@ from validate.cli import (
     add_speed_options,
     add_tests_args,
     add_tier_arg,
+    caller_path,
+    caller_path_or,
+    caller_program,
+    caller_source,
     positive,
     split_list,
     writable_dir,
@@ -23,6 +26,7 @@ from validate.config import Selectors
 from validate.dispatch import DISPATCHERS, DispatchOptions
 from validate.errors import ConfigError
 from validate.execute import EXECUTORS
+from validate.model.runs import refuse_reuse
 
 if TYPE_CHECKING:
     from validate.workflow import RunOutcome
@@ -52,13 +56,16 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--cases",
         action="append",
-        type=Path,
+        type=caller_path,
         default=[],
         metavar="PATH",
         help="notebook, script or folder of them (repeatable; default: the shipped repro cases)",
     )
     what.add_argument(
-        "--samples", type=Path, metavar="CHECKOUT", help="cudnn-frontend checkout: samples/python"
+        "--samples",
+        type=caller_path,
+        metavar="CHECKOUT",
+        help="cudnn-frontend checkout: samples/python",
     )
     add_tests_args(what)
     what.add_argument(
@@ -95,23 +102,30 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     )
     env.add_argument(
         "--base-python",
+        type=caller_program,
         default=sys.executable,
         metavar="PYTHON",
         help="interpreter the cell venvs are made from (default: the one running the tool)",
     )
     env.add_argument(
-        "--backend-source", metavar="SRC", help="wheel file or library folder instead of PyPI"
+        "--backend-source",
+        type=caller_source,
+        metavar="SRC",
+        help="wheel file or library folder instead of PyPI",
     )
     env.add_argument(
         "--backend-store",
-        type=Path,
+        type=caller_path,
         metavar="DIR",
         help="unpacked backends, one subfolder per version (a wheel's nvidia/cudnn tree named "
         "9.24.0.43, or cudnn-linux-x86_64-<version>_cuda<N>-archive): each cell takes its "
         "cudnn version's folder; a version missing from it is an error for that cell",
     )
     env.add_argument(
-        "--frontend-source", metavar="SRC", help="wheel file, checkout[@ref] or 'current'"
+        "--frontend-source",
+        type=caller_source,
+        metavar="SRC",
+        help="wheel file, checkout[@ref] or 'current'",
     )
     env.add_argument(
         "--with",
@@ -121,8 +135,10 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
         metavar="REQ",
         help="extra pinned requirement for every cell, e.g. torch==2.11.0 (repeatable)",
     )
-    env.add_argument("--wheelhouse", type=Path, metavar="DIR", help="install offline from here")
-    env.add_argument("--cache-dir", type=Path, metavar="DIR", help="environment cache")
+    env.add_argument(
+        "--wheelhouse", type=caller_path, metavar="DIR", help="install offline from here"
+    )
+    env.add_argument("--cache-dir", type=caller_path, metavar="DIR", help="environment cache")
     env.add_argument(
         "--installer",
         choices=("auto", "uv", "pip"),
@@ -141,7 +157,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     add_flaky_option(run)
     add_require_gpu_option(run)
     add_speed_options(run, repeats=True)
-    run.add_argument("--results", type=Path, metavar="DIR", help="run folder")
+    run.add_argument("--results", type=caller_path, metavar="DIR", help="run folder")
     run.add_argument("--resume", action="store_true", help="complete the run in --results DIR")
     run.add_argument(
         "--shard",
@@ -152,7 +168,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--durations",
-        type=Path,
+        type=caller_path_or("none"),
         metavar="FILE",
         help="case durations for --shard (JSON name -> seconds; default: the cache's durations.json; "
         "'none': every case alike, which balances by count)",
@@ -174,7 +190,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     )
     slurm.add_argument(
         "--runners",
-        type=Path,
+        type=caller_path,
         metavar="FILE",
         help="runner pools per arch (default: matrix/runners.toml): partition, constraint, gres, "
         "time; cells of an arch without a runner are pruned",
@@ -184,7 +200,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     slurm.add_argument("--slurm-merge", action="store_true", help=argparse.SUPPRESS)
     run.add_argument(
         "--known-issues",
-        type=Path,
+        type=caller_path,
         metavar="FILE",
         help="known-issues TOML (default: matrix/known_issues.toml, embedded in the package)",
     )
@@ -216,6 +232,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         msg = f"--durations {args.durations}: no such file (a JSON object: case name -> seconds)"
         raise ConfigError(msg)
     if args.results is not None:
+        refuse_reuse(args.results, resume=args.resume, command=getattr(args, "command", ""))
         writable_dir("--results", args.results)
     for path in args.cases:
         if not path.exists():
@@ -245,7 +262,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         executor=args.executor,
         base_image=args.base_image,
         env_mode=args.env_mode,
-        base_python=args.base_python,
+        base_python=str(args.base_python),
         backend_source=args.backend_source,
         backend_store=args.backend_store.expanduser().resolve() if args.backend_store else None,
         frontend_source=args.frontend_source,

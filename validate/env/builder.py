@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
+from validate import scratch
 from validate.env.daemon import DaemonImages, ImageInfo, docker_client
 from validate.env.images import (
     DEFAULT_BASE_IMAGE,
@@ -231,35 +232,36 @@ class ImageBuilder(DaemonImages):
         lines: list[str] = []
         image_id = error = ""
         start = time.monotonic()
-        try:
-            stream = self.client.api.build(
-                path=str(ctx),
-                tag=tag,
-                buildargs=buildargs,
-                rm=True,
-                forcerm=True,
-                pull=False,
-                decode=True,
-                network_mode=self.network,
-            )
-            with activity(f"image {tag}") as act:
-                for chunk in stream:
-                    for line in _chunk_lines(chunk):
-                        lines.append(line)
-                        if sink:
-                            sink.write(line + "\n")
-                        _show_build_line(line, act)
-                    # read the stream to its end even after an error: it frees the connection
-                    error = error or chunk.get("error", "")
-                    if aux := chunk.get("aux"):
-                        image_id = aux.get("ID", image_id)
-        except docker.errors.DockerException as exc:
-            raise ImageBuildError(_failure(spec, tag, str(exc), lines)) from exc
-        if error:
-            raise ImageBuildError(_failure(spec, tag, error, lines))
-        if not image_id:
-            image_id = self.client.images.get(tag).id
-        shutil.rmtree(ctx, ignore_errors=True)
+        # the staged context goes however the build ends: an error, Ctrl-C, SIGTERM (scratch.py)
+        with scratch.building(ctx):
+            try:
+                stream = self.client.api.build(
+                    path=str(ctx),
+                    tag=tag,
+                    buildargs=buildargs,
+                    rm=True,
+                    forcerm=True,
+                    pull=False,
+                    decode=True,
+                    network_mode=self.network,
+                )
+                with activity(f"image {tag}") as act:
+                    for chunk in stream:
+                        for line in _chunk_lines(chunk):
+                            lines.append(line)
+                            if sink:
+                                sink.write(line + "\n")
+                            _show_build_line(line, act)
+                        # read the stream to its end even after an error: it frees the connection
+                        error = error or chunk.get("error", "")
+                        if aux := chunk.get("aux"):
+                            image_id = aux.get("ID", image_id)
+            except docker.errors.DockerException as exc:
+                raise ImageBuildError(_failure(spec, tag, str(exc), lines)) from exc
+            if error:
+                raise ImageBuildError(_failure(spec, tag, error, lines))
+            if not image_id:
+                image_id = self.client.images.get(tag).id
         return BuildResult(
             tag=tag,
             image_id=image_id,

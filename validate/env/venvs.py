@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from validate import __version__
+from validate import __version__, scratch
 from validate.env.frontend_build import build_frontend_wheel
 from validate.env.pipcli import pip_version, progress_args, raw_progress
 from validate.env.progress import Activity, activity, pip_line, uv_line
@@ -52,8 +52,11 @@ __all__ = [
     "current_env",
     "ensure_env",
     "env_dirs",
+    "human_size",
+    "partial_builds",
     "probe_backend",
     "read_manifest",
+    "remove_partial_builds",
     "tree_usage",
 ]
 
@@ -197,6 +200,64 @@ def env_dirs(cache_dir: Path | None = None) -> list[Path]:
     return sorted(found, key=lambda p: str(read_manifest(p).get("last_used", "")))
 
 
+def partial_builds(cache_dir: Path | None = None) -> list[Path]:
+    """Half-built environments in the cache: build folders (`.<hash>.<random>`) and renamed ones
+    that never got `.complete`, whether or not a builder still works on them."""
+    envs = cache_root(cache_dir) / "envs"
+    if not envs.is_dir():
+        return []
+    found = []
+    for path in sorted(envs.iterdir()):
+        if not path.is_dir() or path.is_symlink():
+            continue
+        if path.name.startswith(".") or not (path / _COMPLETE).is_file():
+            found.append(path)
+    return found
+
+
+def _hash_of(path: Path) -> str:
+    """`.e570...bccc6.38gt5kvf` and `e570...bccc6` -> `e570...bccc6`: whose lock guards it."""
+    return path.name.lstrip(".").split(".")[0]
+
+
+def remove_partial_builds(cache_dir: Path | None = None) -> tuple[list[Path], int]:
+    """Remove the half-built environments no builder works on any more (an interrupted or killed
+    build's); (what went, bytes freed). A build in progress holds its environment's lock for the
+    whole build (ensure_env), so a folder whose lock is held is left alone."""
+    envs = cache_root(cache_dir) / "envs"
+    removed, freed = [], 0
+    for path in partial_builds(cache_dir):
+        lock = envs / f".{_hash_of(path)}.lock"
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a builder holds it: a build in progress
+            if not path.exists():  # its builder finished (renamed or removed it) meanwhile
+                continue
+            if not path.name.startswith(".") and (path / _COMPLETE).is_file():
+                continue
+            freed += tree_usage(path)[1]
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed, freed
+
+
+def human_size(num: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if num < 1024 or unit == "TiB":
+            return f"{num:.0f} {unit}" if unit == "B" else f"{num:.1f} {unit}"
+        num /= 1024
+    return f"{num:.1f} TiB"
+
+
 def backend_env(backend_dir: str | None) -> dict[str, str]:
     """The case environment that binds every consumer in the process to the pinned backend:
     the pinned folder first on LD_LIBRARY_PATH (the frontend's loader looks there first, and
@@ -249,6 +310,15 @@ def ensure_env(
     cache = cache_root(cache_dir).resolve()
     wheelhouse = wheelhouse.resolve() if wheelhouse else None
     root = cache / "envs" / spec.hash
+    gone, freed = remove_partial_builds(cache)  # interrupted builds' (one in progress stays)
+    if gone:
+        log.info(
+            "removed %d half-built environment folder(s) left by interrupted builds in %s: "
+            "%s freed",
+            len(gone),
+            cache / "envs",
+            human_size(freed),
+        )
     with _locked(cache / "envs" / f".{spec.hash}.lock"):
         if (root / _COMPLETE).is_file() and (root / "bin" / "python").exists():
             manifest = read_manifest(root)
@@ -415,11 +485,11 @@ def _build(
     started = time.monotonic()
     root.parent.mkdir(parents=True, exist_ok=True)
     log.info("building environment %s (%s)", root.name, tool)
-    with (
-        tempfile.TemporaryDirectory(dir=root.parent, prefix=f".{spec.hash}.") as tmp,
-        activity(f"environment {root.name}") as act,
-    ):
-        work = Path(tmp) / "env"
+    # the build folder goes on every way out: an error, Ctrl-C, SIGTERM (scratch.py); one left by
+    # a killed tool goes in the next build or `envs prune` (remove_partial_builds)
+    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{spec.hash}."))
+    with scratch.building(tmp), activity(f"environment {root.name}") as act:
+        work = tmp / "env"
         act.update("creating the venv")
         _create_venv(spec, work, tool)
         python = work / "bin" / "python"
@@ -458,29 +528,30 @@ def _build(
         if wheel is not None:
             fe_version = str(parse_wheel_filename(wheel.name)[1])
         work.rename(root)
-    _fix_shebangs(root / "bin", work, root)
-    if backend_dir is not None and backend_dir.is_relative_to(work):
-        backend_dir = root / backend_dir.relative_to(work)
-    now = _now()
-    manifest: dict[str, Any] = {
-        "hash": spec.hash,
-        "pins": spec.to_dict(),
-        "backend": spec.backend.describe(),
-        "frontend": spec.frontend.describe(),
-        "created": now,
-        "last_used": now,
-        "installer": tool,
-        "wheelhouse": str(wheelhouse) if wheelhouse else None,
-        "backend_dir": str(backend_dir) if backend_dir else None,
-        "missing_sublibraries": missing,
-        "expected_backend": short_version(expected) if expected else None,
-        "expected_frontend": fe_version,
-        "torch_cudnn": facts["torch_cudnn"],
-        "build_s": round(time.monotonic() - started, 2),
-        "size_bytes": tree_usage(root)[0],
-    }
-    write_json(root / _MANIFEST, manifest)
-    (root / _COMPLETE).write_text(now + "\n")
+    with scratch.building(root, keep=True):  # renamed, not complete yet: half-built all the same
+        _fix_shebangs(root / "bin", work, root)
+        if backend_dir is not None and backend_dir.is_relative_to(work):
+            backend_dir = root / backend_dir.relative_to(work)
+        now = _now()
+        manifest: dict[str, Any] = {
+            "hash": spec.hash,
+            "pins": spec.to_dict(),
+            "backend": spec.backend.describe(),
+            "frontend": spec.frontend.describe(),
+            "created": now,
+            "last_used": now,
+            "installer": tool,
+            "wheelhouse": str(wheelhouse) if wheelhouse else None,
+            "backend_dir": str(backend_dir) if backend_dir else None,
+            "missing_sublibraries": missing,
+            "expected_backend": short_version(expected) if expected else None,
+            "expected_frontend": fe_version,
+            "torch_cudnn": facts["torch_cudnn"],
+            "build_s": round(time.monotonic() - started, 2),
+            "size_bytes": tree_usage(root)[0],
+        }
+        write_json(root / _MANIFEST, manifest)
+        (root / _COMPLETE).write_text(now + "\n")
     return manifest
 
 

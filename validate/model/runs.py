@@ -15,21 +15,34 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import fcntl
+import json
 import logging
 import os
 import secrets
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ConfigError
 from validate.model.results import ResultStore
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from types import TracebackType
 
-__all__ = ["DEFAULT_RUNS_ROOT", "LOCK_FILE", "Run", "claim_run_dir", "new_run_id", "open_run"]
+__all__ = [
+    "DEFAULT_RUNS_ROOT",
+    "LOCK_FILE",
+    "RUN_META",
+    "Run",
+    "check_resumed_pins",
+    "claim_run_dir",
+    "new_run_id",
+    "open_run",
+    "refuse_reuse",
+    "stored_meta",
+]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +53,63 @@ _TRIES: Final = 16
 #: The run folder's lock (flock, held while the run is open; the kernel drops it when the process
 #: dies, so a killed run never leaves its folder locked).
 LOCK_FILE: Final = ".run.lock"
+#: What a run folder says about its run (id, command, pins); `validate` and `run` write it.
+RUN_META: Final = "run.json"
+#: A folder holding either of these holds a run: it is completed with --resume, never reused.
+_RUN_MARKS: Final = (RUN_META, "results.jsonl")
+
+
+def stored_meta(folder: Path) -> dict[str, Any]:
+    """The folder's run.json ({} where there is none or it is unreadable)."""
+    try:
+        meta = json.loads((folder / RUN_META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def refuse_reuse(results: Path | None, *, resume: bool, command: str = "") -> None:
+    """A --results folder that holds a run is taken only with --resume (issue 36): without it the
+    new run would overwrite run.json and mix its results with the old ones. ConfigError, before
+    anything is built or written."""
+    if resume or results is None:
+        return
+    mark = next((m for m in _RUN_MARKS if (results / m).is_file()), None)
+    if mark is None:
+        return
+    meta = stored_meta(results)
+    what = f"run {meta['run_id']}" if meta.get("run_id") else f"a run ({mark})"
+    if meta.get("started_at"):
+        what += f" of {meta['started_at']}"
+    if command == "bisect":
+        advice = "choose another folder (a bisect keeps its probes in a folder of its own)"
+    else:
+        advice = "--resume completes that run, or choose another folder"
+    msg = f"--results {results}: holds {what}; {advice}"
+    raise ConfigError(msg)
+
+
+def check_resumed_pins(
+    folder: Path, stored: Mapping[str, Sequence[str]], given: Mapping[str, Sequence[str]]
+) -> None:
+    """--resume with other pins than the stored run's: ConfigError naming both, per axis that
+    differs (the new results would be judged together with the old run's)."""
+    axes = [
+        a
+        for a in dict.fromkeys([*stored, *given])
+        if set(stored.get(a, ())) != set(given.get(a, ()))
+    ]
+    if not axes:
+        return
+
+    def side(pins: Mapping[str, Sequence[str]]) -> str:
+        return ", ".join(f"{a} {','.join(pins.get(a, ())) or 'none'}" for a in axes)
+
+    msg = (
+        f"--resume {folder}: the stored run has {side(stored)}, this command {side(given)}; "
+        "resume with the run's own pins, or choose another --results folder"
+    )
+    raise ConfigError(msg)
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
@@ -109,6 +179,9 @@ def open_run(results: Path | None, *, run_id: str | None = None) -> Run:
     executor's, for the in-container runner), else a new one. ConfigError when another open run
     holds the folder's lock."""
     new_id, folder = claim_run_dir(results)
+    # absolute from here on: the run's cases (a pytest suite in its own folder, a container)
+    # read and write the folder from elsewhere (issue 36)
+    folder = folder.absolute()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
