@@ -73,16 +73,31 @@ def _select(runs: RunSet, args: argparse.Namespace) -> RunSet:
     return RunSet(runs=runs.runs, items=keep)
 
 
+def _suffix_format(out: str) -> Format | None:
+    """The format an --out file's suffix names (`.junit.xml` and `.xml`: junit), or None."""
+    for fmt, suffix in sorted(SUFFIXES.items(), key=lambda kv: -len(kv[1])):
+        if out.endswith(suffix) or (fmt == "junit" and out.endswith(".xml")):
+            return cast("Format", fmt)
+    return None
+
+
 def _format(args: argparse.Namespace) -> Format:
+    """--format, else the format --out's suffix names, else md. An --out whose suffix names
+    another format than --format, or (without --format) no format, is bad input."""
+    named = _suffix_format(str(args.out)) if args.out else None
+    if args.format and named not in (None, args.format):
+        msg = f"--out {args.out}: the suffix names {named}, not --format {args.format}"
+        raise ConfigError(msg)
     if args.format:
         return cast("Format", args.format)
-    if args.out:
-        for fmt, suffix in sorted(SUFFIXES.items(), key=lambda kv: -len(kv[1])):
-            if str(args.out).endswith(suffix) or (
-                fmt == "junit" and str(args.out).endswith(".xml")
-            ):
-                return cast("Format", fmt)
-    return "md"
+    if args.out and named is None:
+        known = ", ".join(sorted({*SUFFIXES.values(), ".xml"}))
+        msg = (
+            f"--out {args.out}: the suffix names no report format (known: {known}); "
+            "pass --format md|rst|json|junit|html"
+        )
+        raise ConfigError(msg)
+    return named or "md"
 
 
 def _handle(args: argparse.Namespace) -> int:
@@ -91,6 +106,7 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    fmt = _format(args)  # an --out suffix that contradicts it: bad input before anything is read
     if args.out:
         writable_file("--out", Path(args.out))
     if args.bug_reports:
@@ -129,10 +145,10 @@ def _report(args: argparse.Namespace) -> int:
 
         sys.stdout.write(render_terminal(report, width))
     elif out is None:
-        sys.stdout.write(render(report, _format(args)))
+        sys.stdout.write(render(report, fmt))
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
-        write_report(report, _format(args), out)
+        write_report(report, fmt, out)
         log.info("wrote %s", out)
     if args.bug_reports:
         from validate.report.bugreport import write_bug_reports
