@@ -114,3 +114,21 @@ def test_a_bad_tier_is_named_at_the_flag(tmp_path: Path) -> None:
     assert line.startswith("cudnn-matrix: error: --tier foo: no such tier in "), line
     assert "default.toml:" in line
     assert "(declared: " in line
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["plan", "validate", "envs", "run", "report", "known-issues", "images", "bisect"],
+)
+def test_every_help_has_the_exit_code_of_a_bisect_whose_ends_agree(
+    tmp_path: Path, command: str
+) -> None:
+    """Exit 6 (bisect: both ends gave the same outcome) is a row of every --help's table and of
+    the README's, not folded into 2 ("nothing run or written")."""
+    proc = _cli(command, "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout[proc.stdout.index("exit codes:") :]
+    (row,) = [line for line in table.splitlines() if line.startswith("  6 ")]
+    assert "same outcome" in row
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "\n| 6 | `bisect` only: both ends of the range gave the same outcome" in readme

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 __all__ = [
+    "ENDS_AGREE_EXIT",
     "EXIT_CODES",
     "OneLineParser",
     "add_flaky_option",
@@ -58,6 +59,9 @@ _COMMANDS: Final = {
 _COMMAND_MODULES: Final = tuple(_COMMANDS.values())
 
 
+#: `bisect`: both ends of the range gave the same outcome class (a finding, not bad input).
+ENDS_AGREE_EXIT: Final = 6
+
 #: The exit-code table, in every command's --help epilogue and in the README.
 EXIT_CODES: Final = """exit codes:
   0    signed off / command succeeded; also a run short only of a GPU: its verdict line says
@@ -68,6 +72,7 @@ EXIT_CODES: Final = """exit codes:
   3    an environment could not be built (outside a run; inside one it is the cell's `error`)
   4    docker daemon unreachable, image build or pull failed; Slurm refused a job or did not answer
   5    results lost mid-run (disk full, folder deleted): run stopped, finished results kept
+  6    bisect: both ends gave the same outcome; the range holds no change to find (a finding)
   130  interrupted (Ctrl-C): finished results are kept, --resume completes the run
   143  terminated (SIGTERM: a cancelled CI job, scancel, timeout): as 130"""
 
