@@ -6,9 +6,10 @@ there are regressions or infra errors; 2 for bad input. Results whose GPU cases 
 of a GPU are NOT SIGNED OFF — no GPU, exit 0, or 1 with --require-gpu.
 
 On a terminal (stdout a TTY, no --out, no --format) it prints what fits the terminal's width: the
-per-cell table (one line per cell where the table is wider), its footnotes, one line per known
-issue, and the verdict once; the case x cell matrix goes to files only. Piped, stdout is the
-Markdown report and stderr the verdict.
+verdict line first, then the per-cell table (one line per cell where the table is wider), its
+footnotes, one line per known issue, and the lists the verdict rests on; the case x cell matrix
+goes to files only. Piped, stdout is the Markdown report (its verdict line under the title) and
+stderr the verdict.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def _report(args: argparse.Namespace) -> int:
     # a terminal gets what fits it (the per-cell summary, footnotes, known issues; the verdict
     # once, below); the wide case x cell matrix goes to files only (--out, `nox -s report`)
     width = shutil.get_terminal_size().columns
-    if out is None and not args.format and sys.stdout.isatty():
+    terminal = out is None and not args.format and sys.stdout.isatty()
+    if terminal:  # the verdict line first, then the table, then what the verdict rests on
         from validate.report.text import render_terminal
 
         sys.stdout.write(render_terminal(report, width))
@@ -155,6 +157,8 @@ def _report(args: argparse.Namespace) -> int:
 
         written = write_bug_reports(bug_report_items(report, baseline), Path(args.bug_reports))
         log.info("wrote %d bug report(s) to %s", len(written), args.bug_reports)
+    if terminal or args.quiet:  # the terminal's summary had it; --quiet: the exit code says it
+        return report.verdict.exit_code
     verdict = summary(report.verdict)
     if sys.stderr.isatty():
         from validate.report.text import fit
@@ -200,6 +204,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--out",
         metavar="FILE",
         help="write here instead of stdout (on a terminal, stdout gets a summary that fits it)",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no verdict on stderr (the exit code still gives it): for a render to a file "
+        "beside others, as `nox -s report` makes, whose verdict is printed once",
     )
     parser.add_argument(
         "--baseline",

@@ -222,6 +222,7 @@ def _head(report: Report) -> dict[str, Any]:
         for row in table.row_keys
     ]
     return {
+        "verdict": _verdict(report.verdict),  # first: what a reader opening the file wants
         "schema": REPORT_SCHEMA,
         "runs": [_run(r) for r in report.runs.runs],
         "baseline_runs": [_run(r) for r in report.baseline_runs],
@@ -232,7 +233,6 @@ def _head(report: Report) -> dict[str, Any]:
             for n in table.footnotes
         ],
         "case_matrix": _case_matrix(report),
-        "verdict": _verdict(report.verdict),
         "known_issues": [_ki(row) for row in report.ki_table.rows],
         "speed": speed_dict(report),
         "known_issue_states": [
