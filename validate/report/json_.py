@@ -9,7 +9,8 @@ Top-level object:
 ``table``       {headers: [str], rows: [{key: [str], cells: [cell]}]} where cell is
                 {text, status, counts: {outcome: n}, affected: [KI id], fixed: [{fixed_in, id}],
                 notes: [footnote index], results: [result key]}; status is one of
-                regression, error, flaky, known, xpass, pass, skip, empty
+                regression, error, flaky, known, xpass, pass, unproven (passes beside
+                cases skipped for want of a GPU), skip, empty
 ``footnotes``   list of {index, kind: skip|error, reason, count}
 ``case_matrix`` {common: [axis label], columns: [{cell_id, cell: {axis: value}, label}],
                 rows: [{case, cells: [null | entry]}]} (one entry per column, null: not run), entry =
