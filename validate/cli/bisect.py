@@ -391,11 +391,14 @@ def render(result: BisectResult, axis: str, issue: str | None) -> str:
         ]
         for p in sorted(result.probes, key=lambda p: result.candidates.index(p.candidate))
     ]
+    head = (
+        f"both ends give {result.good_class}: no change of outcome over the range"
+        if result.ends_agree
+        else f"bad = {result.bad_class} (the outcome at --bad); good = anything else but "
+        f"error/skip (--good gave {result.good_class})"
+    )
     lines = [
-        (
-            f"bad = {result.bad_class} (the outcome at --bad); good = anything else but "
-            f"error/skip (--good gave {result.good_class})"
-        ),
+        head,
         str(
             tabulate(  # candidates as declared: "13.0" is no float, a sha like "1234e567" no 1.2e570
                 rows,
