@@ -1,8 +1,10 @@
-"""JSON report, schema ``cudnn-matrix/report/v1`` (documented below; bump the suffix on any change).
+"""JSON report, schema ``cudnn-matrix/report/v2`` (documented below; bump the suffix on any change).
 
-Top-level object:
+v2 (from v1): a table cell's status may be ``unproven``; ``verdict`` is the first key.
 
-``schema``      "cudnn-matrix/report/v1"
+Top-level object (in this order, ``verdict`` first; its fields are listed further down):
+
+``schema``      "cudnn-matrix/report/v2"
 ``runs``        list of {run_id, path, meta} - the merged run folders, oldest first (meta = run.json)
 ``baseline_runs`` same shape, for ``--baseline`` (empty list when none)
 ``pivot``       {rows: [axis, ...], cols: [axis, ...]}; axes are cudnn, frontend, cuda, driver, arch, case
@@ -71,7 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = ["REPORT_SCHEMA", "render_json", "report_dict", "write_json"]
 
-REPORT_SCHEMA: Final = "cudnn-matrix/report/v1"
+REPORT_SCHEMA: Final = "cudnn-matrix/report/v2"
 
 
 def _run(run: RunInfo) -> dict[str, Any]:
