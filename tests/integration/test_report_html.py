@@ -427,10 +427,15 @@ _GLYPHS = r"""(function () {
   return JSON.stringify({checked: Object.keys(seen), bad: bad});
 })()"""
 
-#: Every mark a grid cell refers to (`[1]`, `[2,1]`, `[s1,s2]`), and those no element on the page
-#: defines (`note-<mark>`, whose text starts with `[<mark>]`).
+#: Every mark a grid cell refers to (`[1]`, `[2,1]`, `[s1,s2]`) and every link within the page
+#: (`#signoff`), and those no element on the page defines (`note-<mark>`, whose text starts with
+#: `[<mark>]`; the link's id).
 _REFERENCES = r"""(function () {
   var refs = [], missing = [];
+  document.querySelectorAll("a[href^='#']").forEach(function (a) {
+    refs.push(a.getAttribute("href"));
+    if (!document.getElementById(a.getAttribute("href").slice(1))) { missing.push(a.getAttribute("href")); }
+  });
   document.querySelectorAll("#grid td.cell").forEach(function (td) {
     (td.textContent.match(/\[[^\]]+\]/g) || []).forEach(function (group) {
       group.slice(1, -1).split(",").forEach(function (mark) {
@@ -472,7 +477,8 @@ def test_every_mark_draws_and_every_reference_is_defined(
     assert errors == []
     assert {"✓", "—", "·"} <= set(glyphs["checked"])
     assert glyphs["bad"] == []
-    assert refs["refs"], "the grid shows no marks: the check checked nothing"
+    assert "#signoff" in refs["refs"]
+    assert any(not r.startswith("#") for r in refs["refs"]), "no marks in the grid: nothing checked"
     assert refs["missing"] == []
     green = "rgb(52, 208, 88)"  # COLOURS["pass"]
     if runs == DOCS_RUNS:  # the speed marks [sN] are on this grid, drawn as SVG
@@ -492,8 +498,8 @@ def test_the_glyph_and_reference_checks_can_fail(tmp_path: Path) -> None:
     page = tmp_path / "bad.html"
     page.write_text(
         "<!DOCTYPE html><html><head><meta charset='utf-8'><link rel='icon' href='data:,'></head>"
-        "<body><div id='grid'><table><tr><td class='cell'>✓ 2 · \u23f1 [s1,1]</td></tr></table>"
-        "</div><ul><li id='note-1'>[1] skip: x</li></ul></body></html>",
+        "<body><a href='#gone'>x</a><div id='grid'><table><tr><td class='cell'>✓ 2 · \u23f1 "
+        "[s1,1]</td></tr></table></div><ul><li id='note-1'>[1] skip: x</li></ul></body></html>",
         encoding="utf-8",
     )
     browser, _ = _load(page, tmp_path)
@@ -503,4 +509,4 @@ def test_the_glyph_and_reference_checks_can_fail(tmp_path: Path) -> None:
     finally:
         browser.close()
     assert glyphs["bad"] == ["\u23f1"]
-    assert refs == {"refs": ["s1", "1"], "missing": ["s1"]}
+    assert refs == {"refs": ["#gone", "s1", "1"], "missing": ["#gone", "s1"]}
