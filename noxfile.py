@@ -92,10 +92,12 @@ _FORMATS = {"md": ".md", "rst": ".rst", "json": ".json", "junit": ".junit.xml", 
 def _render_all(
     session: nox.Session, results: list[str], out_dir: Path, link: tuple[str, ...] = ()
 ) -> None:
-    """Every report format of one run into out_dir/compat.*; bug reports beside the md."""
-    for fmt, suffix in _FORMATS.items():
+    """Every report format of one run into out_dir/compat.*; bug reports beside the md. The
+    verdict (and the lists it rests on) is printed once, by the last render: the others are
+    quiet (`report -q`)."""
+    for n, (fmt, suffix) in enumerate(_FORMATS.items(), start=1):
         extra = ["--bug-reports", str(out_dir / "bug-reports")] if fmt == "md" else []
-        extra += list(link)
+        extra += list(link) + (["-q"] if n < len(_FORMATS) else [])
         out = ["--format", fmt, "--out", str(out_dir / f"compat{suffix}"), *extra]
         # rendering is not signing off: a "not signed off" verdict (1) still rendered fine
         runs = [a for r in results for a in ("--results", r)]

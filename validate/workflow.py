@@ -471,24 +471,36 @@ def run(
     )
 
 
-def describe(outcome: RunOutcome) -> str:
-    """What `validate` prints at the end: one line per cell, the verdict, the run folder."""
+def describe(outcome: RunOutcome, width: int | None = None) -> str:
+    """What `validate` prints at the end: the verdict line first, then one line per cell, the
+    speed findings, the lists the verdict rests on and the run folder. With `width` (a
+    terminal's columns) every line fits it: the cell table where its rows do, else one line
+    per cell (as `report` does on a terminal)."""
     from validate.judge.signoff import summary
+    from validate.report.text import fit, grid_or_lines
 
-    return "\n".join(
+    verdict, *lists = summary(outcome.verdict).splitlines()
+    table = cell_summary(outcome.results, outcome.plan)
+    cells = (
+        table
+        if width is None
+        else "\n".join(grid_or_lines(table, cell_lines(outcome.results, outcome.plan), width))
+    )
+    text = "\n".join(
         [
-            cell_summary(outcome.results, outcome.plan),
+            verdict,
+            cells,
             *(outcome.speed.lines() if outcome.speed is not None else ()),
-            summary(outcome.verdict),
+            *lists,
             f"results: {outcome.folder}",
         ]
     )
+    return text if width is None else fit(text, width)
 
 
-def cell_summary(results: Sequence[CaseResult], plan: Plan) -> str:
-    """One line per cell: its pins and how many cases got each outcome."""
-    from tabulate import tabulate
-
+def _cell_rows(results: Sequence[CaseResult], plan: Plan) -> tuple[list[str], list[list[str]]]:
+    """The cell table's headers and rows: a cell's id, pins, outcome counts and its one skip
+    reason (where every case skipped for it)."""
     by_cell: dict[str, list[CaseResult]] = {}
     for result in results:
         by_cell.setdefault(result.cell_id, []).append(result)
@@ -503,6 +515,23 @@ def cell_summary(results: Sequence[CaseResult], plan: Plan) -> str:
         reasons = sorted({r.reason for r in got if r.outcome is Outcome.SKIP and r.reason})
         note = reasons[0][:70] if len(reasons) == 1 and counts[Outcome.SKIP] == len(got) else ""
         rows.append([cell.id, *(getattr(cell, a) for a in axes), text, note])
-    headers = ["cell", *axes, "outcomes", "note"]
+    return ["cell", *axes, "outcomes", "note"], rows
+
+
+def cell_summary(results: Sequence[CaseResult], plan: Plan) -> str:
+    """One line per cell: its pins and how many cases got each outcome."""
+    from tabulate import tabulate
+
+    headers, rows = _cell_rows(results, plan)
     # versions as declared ("13.0", "580"), not as numbers tabulate would print "13" and right-align
     return str(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
+
+
+def cell_lines(results: Sequence[CaseResult], plan: Plan) -> list[str]:
+    """The cell table one line per cell, for a terminal narrower than its rows:
+    `245a041ac8 9.24.0.43 / 1.26.0 / 12.9 / 570 / sm80: 1 pass, 4 skip (note)`."""
+    _, rows = _cell_rows(results, plan)
+    return [
+        f"{cell} {' / '.join(v for v in pins if v)}: {text}" + (f" ({note})" if note else "")
+        for cell, *pins, text, note in rows
+    ]

@@ -81,7 +81,9 @@ def test_bisect_finds_the_first_bad_frontend_and_resumes(wheelhouse: Path, tmp_p
     assert not list(folder.glob("probes/*/r2"))
 
 
-def test_bisect_refuses_ends_with_the_same_outcome(wheelhouse: Path, tmp_path: Path) -> None:
+def test_bisect_ends_with_the_same_outcome_are_a_finding(wheelhouse: Path, tmp_path: Path) -> None:
+    """Both ends pass: exit 6 (its own row of the exit-code table, not 2's "nothing run"), the
+    finding on stdout and in bisect.json, nothing between the ends probed."""
     folder = tmp_path / "bisect"
     proc = _bisect(
         wheelhouse,
@@ -89,12 +91,16 @@ def test_bisect_refuses_ends_with_the_same_outcome(wheelhouse: Path, tmp_path: P
         *["--good", "1.26.0", "--bad", "1.27.0", "--cases", str(PIN_CHECK)],
         *["--case", PIN_CHECK.name, "--results", str(folder)],
     )
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "cudnn-matrix: error: bisect: --good 1.26.0 and --bad 1.27.0 both give pass; nothing to "
-        "bisect (pick ends with different outcomes)"
-    )
+    assert proc.returncode == 6, proc.stdout + proc.stderr
+    assert (
+        "no change to find: --good 1.26.0 and --bad 1.27.0 both give pass, so nothing between "
+        "them was probed (exit 6)"
+    ) in proc.stdout
+    assert "error" not in proc.stderr.strip().splitlines()[-1]
     assert "Traceback" not in proc.stderr
+    state = json.loads((folder / "bisect.json").read_text())
+    assert state["result"]["ends_agree"] is True
+    assert sorted(p.name for p in (folder / "probes").iterdir()) == ["1.26.0", "1.27.0"]
 
 
 FRONTEND_STANDIN = '''"""Stand-in for the cuDNN frontend, built from a git commit by the bisect test."""

@@ -395,3 +395,118 @@ def test_a_grid_too_wide_either_way_is_split_into_tables_that_fit(tmp_path: Path
     assert layout["gridScroll"] <= layout["gridClient"]
     assert layout["pageScroll"] <= 1400
     assert sorted(keys) == sorted({f"{r}:{c}" for r in range(20) for c in range(15)})
+
+
+#: Each distinct non-ASCII, non-space character of the page's text, drawn on a canvas in the font
+#: of the element that holds it, compared with what that font draws for a code point no font has
+#: (U+10FFFD: the .notdef box) and for a space: a glyph the stock fonts lack draws as the box.
+_GLYPHS = r"""(function () {
+  var walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT), seen = {}, node;
+  while ((node = walker.nextNode())) {
+    var parent = node.parentElement;
+    if (parent.closest("script, style")) { continue; }
+    var font = getComputedStyle(parent).font.replace(/\d+(\.\d+)?px( \/ [\d.]+px)?/, "40px");
+    for (var ch of node.textContent) {
+      if (ch.codePointAt(0) > 127 && !/\s/.test(ch) && !(ch in seen)) { seen[ch] = font; }
+    }
+  }
+  var canvas = document.createElement("canvas");
+  canvas.width = canvas.height = 64;
+  var ctx = canvas.getContext("2d", {willReadFrequently: true});
+  function draw(ch, font) {
+    ctx.clearRect(0, 0, 64, 64);
+    ctx.font = font; ctx.fillStyle = "#000"; ctx.textBaseline = "top";
+    ctx.fillText(ch, 4, 4);
+    return Array.from(ctx.getImageData(0, 0, 64, 64).data).join(",");
+  }
+  var bad = [];
+  for (var ch in seen) {
+    var got = draw(ch, seen[ch]);
+    if (got === draw("\u{10FFFD}", seen[ch]) || got === draw(" ", seen[ch])) { bad.push(ch); }
+  }
+  return JSON.stringify({checked: Object.keys(seen), bad: bad});
+})()"""
+
+#: Every mark a grid cell refers to (`[1]`, `[2,1]`, `[s1,s2]`) and every link within the page
+#: (`#signoff`), and those no element on the page defines (`note-<mark>`, whose text starts with
+#: `[<mark>]`; the link's id).
+_REFERENCES = r"""(function () {
+  var refs = [], missing = [];
+  document.querySelectorAll("a[href^='#']").forEach(function (a) {
+    refs.push(a.getAttribute("href"));
+    if (!document.getElementById(a.getAttribute("href").slice(1))) { missing.push(a.getAttribute("href")); }
+  });
+  document.querySelectorAll("#grid td.cell").forEach(function (td) {
+    (td.textContent.match(/\[[^\]]+\]/g) || []).forEach(function (group) {
+      group.slice(1, -1).split(",").forEach(function (mark) {
+        refs.push(mark);
+        var note = document.getElementById("note-" + mark);
+        if (!note || note.textContent.indexOf("[" + mark + "]") !== 0) { missing.push(mark); }
+      });
+    });
+  });
+  return JSON.stringify({refs: refs, missing: missing});
+})()"""
+
+
+@pytest.mark.usefixtures("chromium")
+@pytest.mark.parametrize("runs", [DOCS_RUNS, (str(CPU_RUN),)], ids=["committed-gpu", "cpu"])
+def test_every_mark_draws_and_every_reference_is_defined(
+    tmp_path: Path, runs: tuple[str, ...]
+) -> None:
+    """The page the CLI renders, in Chromium with Debian's stock fonts: no character of its text
+    draws as the empty .notdef box (⏱ did), every [n]/[sN] a grid cell shows is defined on the
+    page, and a run without a GPU has no green cell."""
+    page = tmp_path / "compat.html"
+    argv = [sys.executable, "-m", "validate", "report", "--format", "html", "--out", str(page)]
+    argv += [a for run in runs for a in ("--results", run)]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    assert proc.returncode in (0, 1), proc.stderr
+    browser, _ = _load(page, tmp_path, width=1400)
+    try:
+        glyphs = json.loads(browser.evaluate(_GLYPHS))
+        refs = json.loads(browser.evaluate(_REFERENCES))
+        backgrounds = browser.evaluate(
+            "Array.from(document.querySelectorAll('#grid td.cell'),"
+            " td => getComputedStyle(td).backgroundColor)"
+        )
+        slow_marks = browser.evaluate("document.querySelectorAll('#grid svg.mark').length")
+        errors = browser.console_errors()
+    finally:
+        browser.close()
+    assert errors == []
+    assert {"✓", "—", "·"} <= set(glyphs["checked"])
+    assert glyphs["bad"] == []
+    assert "#signoff" in refs["refs"]
+    assert any(not r.startswith("#") for r in refs["refs"]), "no marks in the grid: nothing checked"
+    assert refs["missing"] == []
+    green = "rgb(52, 208, 88)"  # COLOURS["pass"]
+    if runs == DOCS_RUNS:  # the speed marks [sN] are on this grid, drawn as SVG
+        assert any(r.startswith("s") for r in refs["refs"])
+        assert slow_marks > 0
+        assert green in backgrounds
+    else:  # no GPU: what passed is the pin check, every GPU case skipped; not green
+        assert backgrounds
+        assert green not in backgrounds
+        assert "rgb(255, 223, 93)" in backgrounds  # COLOURS["unproven"]
+
+
+@pytest.mark.usefixtures("chromium")
+def test_the_glyph_and_reference_checks_can_fail(tmp_path: Path) -> None:
+    """A ⏱ as text (what the page had) is found as a glyph that draws as a box, and a mark
+    without its note as undefined."""
+    page = tmp_path / "bad.html"
+    page.write_text(
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><link rel='icon' href='data:,'></head>"
+        "<body><a href='#gone'>x</a><div id='grid'><table><tr><td class='cell'>✓ 2 · \u23f1 "
+        "[s1,1]</td></tr></table></div><ul><li id='note-1'>[1] skip: x</li></ul></body></html>",
+        encoding="utf-8",
+    )
+    browser, _ = _load(page, tmp_path)
+    try:
+        glyphs = json.loads(browser.evaluate(_GLYPHS))
+        refs = json.loads(browser.evaluate(_REFERENCES))
+    finally:
+        browser.close()
+    assert glyphs["bad"] == ["\u23f1"]
+    assert refs == {"refs": ["#gone", "s1", "1"], "missing": ["#gone", "s1"]}

@@ -145,12 +145,12 @@ def test_no_gpu_is_no_sign_off_and_require_gpu_fails_it(
         "NOT SIGNED OFF — no GPU: 9 GPU cases skipped; pins verified in 1 environment "
         "(1 pass, 9 skip; flaky: block)"
     )
-    assert f"\n{line}\n" in proc.stdout, proc.stdout
+    assert proc.stdout.startswith(f"{line}\n"), proc.stdout  # the verdict first, then the cells
     assert "\nSIGNED OFF" not in proc.stdout
 
     strict = _validate(*common, "--resume", "--require-gpu")  # nothing left to run: the verdict
     assert strict.returncode == 1, strict.stdout + strict.stderr
-    assert f"\n{line}\n" in strict.stdout
+    assert strict.stdout.startswith(f"{line}\n")
     assert len(_lines(run_dir)) == 10  # --resume re-ran nothing
 
     report = [sys.executable, "-m", "validate", "report", "--results", str(run_dir)]

@@ -79,4 +79,4 @@ def test_validate_tier_runs_exactly_the_tier_and_records_the_left_out(
 
     unknown = _tool("validate", "--matrix", str(matrix), "--tier", "weekly")
     assert unknown.returncode == 2
-    assert f"{matrix}:8: unknown tier 'weekly' (declared: pr)" in unknown.stderr
+    assert f"--tier weekly: no such tier in {matrix}:8 (declared: pr)" in unknown.stderr

@@ -31,19 +31,51 @@ def _wheelhouse(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--case", "a", "--case", "b"], "bisect: name exactly one case with --case NAME"),
-        (["--case", "a", "--frontend", "1.26.0"], "bisect: --frontend is the bisected axis"),
-        (["--case", "a", "--frontend-source", "current"], "--frontend-source fights"),
-        (["--case", "a", "--good", "1.25.0"], "bisect: --good 1.25.0 is not a release in"),
-        (["--case", "a", "--bad", "1.26.0"], "bisect: empty range"),
-        (["--case", "a", "--arch", "sm80,sm90"], "bisect: the pins plan 2 cells, not one"),
-        (["--case", "a", "--slower-than", "2"], "--slower-than RATIO and --unit UNIT go together"),
-        (["--case", "a", "--unit", "cell 3"], "--slower-than RATIO and --unit UNIT go together"),
         (
-            ["--case", "a", "--slower-than", "2", "--unit", "x", "--repeats", "3"],
+            ["--case", "pin_check.py", "--case", "b"],
+            "bisect: name exactly one case with --case NAME",
+        ),
+        (
+            ["--case", "pin_check.py", "--frontend", "1.26.0"],
+            "bisect: --frontend is the bisected axis",
+        ),
+        (["--case", "pin_check.py", "--frontend-source", "current"], "--frontend-source fights"),
+        (
+            ["--case", "pin_check.py", "--good", "1.25.0"],
+            "bisect: --good 1.25.0 is not a release in",
+        ),
+        (["--case", "pin_check.py", "--bad", "1.26.0"], "bisect: empty range"),
+        (
+            ["--case", "pin_check.py", "--arch", "sm80,sm90"],
+            "bisect: the pins plan 2 cells, not one",
+        ),
+        # checked before the first probe: the case exists, each end plans its one cell
+        (["--case", "nosuch.ipynb"], "--case nosuch.ipynb: matches none of the"),
+        (
+            ["--case", "pin_check.py", "--rules", "{rules}"],
+            "fe 1.27.0 / cuda 13.0 / drv 580 / arch sm90: not this one",
+        ),
+        # the fixed pin's wheel is not in the wheelhouse: found before any probe builds
+        (
+            ["--case", "pin_check.py"],
+            "--cudnn 9.13.0.50: nvidia-cudnn-cu13 has no release 9.13.0.50 in --wheelhouse",
+        ),
+        (
+            ["--case", "pin_check.py", "--slower-than", "2"],
+            "--slower-than RATIO and --unit UNIT go together",
+        ),
+        (
+            ["--case", "pin_check.py", "--unit", "cell 3"],
+            "--slower-than RATIO and --unit UNIT go together",
+        ),
+        (
+            ["--case", "pin_check.py", "--slower-than", "2", "--unit", "x", "--repeats", "3"],
             "each probe runs --speed-repeats times (not --repeats)",
         ),
-        (["--case", "a", "--slower-than", "0.5", "--unit", "x"], "expected a number from 1"),
+        (
+            ["--case", "pin_check.py", "--slower-than", "0.5", "--unit", "x"],
+            "expected a number from 1",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], message: str) -> None:
@@ -51,7 +83,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], mess
     argv += ["--cudnn", "9.13.0.50", *CELL, "--wheelhouse", str(_wheelhouse(tmp_path))]
     argv += ["--results", str(tmp_path / "b")]
     # a later flag wins over an earlier one (argparse), so extra can replace --good/--bad/--arch
-    proc = main([*argv, *extra])
+    rules = tmp_path / "rules.toml"  # prunes the bad end only
+    rules.write_text(
+        '[[rule]]\nname = "no-1.27"\nselect = { frontend = ">=1.27" }\nwhen = { cuda = ">=12" }\n'
+        'reason = "not this one"\ncite = "test"\nsource = "https://example.org"\n',
+        encoding="utf-8",
+    )
+    proc = main([*argv, *(a.replace("{rules}", str(rules)) for a in extra)])
     err = proc.stderr.strip()
     assert proc.returncode == 2, err
     assert len(err.splitlines()) == 1
@@ -62,9 +100,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], mess
 def test_a_folder_of_another_bisect_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "b"
     folder.mkdir()
-    other = {"case": "a", "axis": "frontend", "good": "1.20.0", "bad": "1.27.0"}
+    other = {"case": "pin_check.py", "axis": "frontend", "good": "1.20.0", "bad": "1.27.0"}
     (folder / "bisect.json").write_text(json.dumps(other))
-    argv = ["bisect", "--axis", "frontend", "--good", "1.26.0", "--bad", "1.27.0", "--case", "a"]
+    argv = ["bisect", "--axis", "frontend", "--good", "1.26.0", "--bad", "1.27.0"]
+    argv += ["--case", "pin_check.py"]
     argv += ["--cudnn", "9.13.0.50", *CELL, "--wheelhouse", str(_wheelhouse(tmp_path))]
     proc = main([*argv, "--results", str(folder)])
     assert proc.returncode == 2

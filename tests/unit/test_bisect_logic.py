@@ -127,11 +127,26 @@ def test_a_crash_is_not_a_fail() -> None:
     assert result.first_bad == "9.20.0"
 
 
+@pytest.mark.parametrize("same", ["pass", "crash"])
+def test_ends_that_agree_are_a_finding_and_nothing_between_is_probed(same: str) -> None:
+    calls: list[str] = []
+
+    def probe(candidate: str) -> str:
+        calls.append(candidate)
+        return same
+
+    result = bisect(VERSIONS, probe)
+    assert calls == [VERSIONS[0], VERSIONS[-1]]
+    assert result.ends_agree
+    assert not result.found
+    assert (result.good_class, result.bad_class) == (same, same)
+    assert result.to_dict()["ends_agree"] is True
+    assert suggested_issue(result, axis="cudnn", case="x.py", pins={}) is None
+
+
 @pytest.mark.parametrize(
     ("good", "bad", "message"),
     [
-        ("pass", "pass", "both give pass; nothing to bisect"),
-        ("crash", "crash", "both give crash"),
         ("error", "crash", "--good 9.13.0 gives error"),
         ("pass", "skip", "--bad 9.25.0 gives skip"),
     ],

@@ -65,7 +65,8 @@ def test_junit_strips_control_characters() -> None:
 
 def test_json_schema_version_and_shape() -> None:
     doc = json.loads(render(_example(), "json"))
-    assert doc["schema"] == REPORT_SCHEMA == "cudnn-matrix/report/v1"
+    assert doc["schema"] == REPORT_SCHEMA == "cudnn-matrix/report/v2"
+    assert next(iter(doc)) == "verdict"
     assert doc["pivot"] == {"rows": ["cudnn"], "cols": ["frontend", "arch"]}
     assert [r["key"] for r in doc["table"]["rows"]] == [
         ["9.8.0.87"],

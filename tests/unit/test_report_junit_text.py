@@ -77,8 +77,10 @@ def _report(flaky: str = "block") -> Report:
 @pytest.mark.parametrize("flaky", ["block", "warn"])
 def test_text_is_what_elementtree_writes(flaky: str, tmp_path: Path) -> None:
     text = render(_report(flaky), "junit")
-    declaration, _, body = text.partition("\n")
+    declaration, comment, body = text.split("\n", 2)
     assert declaration == '<?xml version="1.0" encoding="UTF-8"?>'
+    assert comment.startswith("<!-- NOT SIGNED OFF: ")  # the verdict line first
+    assert ET.fromstring(f"<x>{comment}</x>").text is None  # a comment, well-formed
     root = ET.fromstring(body)  # well-formed
     assert ET.tostring(root, encoding="unicode") + "\n" == body  # and written as ET writes it
     write_report(_report(flaky), "junit", tmp_path / "r.xml")
@@ -87,7 +89,7 @@ def test_text_is_what_elementtree_writes(flaky: str, tmp_path: Path) -> None:
 
 def test_names_are_escaped_and_control_characters_dropped() -> None:
     text = render(_report(), "junit")
-    body = text.partition("\n")[2]
+    body = text.split("\n", 2)[2]
     assert "]]>" not in text
     assert "\x1b" not in text
     assert "\x00" not in text

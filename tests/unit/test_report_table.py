@@ -89,3 +89,15 @@ def test_report_reads_the_run_snapshot_with_the_known_issues_loader() -> None:
     assert [(k.id, k.fixed_in, str(k.backend)) for k in kis] == [("KI-1", "9.25.0", "<9.25,>=9.24")]
     assert len(load_known_issues()) > len(kis)  # the default DB would be a different one
     assert table_text(build_table(runs.items, known_issues=kis)) == EXPECTED_MD
+
+
+def test_a_cell_that_passed_beside_cases_skipped_for_want_of_a_gpu_is_unproven() -> None:
+    """A no-GPU run (the real CPU run): the cells whose pin check passed while every GPU case
+    skipped for want of a GPU are `unproven` (amber on the page), not `pass` (green); a GPU
+    run's cells that only skipped for a declared reason stay `pass`."""
+    cpu = load_runs([EXAMPLE.parent / "cpu"])
+    statuses = {c.status for c in build_table(cpu.items).cells.values()}
+    assert "pass" not in statuses
+    assert "unproven" in statuses
+    example = build_table(load_runs([EXAMPLE]).items)
+    assert example.cell(("9.8.0.87",), ("1.26.0", "sm90")).status == "pass"  # skips: a floor

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 __all__ = [
+    "ENDS_AGREE_EXIT",
     "EXIT_CODES",
     "OneLineParser",
     "add_flaky_option",
@@ -62,6 +63,9 @@ _COMMANDS: Final = {
 _COMMAND_MODULES: Final = tuple(_COMMANDS.values())
 
 
+#: `bisect`: both ends of the range gave the same outcome class (a finding, not bad input).
+ENDS_AGREE_EXIT: Final = 6
+
 #: The exit-code table, in every command's --help epilogue and in the README.
 EXIT_CODES: Final = """exit codes:
   0    signed off / command succeeded; also a run short only of a GPU: its verdict line says
@@ -72,21 +76,60 @@ EXIT_CODES: Final = """exit codes:
   3    an environment could not be built (outside a run; inside one it is the cell's `error`)
   4    docker daemon unreachable, image build or pull failed; Slurm refused a job or did not answer
   5    results lost mid-run (disk full, folder deleted): run stopped, finished results kept
+  6    bisect: both ends gave the same outcome; the range holds no change to find (a finding)
   130  interrupted (Ctrl-C): finished results are kept, --resume completes the run
   143  terminated (SIGTERM: a cancelled CI job, scancel, timeout): as 130"""
 
 
 class OneLineParser(argparse.ArgumentParser):
     """ArgumentParser whose errors are one line on stderr and exit code 2 (no usage dump); every
-    command's --help ends with the exit-code table and shows each option's default."""
+    command's --help ends with the exit-code table and shows each option's default.
+
+    No option is taken by a prefix of its name (`--cudn` is refused, not read as `--cudnn`).
+    An option added with `add_global_argument` is also accepted after any sub-command below
+    this parser (`envs list --cache-dir X`, `report -v`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("epilog", EXIT_CODES)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+        #: (flags, keywords) of the options every sub-command below this parser accepts too
+        self.global_arguments: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+
+    def add_global_argument(self, *flags: str, **kwargs: Any) -> argparse.Action:
+        """An option of this parser that its sub-commands (and theirs) accept after their name.
+
+        There it defaults to SUPPRESS, so a value given before the sub-command stays when the
+        option is not repeated after it."""
+        self.global_arguments.append((flags, kwargs))
+        return self.add_argument(*flags, **kwargs)
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        kwargs.setdefault("parser_class", type(self))
+        kwargs.setdefault("action", _SubCommands)
+        action = super().add_subparsers(**kwargs)
+        if isinstance(action, _SubCommands):
+            action.inherited = list(self.global_arguments)
+        return action
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class _SubCommands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Sub-commands that accept the global options of the parser above them."""
+
+    inherited: list[tuple[tuple[str, ...], dict[str, Any]]] = []  # noqa: RUF012 (set per instance)
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        child = super().add_parser(name, **kwargs)
+        for flags, options in self.inherited:
+            if isinstance(child, OneLineParser):
+                child.add_global_argument(*flags, **{**options, "default": argparse.SUPPRESS})
+            else:
+                child.add_argument(*flags, **{**options, "default": argparse.SUPPRESS})
+        return child
 
 
 def split_list(values: Sequence[str] | None) -> list[str]:
@@ -352,7 +395,9 @@ def build_parser(command: str | None = None) -> OneLineParser:
         description="Release validation for the cuDNN frontend across a declared matrix.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_global_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (also after COMMAND)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     modules = (_COMMANDS[command],) if command in _COMMANDS else _COMMAND_MODULES

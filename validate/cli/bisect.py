@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from validate.cli import EXIT_CODES, positive
+from validate.cli import ENDS_AGREE_EXIT, EXIT_CODES, positive
 from validate.cli.validate import add_validate_args, config_from_args
 from validate.config import Selectors, ValidateConfig
 from validate.env import releases
@@ -46,12 +46,23 @@ AXES: Final = ("cudnn", "frontend", "frontend-commit")
 _FRONTEND: Final = "nvidia-cudnn-frontend"
 _STATE: Final = "bisect.json"
 _NO_ISSUES: Final = "no-known-issues.toml"
-_EXIT_CODES: Final = """exit codes:
-  0    the boundary was found: first bad and last good are adjacent candidates
-  1    no exact boundary: skipped (error/skip/flaky) candidates leave it open; they are named
-  2    bad input: a flag, an unknown version, an empty range, both ends with the same outcome
-  3/4  never: an environment that cannot be built is that probe's `error` (skipped)
-""" + "\n".join(EXIT_CODES.splitlines()[-3:])  # the shared 5, 130, 143 lines (--resume implied)
+#: bisect's own table: 0-4 and 6 say what a bisect found; 5, 130 and 143 are the shared lines
+#: (a bisect run again with the same --results continues where it stopped).
+_EXIT_CODES: Final = "\n".join(
+    [
+        "exit codes:",
+        "  0    the boundary was found: first bad and last good are adjacent candidates",
+        "  1    no exact boundary: skipped (error/skip/flaky) candidates leave it open; they are named",
+        "  2    bad input, one line on stderr: a flag, an unknown version or case, an empty range, an",
+        "       end that plans no cell (all found before any probe); an end that gives error or skip,",
+        "       or not the same outcome in every repeat",
+        "  3/4  never: an environment that cannot be built is that probe's `error` (skipped)",
+        *(line for line in EXIT_CODES.splitlines() if line.startswith("  5 ")),
+        f"  {ENDS_AGREE_EXIT}    both ends gave the same outcome: the range holds no change to find",
+        "       (a finding, not bad input; nothing between the ends was probed)",
+        *(line for line in EXIT_CODES.splitlines() if line.startswith(("  130", "  143"))),
+    ]
+)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -121,6 +132,7 @@ def _handle(args: argparse.Namespace) -> int:
         )
     base: ValidateConfig = config_from_args(args)
     _check_pins(base, args)
+    _check_case(base)
     folder = base.results_dir
     assert folder is not None
     state = _load_state(folder / _STATE, case=case, axis=args.axis, good=args.good, bad=args.bad)
@@ -128,12 +140,21 @@ def _handle(args: argparse.Namespace) -> int:
         candidates, source = list(state["candidates"]), str(state["source"])
     else:
         candidates, source = _candidates(base, args)
+    # all that can be checked before the first probe: each end plans its one cell, and the
+    # versions each end would install are ones their source has
+    ends = (candidates[0], candidates[-1])
+    for end in ends:
+        _check_one_cell(_probe_config(base, args, end, folder), args.axis, end)
+    if args.axis != "frontend-commit":  # a commit's wheel is built by its probe
+        from validate.env.versions import resolve_versions
+
+        for end in ends:
+            resolve_versions(_probe_config(base, args, end, folder))
     state.update(
         case=case, axis=args.axis, good=args.good, bad=args.bad, repeats=args.repeats,
         source=source, candidates=candidates, probes=state.get("probes", []),
     )  # fmt: skip
     write_json(folder / _STATE, state)
-    _check_one_cell(_probe_config(base, args, candidates[0], folder))
     done = {p.candidate: p for p in (Probe.from_dict(d) for d in state["probes"])}
     print(
         f"bisect {case} over {args.axis}: {len(candidates) - 2} candidates between "
@@ -155,6 +176,8 @@ def _handle(args: argparse.Namespace) -> int:
     write_json(folder / _STATE, {**state, "result": result.to_dict(), "suggested_issue": issue})
     print(render(result, args.axis, issue))
     print(f"bisect: {folder / _STATE}")
+    if result.ends_agree:
+        return ENDS_AGREE_EXIT
     return 0 if result.found else 1
 
 
@@ -257,15 +280,24 @@ def _probe_config(
     )
 
 
-def _check_one_cell(config: ValidateConfig) -> None:
-    """The pins must plan exactly one cell (and not prune it), else the probes mean nothing."""
+def _check_case(config: ValidateConfig) -> None:
+    """--case names a case the probes will find (a pytest test id is found by its suite)."""
+    if config.tests is None:
+        from validate.workflow import cases_stage
+
+        cases_stage(config)  # CaseError: `--case X: matches none of the N cases (...)`
+
+
+def _check_one_cell(config: ValidateConfig, axis: str, end: str) -> None:
+    """The pins must plan exactly one cell (and not prune it) at each end, else the probes mean
+    nothing."""
     from validate.workflow import plan_stage
 
     plan = plan_stage(config)
     if len(plan.planned) != 1:
         why = "; ".join(f"{c.id}: {r}" for c, r in plan.pruned[:3]) if not plan.planned else ""
         msg = (
-            f"bisect: the pins plan {len(plan.planned)} cells, not one "
+            f"bisect: the pins plan {len(plan.planned)} cells, not one, at {axis} {_short(end)} "
             + (f"(pruned: {why})" if why else "")
             + "; pin every axis (--cuda, --driver, --arch, and --cudnn/--frontend for the fixed one)"
         )
@@ -363,11 +395,14 @@ def render(result: BisectResult, axis: str, issue: str | None) -> str:
         ]
         for p in sorted(result.probes, key=lambda p: result.candidates.index(p.candidate))
     ]
+    head = (
+        f"both ends give {result.good_class}: no change of outcome over the range"
+        if result.ends_agree
+        else f"bad = {result.bad_class} (the outcome at --bad); good = anything else but "
+        f"error/skip (--good gave {result.good_class})"
+    )
     lines = [
-        (
-            f"bad = {result.bad_class} (the outcome at --bad); good = anything else but "
-            f"error/skip (--good gave {result.good_class})"
-        ),
+        head,
         str(
             tabulate(  # candidates as declared: "13.0" is no float, a sha like "1234e567" no 1.2e570
                 rows,
@@ -386,7 +421,13 @@ def render(result: BisectResult, axis: str, issue: str | None) -> str:
         )
         note = f" [{p.note}]" if p.note else ""
         lines.append(f"  {_short(p.candidate)}: {reasons or '(no reason line)'}{note}")
-    if result.found:
+    if result.ends_agree:
+        lines.append(
+            f"no change to find: --good {_short(result.last_good)} and --bad "
+            f"{_short(result.first_bad)} both give {result.good_class}, so nothing between "
+            f"them was probed (exit {ENDS_AGREE_EXIT}); pick ends with different outcomes"
+        )
+    elif result.found:
         lines += [f"first bad: {result.first_bad}", f"last good: {result.last_good}"]
     else:
         untested = ", ".join(_short(c) for c in result.unresolved)

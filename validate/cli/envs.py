@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[OneLineParser]) -> None:
     parser = subparsers.add_parser(
         "envs", help="list or prune cached environments", description=__doc__
     )
-    parser.add_argument(
+    parser.add_global_argument(  # also after the action: `envs list --cache-dir X`
         "--cache-dir",
         type=caller_path,
         metavar="DIR",

@@ -6,9 +6,10 @@ there are regressions or infra errors; 2 for bad input. Results whose GPU cases 
 of a GPU are NOT SIGNED OFF — no GPU, exit 0, or 1 with --require-gpu.
 
 On a terminal (stdout a TTY, no --out, no --format) it prints what fits the terminal's width: the
-per-cell table (one line per cell where the table is wider), its footnotes, one line per known
-issue, and the verdict once; the case x cell matrix goes to files only. Piped, stdout is the
-Markdown report and stderr the verdict.
+verdict line first, then the per-cell table (one line per cell where the table is wider), its
+footnotes, one line per known issue, and the lists the verdict rests on; the case x cell matrix
+goes to files only. Piped, stdout is the Markdown report (its verdict line under the title) and
+stderr the verdict.
 """
 
 from __future__ import annotations
@@ -74,16 +75,31 @@ def _select(runs: RunSet, args: argparse.Namespace) -> RunSet:
     return RunSet(runs=runs.runs, items=keep)
 
 
+def _suffix_format(out: str) -> Format | None:
+    """The format an --out file's suffix names (`.junit.xml` and `.xml`: junit), or None."""
+    for fmt, suffix in sorted(SUFFIXES.items(), key=lambda kv: -len(kv[1])):
+        if out.endswith(suffix) or (fmt == "junit" and out.endswith(".xml")):
+            return cast("Format", fmt)
+    return None
+
+
 def _format(args: argparse.Namespace) -> Format:
+    """--format, else the format --out's suffix names, else md. An --out whose suffix names
+    another format than --format, or (without --format) no format, is bad input."""
+    named = _suffix_format(str(args.out)) if args.out else None
+    if args.format and named not in (None, args.format):
+        msg = f"--out {args.out}: the suffix names {named}, not --format {args.format}"
+        raise ConfigError(msg)
     if args.format:
         return cast("Format", args.format)
-    if args.out:
-        for fmt, suffix in sorted(SUFFIXES.items(), key=lambda kv: -len(kv[1])):
-            if str(args.out).endswith(suffix) or (
-                fmt == "junit" and str(args.out).endswith(".xml")
-            ):
-                return cast("Format", fmt)
-    return "md"
+    if args.out and named is None:
+        known = ", ".join(sorted({*SUFFIXES.values(), ".xml"}))
+        msg = (
+            f"--out {args.out}: the suffix names no report format (known: {known}); "
+            "pass --format md|rst|json|junit|html"
+        )
+        raise ConfigError(msg)
+    return named or "md"
 
 
 def _handle(args: argparse.Namespace) -> int:
@@ -92,6 +108,7 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    fmt = _format(args)  # an --out suffix that contradicts it: bad input before anything is read
     if args.out:
         writable_file("--out", Path(args.out))
     if args.bug_reports:
@@ -125,21 +142,24 @@ def _report(args: argparse.Namespace) -> int:
     # a terminal gets what fits it (the per-cell summary, footnotes, known issues; the verdict
     # once, below); the wide case x cell matrix goes to files only (--out, `nox -s report`)
     width = shutil.get_terminal_size().columns
-    if out is None and not args.format and sys.stdout.isatty():
+    terminal = out is None and not args.format and sys.stdout.isatty()
+    if terminal:  # the verdict line first, then the table, then what the verdict rests on
         from validate.report.text import render_terminal
 
         sys.stdout.write(render_terminal(report, width))
     elif out is None:
-        sys.stdout.write(render(report, _format(args)))
+        sys.stdout.write(render(report, fmt))
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
-        write_report(report, _format(args), out)
+        write_report(report, fmt, out)
         log.info("wrote %s", out)
     if args.bug_reports:
         from validate.report.bugreport import write_bug_reports
 
         written = write_bug_reports(bug_report_items(report, baseline), Path(args.bug_reports))
         log.info("wrote %d bug report(s) to %s", len(written), args.bug_reports)
+    if terminal or args.quiet:  # the terminal's summary had it; --quiet: the exit code says it
+        return report.verdict.exit_code
     verdict = summary(report.verdict)
     if sys.stderr.isatty():
         from validate.report.text import fit
@@ -188,6 +208,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         type=caller_path,
         metavar="FILE",
         help="write here instead of stdout (on a terminal, stdout gets a summary that fits it)",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no verdict on stderr (the exit code still gives it): for a render to a file "
+        "beside others, as `nox -s report` makes, whose verdict is printed once",
     )
     parser.add_argument(
         "--baseline",

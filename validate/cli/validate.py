@@ -328,10 +328,14 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 def _show(outcome: RunOutcome) -> int:
-    """Print the run's cells, verdict and folder; its sign-off exit code."""
+    """Print the run's verdict, cells and folder (within a terminal's width); its sign-off exit
+    code."""
+    import shutil
+
     from validate.workflow import describe
 
-    print(describe(outcome))
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    print(describe(outcome, width))
     return outcome.exit_code
 
 

@@ -120,7 +120,13 @@ class BisectResult:
 
     @property
     def found(self) -> bool:
-        return not self.unresolved
+        return not self.unresolved and not self.ends_agree
+
+    @property
+    def ends_agree(self) -> bool:
+        """Both ends gave the same outcome class: the range holds no change to find (a finding,
+        not bad input; nothing between them was probed)."""
+        return self.good_class == self.bad_class
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,6 +138,7 @@ class BisectResult:
             "first_bad": self.first_bad,
             "unresolved": list(self.unresolved),
             "found": self.found,
+            "ends_agree": self.ends_agree,
         }
 
 
@@ -186,8 +193,9 @@ def bisect(
 ) -> BisectResult:
     """Bisect `candidates` (good end first, bad end last, in order between).
 
-    Both ends are probed first; ConfigError when they show the same outcome class or either is
-    untestable or flaky. Probes in `done` (a resumed bisect) are taken as they are, not re-run;
+    Both ends are probed first; ConfigError when either is untestable or flaky. Ends that show
+    the same outcome class are a result of their own (`ends_agree`): nothing between them is
+    probed. Probes in `done` (a resumed bisect) are taken as they are, not re-run;
     `record` is called with each new probe as soon as it is made.
     """
     if len(candidates) < 2 or candidates[0] == candidates[-1]:
@@ -216,12 +224,15 @@ def bisect(
     bad_runs = observe(bad)
     bad_class = _end_class(bad_runs, "--bad", bad)
     keep(bad, bad_runs, Verdict.BAD, "the bad end")
-    if good_class == bad_class:
-        msg = (
-            f"bisect: --good {good} and --bad {bad} both give {good_class}; nothing to bisect "
-            "(pick ends with different outcomes)"
+    if good_class == bad_class:  # a finding: the outcome does not change over the range
+        return BisectResult(
+            candidates=tuple(candidates),
+            probes=tuple(made),
+            good_class=good_class,
+            bad_class=bad_class,
+            last_good=good,
+            first_bad=bad,
         )
-        raise ConfigError(msg)
     lo, hi, tried = 0, len(candidates) - 1, set[int]()
     while (index := next_index(lo, hi, tried)) is not None:
         tried.add(index)

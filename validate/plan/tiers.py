@@ -182,12 +182,14 @@ def apply_tier(
 def select_tier(matrix: Matrix, plan: Plan, name: str) -> TierChoice:
     """The cells of tier `name` of `matrix` among `plan`'s planned cells.
 
-    An undeclared tier, or an `always` pattern that no planned cell matches (the rules or the
-    selectors pruned it), is a MatrixError located at the declaration."""
+    An undeclared tier is a MatrixError that names the --tier flag first; an `always` pattern
+    that no planned cell matches (the rules or the selectors pruned it) is one located at the
+    declaration."""
     tier = matrix.tiers.get(name)
     if tier is None:
         declared = ", ".join(sorted(matrix.tiers)) or "none"
-        msg = f"{matrix.tiers_where}: unknown tier {name!r} (declared: {declared})"
+        # the flag is what was wrong: named first, the matrix's [tiers] after it
+        msg = f"--tier {name}: no such tier in {matrix.tiers_where} (declared: {declared})"
         raise MatrixError(msg)
     planned = list(plan.planned)
     seeds = _seeds(tier, plan)

@@ -3,10 +3,11 @@ split into column groups when wide; each cell links its results into the drill-d
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from validate.report.html_parts import COLOURS, esc, rank
+from validate.report.html_parts import COLOURS, esc, marks, rank
 from validate.report.model import AXIS_TITLES, axis_label, result_key
 from validate.report.text import LEGEND
 
@@ -134,7 +135,7 @@ def fitted_grid(
                 tds += (
                     f'<td class="cell st-{cell.status}" tabindex="0" data-cell="{key}" '
                     f'data-label="{esc(label)}" style="background:{COLOURS[cell.status][0]}">'
-                    f"{esc(cell.text)}</td>"
+                    f"{marks(cell.text)}</td>"
                 )
             rows.append(f"<tr>{tds}</tr>")
         tables.append(
@@ -144,18 +145,27 @@ def fitted_grid(
     return f'<div id="grid">{"".join(tables)}</div>', cells, omitted
 
 
+#: `[s1] ⏱ slower: ...`: the mark an extra note (another section's, e.g. report/speed.py) defines.
+_NOTE_MARK: Final = re.compile(r"\[(\w+)\] ")
+
+
 def grid_notes(table: CompatTable) -> str:
-    """Colour legend, symbol legend and the footnotes, whole (the md table cuts them)."""
+    """Colour legend, symbol legend and the footnotes, whole (the md table cuts them), each
+    with the id (`note-1`, `note-s1`) that a mark in the grid refers to."""
     legend = "".join(
         f'<span class="sw" style="background:{colour}"></span>{esc(text)}'
         for colour, text in COLOURS.values()
     )
     plural = {True: "results", False: "result"}
     notes = "".join(
-        f"<li>[{n.index}] {esc(n.kind)}: {esc(n.full or n.reason)} "
+        f'<li id="note-{n.index}">[{n.index}] {esc(n.kind)}: {esc(n.full or n.reason)} '
         f"({n.count} {plural[n.count != 1]})</li>"
         for n in table.footnotes
     )
+    for extra in table.extra_notes:  # the speed section's [sN], defined here as in the md
+        found = _NOTE_MARK.match(extra)
+        ident = f' id="note-{esc(found[1])}"' if found else ""
+        notes += f"<li{ident}>{marks(extra)}</li>"
     return (
         f'<p class="legend">{legend}</p><p>{esc(LEGEND)}</p><ul class="notes">{notes}</ul>'
         '<div id="detail">Click a cell for its results.</div>'

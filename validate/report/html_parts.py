@@ -10,11 +10,12 @@ from validate.judge.signoff import passed_on_rerun
 from validate.model.outcome import policy
 from validate.report.case_matrix import test_file
 from validate.report.ki_table import KIState
+from validate.report.speed import SLOW_SYMBOL
 
 if TYPE_CHECKING:
     from validate.report.model import StoredResult
 
-__all__ = ["COLOURS", "CSS", "JS", "KI_COLOURS", "carried", "code", "esc", "rank"]
+__all__ = ["COLOURS", "CSS", "JS", "KI_COLOURS", "carried", "code", "esc", "marks", "rank"]
 
 
 COLOURS: Final = {
@@ -24,6 +25,8 @@ COLOURS: Final = {
     "known": ("#f9c513", "known issue reproduced (xfail)"),
     "xpass": ("#79b8ff", "xpass: known issue did not reproduce (fixed?)"),
     "pass": ("#34d058", "all ran cases passed"),
+    # amber, the no-GPU banner's hue: what passed is real, but GPU cases were not run
+    "unproven": ("#ffdf5d", "passed, but GPU cases skipped for want of a GPU: not proven"),
     "skip": ("#d1d5da", "only skipped"),
     "empty": ("#ffffff", "not run"),
 }
@@ -56,6 +59,7 @@ table.matrix{border-collapse:collapse;background:#fff}
 .matrix th,.matrix td{border:1px solid #959da5;padding:6px 8px;text-align:left;white-space:nowrap}
 .matrix th{background:#f1f3f5} td.cell{cursor:pointer} td.cell:focus,td.sel{outline:3px solid #0366d6}
 .scroll{max-width:100%;overflow-x:auto}
+svg.mark{vertical-align:-0.15em}
 .legend span.sw{display:inline-block;width:14px;height:14px;border:1px solid #959da5;margin:0 4px 0 12px;vertical-align:middle}
 ul.notes li{white-space:pre-wrap;overflow-wrap:anywhere} ul.tests li{overflow-wrap:anywhere}
 #detail{margin-top:12px;padding:8px 12px;border:1px solid #959da5;background:#fff;min-height:40px}
@@ -156,6 +160,26 @@ def rank(item: StoredResult) -> int:
 
 def esc(value: object) -> str:
     return html.escape(str(value))
+
+
+#: Marks that a stock browser's fonts lack (DejaVu, Liberation: Debian's Chromium drew ⏱ as an
+#: empty box), drawn as inline SVG in the text's colour instead; the text formats keep the glyph.
+_SVG_MARKS: Final = {
+    SLOW_SYMBOL: (
+        '<svg class="mark" viewBox="0 0 16 16" width="1em" height="1em" role="img" '
+        'aria-label="slower"><circle cx="8" cy="9.5" r="5.5" fill="none" stroke="currentColor" '
+        'stroke-width="1.6"/><path d="M8 9.5V6.5M6 2h4M8 2v2M12.6 4.4l1.2-1.2" fill="none" '
+        'stroke="currentColor" stroke-width="1.6" stroke-linecap="round"/></svg>'
+    ),
+}
+
+
+def marks(text: str) -> str:
+    """Escaped text whose marks no stock font draws are inline SVG (`_SVG_MARKS`)."""
+    out = html.escape(text)
+    for glyph, svg in _SVG_MARKS.items():
+        out = out.replace(glyph, svg)
+    return out
 
 
 def code(text: str) -> str:

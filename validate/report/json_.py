@@ -1,15 +1,18 @@
-"""JSON report, schema ``cudnn-matrix/report/v1`` (documented below; bump the suffix on any change).
+"""JSON report, schema ``cudnn-matrix/report/v2`` (documented below; bump the suffix on any change).
 
-Top-level object:
+v2 (from v1): a table cell's status may be ``unproven``; ``verdict`` is the first key.
 
-``schema``      "cudnn-matrix/report/v1"
+Top-level object (in this order, ``verdict`` first; its fields are listed further down):
+
+``schema``      "cudnn-matrix/report/v2"
 ``runs``        list of {run_id, path, meta} - the merged run folders, oldest first (meta = run.json)
 ``baseline_runs`` same shape, for ``--baseline`` (empty list when none)
 ``pivot``       {rows: [axis, ...], cols: [axis, ...]}; axes are cudnn, frontend, cuda, driver, arch, case
 ``table``       {headers: [str], rows: [{key: [str], cells: [cell]}]} where cell is
                 {text, status, counts: {outcome: n}, affected: [KI id], fixed: [{fixed_in, id}],
                 notes: [footnote index], results: [result key]}; status is one of
-                regression, error, flaky, known, xpass, pass, skip, empty
+                regression, error, flaky, known, xpass, pass, unproven (passes beside
+                cases skipped for want of a GPU), skip, empty
 ``footnotes``   list of {index, kind: skip|error, reason, count}
 ``case_matrix`` {common: [axis label], columns: [{cell_id, cell: {axis: value}, label}],
                 rows: [{case, cells: [null | entry]}]} (one entry per column, null: not run), entry =
@@ -70,7 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = ["REPORT_SCHEMA", "render_json", "report_dict", "write_json"]
 
-REPORT_SCHEMA: Final = "cudnn-matrix/report/v1"
+REPORT_SCHEMA: Final = "cudnn-matrix/report/v2"
 
 
 def _run(run: RunInfo) -> dict[str, Any]:
@@ -222,6 +225,7 @@ def _head(report: Report) -> dict[str, Any]:
         for row in table.row_keys
     ]
     return {
+        "verdict": _verdict(report.verdict),  # first: what a reader opening the file wants
         "schema": REPORT_SCHEMA,
         "runs": [_run(r) for r in report.runs.runs],
         "baseline_runs": [_run(r) for r in report.baseline_runs],
@@ -232,7 +236,6 @@ def _head(report: Report) -> dict[str, Any]:
             for n in table.footnotes
         ],
         "case_matrix": _case_matrix(report),
-        "verdict": _verdict(report.verdict),
         "known_issues": [_ki(row) for row in report.ki_table.rows],
         "speed": speed_dict(report),
         "known_issue_states": [

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 
 from validate._compat import assert_never
 from validate.judge.known_issues import result_pins
-from validate.judge.signoff import passed_on_rerun
+from validate.judge.signoff import passed_on_rerun, verdict_line
 from validate.judge.suggest import normal_arch
 from validate.model.axes import REGISTRY
 from validate.model.outcome import Outcome, policy
@@ -273,6 +273,16 @@ def render_junit(report: Report) -> str:
     return "".join(chunks)
 
 
+def _verdict_comment(report: Report) -> str:
+    """The verdict line as the document's first comment (no JUnit element holds it): escaped as
+    element text, without the characters XML cannot carry and without a `--`, which would end
+    the comment."""
+    line = _cdata(_clean(verdict_line(report.verdict))).replace("\n", " ")
+    while "--" in line:
+        line = line.replace("--", "- -")
+    return f"<!-- {line} -->\n"
+
+
 def write_junit(report: Report, write: Callable[[str], object]) -> None:
     """render_junit's text, in pieces, to `write` (e.g. a file's write)."""
     suites: dict[str, list[StoredResult]] = {}
@@ -308,6 +318,7 @@ def write_junit(report: Report, write: Callable[[str], object]) -> None:
     attrs = [("name", "cudnn-matrix"), *((k, str(v)) for k, v in totals.items())]
     attrs.append(("time", f"{total_time:.3f}"))
     write('<?xml version="1.0" encoding="UTF-8"?>\n')
+    write(_verdict_comment(report))
     if not body:
         write(_parent("testsuites", attrs, [], 0) + "\n")
         return

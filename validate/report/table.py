@@ -12,6 +12,7 @@ from validate.errors import ConfigError
 from validate.judge.known_issues import named_cases
 from validate.judge.signoff import passed_on_rerun
 from validate.model.outcome import POLICY, Outcome, Status, policy
+from validate.plan.requirements import SkipKind, skip_kind
 from validate.report.case_matrix import FLAKY_SYMBOL
 from validate.report.model import (
     AXIS_TITLES,
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CellStatus", "CompatTable", "Footnote", "Pivot", "TableCell", "build_table"]
 
-CellStatus = Literal["regression", "error", "flaky", "known", "xpass", "pass", "skip", "empty"]
+CellStatus = Literal[
+    "regression", "error", "flaky", "known", "xpass", "pass", "unproven", "skip", "empty"
+]
 #: A result's segment: its outcome's status, or "flaky" for a non-pass that passed on a re-run.
 Segment = Literal[Status, "flaky"]
 _MAX_REASON = 110
@@ -270,9 +273,14 @@ def _cell(
     ]
     segments.extend(f"fixed in {version} ({ki})" for version, ki in fixed)
     present = {*statuses, *(("known",) if affected_ids else ())}
+    status: CellStatus = next(s for s in _PRECEDENCE if s in present)
+    if status == "pass" and any(
+        policy(o).status == "skip" and skip_kind(reason) is SkipKind.NO_GPU for o, reason in reasons
+    ):  # passes beside cases skipped for want of a GPU: not proven, so not green
+        status = "unproven"
     return TableCell(
         counts=dict(sorted((str(k), n) for k, n in counts.items())),
-        status=next(s for s in _PRECEDENCE if s in present),
+        status=status,
         affected=affected_ids,
         fixed=fixed,
         notes=tuple(marks["error"] + marks["skip"]),
