@@ -56,6 +56,16 @@ __all__ = ["register"]
 log = logging.getLogger(__name__)
 
 
+def _as_shown(path: Path) -> Path:
+    """A run folder under the current folder as the path from it, as the user typed it: a report
+    reads in this process, and what it writes (committed tables, bug reports) names the folder
+    the way a reader of the checkout finds it, not by this machine's absolute path."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def _select(runs: RunSet, args: argparse.Namespace) -> RunSet:
     """Narrow merged results with the shared --cudnn/--frontend/... selectors, comparing values as
     the planner does (the registry's equality: --cuda 13 keeps cuda 13.0)."""
@@ -113,7 +123,7 @@ def _report(args: argparse.Namespace) -> int:
         writable_file("--out", Path(args.out))
     if args.bug_reports:
         writable_dir("--bug-reports", Path(args.bug_reports))
-    paths = [Path(p) for p in args.results or ()]
+    paths = [_as_shown(Path(p)) for p in args.results or ()]
     if not paths:
         newest = newest_run(Path(args.runs_dir))
         if newest is None:
@@ -124,7 +134,11 @@ def _report(args: argparse.Namespace) -> int:
             raise ConfigError(msg)
         paths = [newest]
     runs = _select(load_runs(paths, prefer=args.prefer), args)
-    baseline = load_runs([Path(p) for p in args.baseline], "--baseline") if args.baseline else None
+    baseline = (
+        load_runs([_as_shown(Path(p)) for p in args.baseline], "--baseline")
+        if args.baseline
+        else None
+    )
     out = Path(args.out) if args.out else None
     report = build_report(
         runs,
