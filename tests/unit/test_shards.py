@@ -95,7 +95,10 @@ def test_more_shards_than_units_leaves_empty_shards() -> None:
 
 
 def _validate(run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The run's environments in a cache beside its folder (the whole run's and the shards' one),
+    never the user's (issue #36: without --cache-dir this built two venvs in ~/.cache)."""
     argv = [sys.executable, "-m", "validate", "validate", *CELLS, "--cases", str(SCRIPTS)]
+    argv += ["--cache-dir", str(run_dir.parent / "cache")]
     for case in CASES:
         argv += ["--case", case]
     return subprocess.run(
