@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import nbformat
 import pytest
+from usercli import cli
 
 from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
@@ -62,20 +63,14 @@ def envs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("speed-envs")
 
 
-def _cli(
+def _speed(
     command: str, store: Path, wheelhouse: Path, envs: Path, *args: str, env: Mapping[str, str]
 ) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "validate", command, *CELL, "--backend-store", str(store)]
+    """`cudnn-matrix COMMAND` over the slowed case, started in the envs' folder."""
+    argv = [command, *CELL, "--backend-store", str(store)]
     argv += ["--wheelhouse", str(wheelhouse), "--no-backend-deps", "--cache-dir", str(envs)]
     argv += ["--cases", str(CASE), *args]
-    return subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-        env={**os.environ, **SPEED, **env},
-    )
+    return cli(*argv, cwd=envs, env={**os.environ, **SPEED, **env})
 
 
 def test_a_real_slowdown_is_confirmed_and_one_of_load_is_dropped(
@@ -85,7 +80,7 @@ def test_a_real_slowdown_is_confirmed_and_one_of_load_is_dropped(
     loaded.mkdir()
     (loaded / "9.13.0.50").touch()  # its first run in that cell (the main run's) is slowed once
     run = tmp_path / "run"
-    proc = _cli(
+    proc = _speed(
         "validate",
         store,
         wheelhouse,
@@ -155,7 +150,7 @@ def test_thresholds_are_honoured(store: Path, wheelhouse: Path, envs: Path, tmp_
     """5x slower by 1.2 s: no candidate under a 6x ratio, nor under a 2 s floor."""
     for flags in (("--slower-ratio", "6"), ("--slower-min-s", "2")):
         run = tmp_path / flags[0].strip("-")
-        proc = _cli(
+        proc = _speed(
             "validate",
             store,
             wheelhouse,
@@ -178,7 +173,7 @@ def test_bisect_finds_the_first_slow_release(
     store: Path, wheelhouse: Path, envs: Path, tmp_path: Path
 ) -> None:
     folder = tmp_path / "bisect"
-    proc = _cli(
+    proc = _speed(
         "bisect",
         store,
         wheelhouse,
