@@ -125,8 +125,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:  # n
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-@pytest.fixture(autouse=True)
-def _skip_without_uv(request: pytest.FixtureRequest) -> None:
-    """A test marked `uv` (it runs uv itself) skips where uv is not on PATH, with that reason."""
-    if request.node.get_closest_marker("uv") is not None and shutil.which("uv") is None:
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `uv` (it runs uv itself) skips where uv is not on PATH, with that reason;
+    before any of its fixtures is set up (a session fixture may build with uv)."""
+    if item.get_closest_marker("uv") is not None and shutil.which("uv") is None:
         pytest.skip("needs uv, which is not on PATH (python3 -m pip install uv)")
