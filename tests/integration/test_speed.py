@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from validate.execute.runner import RunOptions, run_cases
 from validate.model.results import ResultStore, load_results
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Mapping
 
 pytestmark = pytest.mark.slow
@@ -136,12 +136,7 @@ def test_a_real_slowdown_is_confirmed_and_one_of_load_is_dropped(
 
 
 def _report(run: Path, *args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "report", "--results", str(run), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = cli("report", "--results", str(run), *args, cwd=run.parent)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
