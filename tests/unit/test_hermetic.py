@@ -10,6 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from validate.env.builder import ImageBuilder
 from validate.env.venvs import cache_root
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -35,6 +36,15 @@ def test_the_tools_cache_is_the_sessions_whatever_the_shell_says() -> None:
     assert root.parent.name.startswith("cudnn-matrix-session-"), root
     assert root.parent.parent == Path(tempfile.gettempdir()), root
     assert os.environ["XDG_CACHE_HOME"].startswith(str(root.parent)), os.environ["XDG_CACHE_HOME"]
+
+
+def test_every_cache_default_of_the_tool_follows_its_cache_setting() -> None:
+    """The environments, the image build contexts and the image wheelhouse all live under the one
+    cache folder ($CUDNN_MATRIX_CACHE here): the docker path wrote its contexts into the user's
+    ~/.cache/cudnn-matrix whatever the setting said."""
+    builder = ImageBuilder(client=object())  # no daemon is asked: the client is never used
+    assert builder.cache_dir == cache_root().resolve()
+    assert builder.wheelhouse == (cache_root() / "wheelhouse").resolve()
 
 
 def test_a_session_that_writes_the_users_cache_fails(tmp_path: Path) -> None:
