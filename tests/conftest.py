@@ -1,4 +1,5 @@
-"""Shared fixtures: the real-wheel wheelhouse every install test reuses."""
+"""Shared fixtures: the real-wheel wheelhouse every install test reuses; the session's own cache
+and state folders, and the check that the user's ~/.cache/cudnn-matrix is left as it was."""
 
 from __future__ import annotations
 
@@ -21,12 +22,23 @@ if TYPE_CHECKING:
 #: and tests that crash on purpose): run by the tool under test, never collected here.
 collect_ignore = ["resources"]
 
-# Unsealed run keys (validate.model.results.RunKey) go to a folder of this test session, not the
-# user's ~/.local/state; subprocesses of the tests inherit it. It goes when the session ends: the
-# CI machine keeps /tmp from run to run.
-if "CUDNN_MATRIX_STATE_DIR" not in os.environ:
-    os.environ["CUDNN_MATRIX_STATE_DIR"] = _STATE = tempfile.mkdtemp(prefix="cudnn-matrix-state-")
-    atexit.register(shutil.rmtree, _STATE, True)
+#: This test session's own folder, gone when the session ends (the CI machine keeps /tmp from run
+#: to run). Subprocesses of the tests inherit the variables that point into it.
+SESSION = Path(tempfile.mkdtemp(prefix="cudnn-matrix-session-"))
+atexit.register(shutil.rmtree, SESSION, True)
+# Unsealed run keys (validate.model.results.RunKey) go here, not to the user's ~/.local/state.
+os.environ.setdefault("CUDNN_MATRIX_STATE_DIR", str(SESSION / "state"))
+# The tool's cache (envs/, durations.json) is the session's, never the user's ~/.cache/cudnn-matrix
+# (issue #36: a test without --cache-dir built two venvs there, and the fixtures' case names in its
+# durations.json set the order and minimum timeout of the user's real runs). Always this session's,
+# even where the caller's shell names a cache of its own: a test run must not write into it.
+os.environ["CUDNN_MATRIX_CACHE"] = str(SESSION / "cache")
+# Whatever else caches under XDG_CACHE_HOME (the tool's children: jupyter, ipykernel, pip where
+# PIP_CACHE_DIR is unset) writes into the session, not the user's ~/.cache.
+os.environ["XDG_CACHE_HOME"] = str(SESSION / "xdg-cache")
+#: The user's own cache folder of the tool, as the tool picks it with no setting: it must be the
+#: same at the end of the session as at its start (pytest_sessionfinish).
+USER_CACHE = Path.home() / ".cache" / "cudnn-matrix"
 
 _CACHE = Path(__file__).resolve().parents[1] / ".cache"
 #: Git-ignored, shared by the env, validate, repro and docker tests: each wheel downloads once.
@@ -36,6 +48,9 @@ WHEELHOUSE = _CACHE / "wheelhouse"
 # CI machine's disk was full). The tests' uv cache lives beside the wheelhouse and goes with the
 # clone; a developer's own runs still reuse it.
 os.environ.setdefault("UV_CACHE_DIR", str(_CACHE / "uv"))
+# pip's cache likewise (XDG_CACHE_HOME, above, is the session's: pip would download again in every
+# session): beside the wheelhouse, with the clone.
+os.environ.setdefault("PIP_CACHE_DIR", str(_CACHE / "pip"))
 _PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 #: glob -> `pip download` arguments. The backends are the smallest cu13 wheels on PyPI.
 _WANTED = {
@@ -70,3 +85,48 @@ def _drop_cli_log_handler() -> Iterator[None]:
         if handler.get_name() == "cudnn-matrix":
             logger.removeHandler(handler)
             logger.propagate = True
+
+
+def _snapshot(root: Path) -> dict[str, int]:
+    """Names and mtimes two levels deep (envs/<key>, wheelhouse/<wheel>, durations.json): an entry
+    added, removed or written there changes it, without a walk through every venv's files."""
+    if not root.exists():
+        return {}
+    seen = {".": root.stat().st_mtime_ns}
+    for top in root.iterdir():
+        seen[top.name] = top.lstat().st_mtime_ns
+        if top.is_dir() and not top.is_symlink():
+            for entry in top.iterdir():
+                seen[f"{top.name}/{entry.name}"] = entry.lstat().st_mtime_ns
+    return seen
+
+
+_USER_CACHE_AT_START = _snapshot(USER_CACHE)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:  # noqa: ARG001
+    """Fail the session if the user's ~/.cache/cudnn-matrix changed while it ran."""
+    now = _snapshot(USER_CACHE)
+    if now == _USER_CACHE_AT_START:
+        return
+    was = _USER_CACHE_AT_START
+    changed = sorted(k for k in was.keys() | now.keys() if was.get(k) != now.get(k))
+    shown = ", ".join(
+        f"{name} ({'added' if name not in was else 'removed' if name not in now else 'written'})"
+        for name in changed[:10]
+    )
+    more = f" and {len(changed) - 10} more" if len(changed) > 10 else ""
+    session.config.get_terminal_writer().line(
+        f"FAILED: the tests changed the user's cache {USER_CACHE}: {shown}{more} (a test ran the "
+        "tool without --cache-dir and without the session's CUDNN_MATRIX_CACHE; or the tool ran "
+        "in that folder beside the tests)",
+        red=True,
+    )
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `uv` (it runs uv itself) skips where uv is not on PATH, with that reason;
+    before any of its fixtures is set up (a session fixture may build with uv)."""
+    if item.get_closest_marker("uv") is not None and shutil.which("uv") is None:
+        pytest.skip("needs uv, which is not on PATH (python3 -m pip install uv)")

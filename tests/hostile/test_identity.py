@@ -3,23 +3,16 @@ one value (reported as duplicates); an empty selector value is an error, never a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
+
+if TYPE_CHECKING:
+    import subprocess
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
-
-
-def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-    )
 
 
 def _one_line_exit_2(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -39,7 +32,7 @@ def test_two_variants_with_one_name_are_refused_naming_both(tmp_path: Path) -> N
         '[[case]]\nname = "v"\nscript = "v.py"\nargs = ["bad"]\n\n'
         '[[case]]\nname = "v"\nscript = "v.py"\nargs = ["ok"]\n'
     )
-    proc = _cli("run", str(folder), "--results", str(tmp_path / "run"))
+    proc = cli("run", str(folder), "--results", str(tmp_path / "run"), cwd=tmp_path)
     manifest = folder / "cases.toml"
     _one_line_exit_2(proc, "'v'", f"{manifest}:1 (case[0])", f"{manifest}:6 (case[1])")
     assert not (tmp_path / "run" / "results.jsonl").exists()
@@ -51,7 +44,7 @@ def test_a_variant_and_a_file_with_one_name_are_refused(tmp_path: Path) -> None:
     (folder / "v.py").write_text("print('VERDICT pass')\n")
     (folder / "other.py").write_text("print('VERDICT pass')\n")
     (folder / "cases.toml").write_text('[[case]]\nname = "other.py"\nscript = "v.py"\n')
-    proc = _cli("run", str(folder), "--results", str(tmp_path / "run"))
+    proc = cli("run", str(folder), "--results", str(tmp_path / "run"), cwd=tmp_path)
     _one_line_exit_2(proc, "'other.py'", str(folder / "other.py"), "case[0]")
 
 
@@ -60,7 +53,14 @@ def test_the_same_case_named_in_two_cases_flags_is_refused(tmp_path: Path) -> No
     for folder in (a, b):
         folder.mkdir()
         (folder / "same.py").write_text("print('VERDICT pass')\n")
-    proc = _cli("run", str(a / "same.py"), str(b / "same.py"), "--results", str(tmp_path / "r"))
+    proc = cli(
+        "run",
+        str(a / "same.py"),
+        str(b / "same.py"),
+        "--results",
+        str(tmp_path / "r"),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr  # different files: named by their relative paths
 
 
@@ -68,8 +68,10 @@ def test_the_same_case_named_in_two_cases_flags_is_refused(tmp_path: Path) -> No
     ("flag", "value"),
     [("--cudnn", ""), ("--frontend", " "), ("--cuda", ","), ("--arch", "sm90,"), ("--driver", "")],
 )
-def test_an_empty_selector_value_is_an_error_naming_the_flag(flag: str, value: str) -> None:
-    proc = _cli("plan", "--cudnn", "9.24.0.43", f"{flag}={value}")
+def test_an_empty_selector_value_is_an_error_naming_the_flag(
+    flag: str, value: str, tmp_path: Path
+) -> None:
+    proc = cli("plan", "--cudnn", "9.24.0.43", f"{flag}={value}", cwd=tmp_path)
     _one_line_exit_2(proc, flag, "empty")
 
 
@@ -94,5 +96,5 @@ def test_equivalent_matrix_values_are_reported_as_duplicates(
     axes[axis] = values
     matrix = tmp_path / "m.toml"
     matrix.write_text("[axes]\n" + "".join(f"{k} = {v}\n" for k, v in axes.items()))
-    proc = _cli("plan", "--matrix", str(matrix))
+    proc = cli("plan", "--matrix", str(matrix), cwd=tmp_path)
     _one_line_exit_2(proc, f"{matrix}:", "duplicate", axis)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from usercli import cli
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 
@@ -29,11 +28,10 @@ def test_bad_number_is_one_line_exit_2(
     tmp_path: Path, prefix: tuple[str, ...], flag: str, value: str
 ) -> None:
     results = ["--results", str(tmp_path / "run")] if prefix[0] in ("run", "validate") else []
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", *prefix, *results, f"{flag}={value}"],
-        capture_output=True,
-        text=True,
-        check=False,
+    proc = cli(
+        *prefix,
+        *results,
+        f"{flag}={value}",
         cwd=tmp_path,
         env={"CUDNN_MATRIX_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"},
     )

@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from usercli import cli
 
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, RunKey, read_results
 
 HOSTILE = Path(__file__).resolve().parents[1] / "resources" / "hostile"
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args], capture_output=True, text=True, check=False
-    )
 
 
 def _stored(run: Path) -> dict[str, str]:
@@ -37,14 +30,16 @@ def test_a_line_a_case_appends_is_detected_and_never_counted(tmp_path: Path) -> 
     shutil.copy(HOSTILE / "victim.py", cases / "a_victim.py")
     shutil.copy(HOSTILE / "forger.py", cases / "z_forger.py")  # runs second: the store exists
     run = tmp_path / "run"
-    ran = _cli("run", str(cases), "--jobs", "1", "--results", str(run), "--no-api-logs")
+    ran = cli(
+        "run", str(cases), "--jobs", "1", "--results", str(run), "--no-api-logs", cwd=tmp_path
+    )
     assert ran.returncode == 1, ran.stderr
     lines = (run / "results.jsonl").read_text().splitlines()
     assert len(lines) == 5  # the forger's three lines (one torn) and the tool's two
     assert _stored(run) == {"a_victim.py": "fail", "z_forger.py": "fail"}  # no forged pass
     assert (run / "results.key").is_file()  # sealed at the end of the run
 
-    report = _cli("report", "--results", str(run), "--format", "json")
+    report = cli("report", "--results", str(run), "--format", "json", cwd=tmp_path)
     assert report.returncode == 1  # two failures: not signed off, whatever the forger wrote
     body = json.loads(report.stdout)
     counted = {(r["case"], r["outcome"]) for r in body["results"]}
@@ -97,14 +92,14 @@ def test_resume_reruns_the_cases_of_unreadable_lines(tmp_path: Path) -> None:
     for name in ("a_pass.py", "b_pass.py"):
         shutil.copy(SCRIPTS / "pass_script.py", cases / name)
     run = tmp_path / "run"
-    first = _cli("run", str(cases), "--results", str(run), "--no-api-logs")
+    first = cli("run", str(cases), "--results", str(run), "--no-api-logs", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     file = run / "results.jsonl"
     lines = file.read_bytes().splitlines()
     b_line = next(i for i, line in enumerate(lines) if b"b_pass.py" in line)
     lines[b_line] = lines[b_line].replace(b'"outcome":"pass"', b'"outcome":7')  # mistyped
     file.write_bytes(b"\n".join(lines) + b"\n")
-    again = _cli("run", str(cases), "--results", str(run), "--resume", "--json")
+    again = cli("run", str(cases), "--results", str(run), "--resume", "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert _stored(run) == {"a_pass.py": "pass", "b_pass.py": "pass"}
     read = read_results(file)
@@ -123,7 +118,7 @@ def test_a_run_written_by_a_newer_schema_is_refused_in_one_line(tmp_path: Path) 
     future["mac"] = RunKey.for_run(run).sign(future)
     with store.path.open("a") as fh:
         fh.write(json.dumps(future) + "\n")
-    report = _cli("report", "--results", str(run))
+    report = cli("report", "--results", str(run), cwd=tmp_path)
     assert report.returncode == 2
     assert report.stderr.count("\n") == 1, report.stderr
     assert "newer cudnn-matrix (results schema 99" in report.stderr

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from usercli import cli
 
 from validate.model.results import read_results
 
@@ -30,18 +31,6 @@ def _env(**extra: str) -> dict[str, str]:
     """The test's environment with the checkout importable from any working directory."""
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT), **extra}
-
-
-def _cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        env=_env(**env),
-        timeout=300,
-    )
 
 
 def _files(folder: Path) -> list[Path]:
@@ -83,7 +72,7 @@ def test_a_bad_input_file_is_one_line_exit_2_and_writes_nothing(
     argv, named = _bad_input(tmp_path, which)
     run = tmp_path / "run"
     given = ["--results", str(run)] if results == "given" else []
-    done = _cli("validate", *CELL, *argv, *given, cwd=work)
+    done = cli("validate", *CELL, *argv, *given, cwd=work, env=_env())
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr  # no run line, no slots line: only the error
@@ -149,7 +138,7 @@ def test_a_run_folder_is_locked_while_its_run_is_open(tmp_path: Path) -> None:
         try:
             assert holder.stdout is not None
             assert holder.stdout.readline() == "open\n"
-            refused = _cli(*argv, str(SCRIPTS / "pass_script.py"), cwd=tmp_path)
+            refused = cli(*argv, str(SCRIPTS / "pass_script.py"), cwd=tmp_path, env=_env())
             assert refused.returncode == 2, refused.stderr
             lines = refused.stderr.strip().splitlines()
             assert len(lines) == 1, refused.stderr
@@ -157,7 +146,7 @@ def test_a_run_folder_is_locked_while_its_run_is_open(tmp_path: Path) -> None:
             assert not (folder / "results.jsonl").exists()
         finally:
             holder.kill()  # SIGKILL: no close(), no cleanup of its own
-    done = _cli(*argv, "--resume", str(SCRIPTS / "pass_script.py"), cwd=tmp_path)
+    done = cli(*argv, "--resume", str(SCRIPTS / "pass_script.py"), cwd=tmp_path, env=_env())
     assert done.returncode == 0, done.stderr
     assert [r.case for r in read_results(folder / "results.jsonl").results] == ["pass_script.py"]
 
@@ -186,7 +175,9 @@ def test_secret_environment_values_reach_no_file_of_the_run(
 ) -> None:
     run = tmp_path / "run"
     env = {**_SECRETS, "CUDNN_MATRIX_FORK_SERVER": fork}
-    done = _cli("run", str(RESOURCES / case), "--results", str(run), "--json", cwd=tmp_path, **env)
+    done = cli(
+        "run", str(RESOURCES / case), "--results", str(run), "--json", cwd=tmp_path, env=_env(**env)
+    )
     assert done.returncode == 0, done.stderr
     (result,) = read_results(run / "results.jsonl").results
     assert result.env["env"]["CUDA_REPO_URL"].endswith("@repo.example.com/cuda/")  # captured

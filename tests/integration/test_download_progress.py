@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from test_pip_floor import REPO, _fetch_pip, _tool_python
+from test_pip_floor import REPO, _tool_python
+from usercli import fetch_pip
 
 from validate.env.venvs import TOOLING
 
@@ -159,12 +160,10 @@ def _mid_download(lines: list[str]) -> list[str]:
     return [ln for ln in lines if (m := MID_DOWNLOAD.search(ln)) and 0 < int(m[3]) < 100]
 
 
-@pytest.mark.parametrize("installer", ["uv", "pip"])
+@pytest.mark.parametrize("installer", [pytest.param("uv", marks=pytest.mark.uv), "pip"])
 def test_a_download_shows_bytes_and_percent_as_it_runs(
     installer: str, index: str, tmp_path: Path
 ) -> None:
-    if installer == "uv" and subprocess.run(["uv", "--version"], check=False).returncode:
-        pytest.skip("uv is not on PATH")
     lines = _build(sys.executable, installer, index, tmp_path)
     assert _mid_download(lines), "\n".join(lines)
 
@@ -173,7 +172,7 @@ def test_the_floor_pip_shows_bytes_and_percent_too(
     wheelhouse: Path, index: str, tmp_path: Path
 ) -> None:
     """pip 23.1 has no `--progress-bar raw`: the bytes come from the file it downloads into."""
-    python = _tool_python(tmp_path / "tool", _fetch_pip(wheelhouse, "23.1"))
+    python = _tool_python(tmp_path / "tool", fetch_pip(wheelhouse, "23.1"))
     version = subprocess.run(
         [python, "-m", "pip", "--version"], capture_output=True, text=True, check=True
     )

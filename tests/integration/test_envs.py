@@ -88,6 +88,7 @@ def _in_env(handle: ExecTarget, code: str) -> str:
     return proc.stdout.strip()
 
 
+@pytest.mark.uv  # builds with uv itself
 def test_wheel_files_offline_load_the_pinned_backend(wheel_env: ExecTarget) -> None:
     assert not wheel_env.reused
     assert wheel_env.expected_backend == "9.12.0"
@@ -103,6 +104,7 @@ def test_wheel_files_offline_load_the_pinned_backend(wheel_env: ExecTarget) -> N
     assert manifest["size_bytes"] > 300_000_000
 
 
+@pytest.mark.uv  # builds with uv itself
 def test_env_is_reused(wheel_env: ExecTarget, wheel_spec: EnvSpec, cache: Path) -> None:
     start = time.monotonic()
     again = ensure_env(wheel_spec, cache, installer="uv")
@@ -113,6 +115,7 @@ def test_env_is_reused(wheel_env: ExecTarget, wheel_spec: EnvSpec, cache: Path) 
     print(f"reused in {elapsed:.3f}s")
 
 
+@pytest.mark.uv  # builds with uv itself
 def test_dishonoured_pin_is_detected(wheel_env: ExecTarget, other_libdir: Path) -> None:
     """Another backend first on LD_LIBRARY_PATH wins over the pin: the probe shows it."""
     hijacked = dataclasses.replace(wheel_env, env={"LD_LIBRARY_PATH": str(other_libdir / "lib")})
@@ -171,7 +174,7 @@ def test_pip_installer_builds_the_same_env(
     assert head == f"#!{handle.python}"  # shebangs point at the final folder, not the build one
 
 
-@pytest.mark.parametrize("installer", ["uv", "pip"])
+@pytest.mark.parametrize("installer", [pytest.param("uv", marks=pytest.mark.uv), "pip"])
 def test_an_env_build_logs_what_it_does_without_commands_or_scripts(
     wheel_spec: EnvSpec,
     wheelhouse: Path,
@@ -238,6 +241,7 @@ def test_envs_list_and_prune(
     assert not handle.python.exists()
 
 
+@pytest.mark.uv  # builds with uv itself
 def test_layered_on_a_base_env(wheelhouse: Path, wheel_spec: EnvSpec, tmp_path: Path) -> None:
     """Base python given: its packages are visible (like an NGC container's), the backend pin wins."""
     base = tmp_path / "base"

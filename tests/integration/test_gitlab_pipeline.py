@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from usercli import cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.gitlab]
 
@@ -44,17 +45,6 @@ def engine() -> str:
     return path
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-
-
 def _project(tmp_path: Path, name: str, job_args: str) -> Path:
     """A git checkout holding the matrix, the runners and the emitted child.yml."""
     project = tmp_path / name
@@ -64,7 +54,7 @@ def _project(tmp_path: Path, name: str, job_args: str) -> Path:
     emit = ["plan", "--matrix", "matrix.toml", "--runners", "runners.toml", "--emit", "gitlab"]
     tool = f"{sys.executable} -m validate"
     emit += ["--shards", "2", "--tool", tool, "--job-args", job_args, "--out", "child.yml"]
-    proc = _cli(*emit, cwd=project)
+    proc = cli(*emit, cwd=project)
     assert proc.returncode == 0, proc.stderr
     git = ["git", "-C", str(project)]
     subprocess.run([*git, "init", "-q"], check=True)
@@ -95,7 +85,7 @@ def _merged(project: Path, out: Path) -> int:
     runs = sorted(p for p in (project / "runs").iterdir() if p.is_dir())
     assert len(runs) == 4  # one run folder per validate job
     args = [arg for run in runs for arg in ("--results", str(run))]
-    return _cli("report", *args, "--format", "json", "--out", str(out), cwd=project).returncode
+    return cli("report", *args, "--format", "json", "--out", str(out), cwd=project).returncode
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +99,7 @@ def test_child_pipeline_merges_to_the_single_process_run(
 ) -> None:
     project = _project(tmp_path, "pass", env_args)
     # one process over the same matrix (it also builds the environments the jobs then reuse)
-    whole = _cli(
+    whole = cli(
         "validate",
         "--matrix",
         "matrix.toml",
@@ -129,7 +119,7 @@ def test_child_pipeline_merges_to_the_single_process_run(
 
     merged, single = tmp_path / "merged.json", tmp_path / "single.json"
     assert _merged(project, merged) == 0
-    rc = _cli(
+    rc = cli(
         "report",
         "--results",
         str(tmp_path / "whole"),

@@ -18,6 +18,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from usercli import fetch_pip
 
 pytestmark = pytest.mark.slow
 
@@ -52,16 +53,6 @@ print(json.dumps({
 """
 
 
-def _fetch_pip(wheelhouse: Path, version: str) -> Path:
-    """pip's own wheel of that version, downloaded once into the shared wheelhouse."""
-    found = sorted(wheelhouse.glob(f"pip-{version}-*.whl"))
-    if not found:
-        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:"]
-        subprocess.run([*argv, "--no-deps", "-d", str(wheelhouse), f"pip=={version}"], check=True)
-        found = sorted(wheelhouse.glob(f"pip-{version}-*.whl"))
-    return found[0]
-
-
 def _tool_python(root: Path, pip_wheel: Path) -> Path:
     """A venv that runs this checkout's tool with `pip_wheel` as its pip."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
@@ -82,7 +73,7 @@ def _tool_python(root: Path, pip_wheel: Path) -> Path:
 def test_an_old_pip_builds_environments_and_fetches_wheels(
     pip: str, wheelhouse: Path, tmp_path: Path
 ) -> None:
-    python = _tool_python(tmp_path / "tool", _fetch_pip(wheelhouse, pip))
+    python = _tool_python(tmp_path / "tool", fetch_pip(wheelhouse, pip))
     frontend = min(wheelhouse.glob(f"nvidia_cudnn_frontend-{FRONTEND}-{_PY}-*.whl"))
     flit = min(wheelhouse.glob("flit_core-*.whl")).name
     env = {

@@ -66,3 +66,24 @@ def test_every_readme_command_works_after_the_setup(tmp_path: Path) -> None:
             check=False,
         )
         assert proc.returncode == 0, f"`nox -s cli -- {command} --help`: {proc.stderr}"
+
+
+def test_ci_runs_the_readmes_test_command_and_the_users_path() -> None:
+    """.ci/run runs the README's test command as written, and before it the user's path: the built
+    wheel installed, not editable, with pyproject's floor pip, the main job from outside the clone."""
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    [readme_tests] = [
+        line.split("&&")[-1].strip() for line in _shell_lines() if line.endswith("lint tests")
+    ]
+    assert readme_tests in ci, f"`.ci/run` does not run `{readme_tests}` as a line of its own"
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    [floor] = re.findall(r'"pip>=([\d.]+)"', pyproject)
+    assert any(f'-m pip install --quiet "pip=={floor}"' in line for line in ci), floor
+    assert any('/bin/pip" install --quiet' in line and ".whl" in line for line in ci)
+    assert not any(re.search(r"pip install.* -e ", line) for line in ci)  # never editable
+    main_job = next(i for i, line in enumerate(ci) if 'cudnn-matrix" validate --cudnn' in line)
+    assert ci[main_job].split('" ', 1)[1] == (
+        "validate --cudnn 9.24.0.43 --frontend 1.27.0 --cuda 13.0 --arch sm90"
+    ), ci[main_job]
+    assert any(line.strip().startswith('cd "$user_dir') for line in ci[:main_job])
+    assert main_job < ci.index(readme_tests)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import nbformat
 import pytest
+from usercli import cli
 
 from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
@@ -26,6 +26,7 @@ from validate.execute.runner import RunOptions, run_cases
 from validate.model.results import ResultStore, load_results
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Mapping
 
 pytestmark = pytest.mark.slow
@@ -62,20 +63,14 @@ def envs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("speed-envs")
 
 
-def _cli(
+def _speed(
     command: str, store: Path, wheelhouse: Path, envs: Path, *args: str, env: Mapping[str, str]
 ) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "validate", command, *CELL, "--backend-store", str(store)]
+    """`cudnn-matrix COMMAND` over the slowed case, started in the envs' folder."""
+    argv = [command, *CELL, "--backend-store", str(store)]
     argv += ["--wheelhouse", str(wheelhouse), "--no-backend-deps", "--cache-dir", str(envs)]
     argv += ["--cases", str(CASE), *args]
-    return subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-        env={**os.environ, **SPEED, **env},
-    )
+    return cli(*argv, cwd=envs, env={**os.environ, **SPEED, **env})
 
 
 def test_a_real_slowdown_is_confirmed_and_one_of_load_is_dropped(
@@ -85,7 +80,7 @@ def test_a_real_slowdown_is_confirmed_and_one_of_load_is_dropped(
     loaded.mkdir()
     (loaded / "9.13.0.50").touch()  # its first run in that cell (the main run's) is slowed once
     run = tmp_path / "run"
-    proc = _cli(
+    proc = _speed(
         "validate",
         store,
         wheelhouse,
@@ -141,12 +136,7 @@ def test_a_real_slowdown_is_confirmed_and_one_of_load_is_dropped(
 
 
 def _report(run: Path, *args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "report", "--results", str(run), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = cli("report", "--results", str(run), *args, cwd=run.parent)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -155,7 +145,7 @@ def test_thresholds_are_honoured(store: Path, wheelhouse: Path, envs: Path, tmp_
     """5x slower by 1.2 s: no candidate under a 6x ratio, nor under a 2 s floor."""
     for flags in (("--slower-ratio", "6"), ("--slower-min-s", "2")):
         run = tmp_path / flags[0].strip("-")
-        proc = _cli(
+        proc = _speed(
             "validate",
             store,
             wheelhouse,
@@ -178,7 +168,7 @@ def test_bisect_finds_the_first_slow_release(
     store: Path, wheelhouse: Path, envs: Path, tmp_path: Path
 ) -> None:
     folder = tmp_path / "bisect"
-    proc = _cli(
+    proc = _speed(
         "bisect",
         store,
         wheelhouse,

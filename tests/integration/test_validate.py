@@ -170,6 +170,7 @@ def _lines(run_dir: Path) -> list[str]:
     return (run_dir / "results.jsonl").read_text().splitlines()
 
 
+@pytest.mark.uv  # builds with uv itself
 def test_dishonoured_pin_is_an_error(wheelhouse: Path, tmp_path: Path) -> None:
     """--env current over an interpreter holding backend 9.13 while the cell pins 9.12."""
     base = _base_venv(wheelhouse, tmp_path / "base")
@@ -199,6 +200,7 @@ def test_dishonoured_pin_is_an_error(wheelhouse: Path, tmp_path: Path) -> None:
     assert "9.12" in str(result["reason"])
 
 
+@pytest.mark.uv  # builds with uv itself
 def test_an_arch_no_rule_covers_is_one_warning_and_the_run_goes_on(
     wheelhouse: Path, tmp_path: Path
 ) -> None:
@@ -221,6 +223,7 @@ def test_an_arch_no_rule_covers_is_one_warning_and_the_run_goes_on(
     assert cell["arch"] == "sm89"
 
 
+@pytest.mark.uv  # builds with uv itself
 def test_the_progress_has_no_eta_on_a_cold_start_and_one_with_a_history(
     wheelhouse: Path, tmp_path: Path
 ) -> None:
@@ -348,6 +351,7 @@ def test_backend_store_gives_each_cell_its_version_and_a_missing_one_is_an_error
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.uv  # builds with uv itself
 def test_backend_store_with_env_current_binds_the_store_copy(
     wheelhouse: Path, backend_store: Path, tmp_path: Path
 ) -> None:
@@ -397,6 +401,7 @@ def test_a_bad_backend_store_is_one_line_exit_2(
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.uv  # builds with uv itself
 def test_ctrl_c_stores_no_result_for_the_cut_case_and_the_last_line_says_so(
     wheelhouse: Path, tmp_path: Path
 ) -> None:

@@ -39,6 +39,7 @@ def _tool(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.uv  # builds with uv itself
 def test_validate_tier_runs_exactly_the_tier_and_records_the_left_out(
     wheelhouse: Path, tmp_path: Path
 ) -> None:

@@ -210,7 +210,7 @@ def test_selector_parse_errors_name_the_python_flag() -> None:
         Selectors.from_args(ns)
 
 
-@pytest.mark.parametrize("installer", ["uv", "pip"])
+@pytest.mark.parametrize("installer", [pytest.param("uv", marks=pytest.mark.uv), "pip"])
 def test_a_python_this_host_lacks_is_one_line_before_anything_is_installed(
     installer: Literal["uv", "pip"], tmp_path: Path
 ) -> None:

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    import subprocess
 
+REPO = Path(__file__).resolve().parents[2]
 CELL = ["--cuda", "13.0", "--driver", "580", "--arch", "sm90"]
 
 
 def main(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "validate", *argv]
-    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+    return cli(*argv, cwd=REPO, timeout=120)
 
 
 def _wheelhouse(tmp_path: Path) -> Path:

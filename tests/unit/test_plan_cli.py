@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
+
+if TYPE_CHECKING:
+    import subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 MATRICES = REPO / "tests" / "resources" / "matrices"
@@ -15,14 +18,7 @@ JSON_KEYS = ["id", "cudnn", "frontend", "cuda", "driver", "arch", "status", "rea
 
 
 def _plan(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", "plan", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return cli("plan", *args, cwd=REPO, timeout=60)
 
 
 def test_json_lists_planned_and_pruned_cells_with_reasons() -> None:

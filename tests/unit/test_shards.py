@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
 
 from validate.cli import main
 from validate.plan.shard import ShardSpec, assign, expected, lpt_bound
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
@@ -49,13 +49,7 @@ CASES = ["pass_script.py", "fail_exit1.py", "slow_pass.py", "exit3.py"]
     ],
 )
 def test_bad_shard_is_one_line_exit_2(text: str, shown: str, tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "validate", "--shard", text, "--results", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    proc = cli("validate", "--shard", text, "--results", str(tmp_path), cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "argument --shard" in proc.stderr
@@ -95,16 +89,13 @@ def test_more_shards_than_units_leaves_empty_shards() -> None:
 
 
 def _validate(run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "validate", "validate", *CELLS, "--cases", str(SCRIPTS)]
+    """The run's environments in a cache beside its folder (the whole run's and the shards' one),
+    never the user's (issue #36: without --cache-dir this built two venvs in ~/.cache)."""
+    argv = ["validate", *CELLS, "--cases", str(SCRIPTS)]
+    argv += ["--cache-dir", str(run_dir.parent / "cache")]
     for case in CASES:
         argv += ["--case", case]
-    return subprocess.run(
-        [*argv, "--results", str(run_dir), *extra],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    return cli(*argv, "--results", str(run_dir), *extra, cwd=run_dir.parent, timeout=300)
 
 
 def _outcomes(run_dir: Path) -> dict[tuple[str, str], str]:

@@ -7,17 +7,20 @@ import itertools
 import json
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
 
 from validate.config import Selectors
 from validate.errors import MatrixError
 from validate.model.matrix import load_matrix
 from validate.plan.rules import load_rules, plan_cells
 from validate.plan.tiers import choose_pairs, select_tier
+
+if TYPE_CHECKING:
+    import subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 AXES5 = ("cudnn", "frontend", "cuda", "driver", "arch")
@@ -89,16 +92,7 @@ def test_default_pr_tier_covers_every_pair_of_the_planned_cells_and_always() -> 
 
 
 def _plan_cli(*args: str, seed: str = "0") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONHASHSEED": seed}
-    return subprocess.run(
-        [sys.executable, "-m", "validate", "plan", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
+    return cli("plan", *args, cwd=REPO, env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60)
 
 
 def test_plan_tier_is_the_same_under_any_hash_seed_and_prints_coverage() -> None:

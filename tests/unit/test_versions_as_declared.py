@@ -4,11 +4,10 @@ flag's error example is a value of that flag."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from usercli import cli
 
 from validate.cli import main
 from validate.cli.bisect import render
@@ -54,14 +53,7 @@ def test_a_bad_version_names_the_example_its_flag_shows_in_help(name: str) -> No
 
 
 def test_frontend_latest_is_refused_with_a_frontend_example() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "plan", "--frontend", "latest"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = cli("plan", "--frontend", "latest", cwd=REPO, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "cudnn-matrix: error: --frontend: invalid version 'latest' (expected PEP 440, e.g. 1.27.0)"

@@ -27,6 +27,7 @@ from validate.env.images import (
     spec_for,
 )
 from validate.env.progress import Activity, activity
+from validate.env.venvs import cache_root
 from validate.env.wheelhouse import Wheelhouse, default_wheelhouse, link
 from validate.errors import ImageBuildError
 
@@ -118,7 +119,7 @@ class ImageBuilder(DaemonImages):
         # cache cannot serve them, whatever an earlier, interrupted run left there); "" = normal.
         self.cache_epoch = cache_epoch
         self.wheelhouse = self.wheels.root
-        self.cache_dir = (cache_dir or Path.home() / ".cache" / "cudnn-matrix").resolve()
+        self.cache_dir = cache_root(cache_dir).resolve()  # build contexts: <cache>/contexts
         self.network = network  # build-time network: None = daemon default, "none" = offline
 
     # -- wheelhouse -------------------------------------------------------------------------

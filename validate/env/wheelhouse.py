@@ -14,6 +14,7 @@ from validate.env.pipcli import pip_version, progress_args, raw_progress
 from validate.env.progress import activity, pip_line
 from validate.env.sources import backend_package
 from validate.env.streamed import run_streamed
+from validate.env.venvs import cache_root
 from validate.errors import ConfigError, EnvBuildError
 
 if TYPE_CHECKING:
@@ -28,8 +29,9 @@ _MANYLINUX: Final = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(17, 4
 
 
 def default_wheelhouse() -> Path:
-    """~/.cache/cudnn-matrix/wheelhouse: wheels fetched once per host, reused by every build."""
-    return Path.home() / ".cache" / "cudnn-matrix" / "wheelhouse"
+    """<cache>/wheelhouse ($CUDNN_MATRIX_CACHE, else ~/.cache/cudnn-matrix): wheels fetched once
+    per host, reused by every build."""
+    return cache_root() / "wheelhouse"
 
 
 def link(src: Path, dest: Path) -> None:

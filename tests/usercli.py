@@ -1,0 +1,56 @@
+"""The one way the tests run the tool as a user does: its console script, in a folder the test
+names, with the environment the test gives (issue #36: each test file had its own `_cli`).
+
+`cli()` runs the `cudnn-matrix` script installed beside the interpreter running the tests (what
+`pip install` put there: the tool a user types), or `python -m validate` where that interpreter
+has no such script. A test that must run another installation (a wheel in a venv of its own)
+passes that installation's script as `tool`. `cwd` has no default: where a command starts is part
+of what a test says, and the checkout is the one folder a user never starts from.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = ["cli", "fetch_pip", "installed_tool"]
+
+
+def installed_tool() -> list[str]:
+    """argv that starts the tool installed for this interpreter."""
+    script = Path(sys.executable).parent / "cudnn-matrix"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "validate"]
+
+
+def cli(
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    tool: Sequence[str] | None = None,
+    timeout: float | None = 600,
+) -> subprocess.CompletedProcess[str]:
+    """`cudnn-matrix ARGS` started in `cwd`; `env` is the whole environment (None: this one's)."""
+    return subprocess.run(
+        [*(tool or installed_tool()), *args],
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+
+
+def fetch_pip(wheelhouse: Path, version: str) -> Path:
+    """pip's own wheel of that version (a user's old pip), downloaded once into the wheelhouse."""
+    found = sorted(wheelhouse.glob(f"pip-{version}-*.whl"))
+    if not found:
+        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:"]
+        subprocess.run([*argv, "--no-deps", "-d", str(wheelhouse), f"pip=={version}"], check=True)
+        found = sorted(wheelhouse.glob(f"pip-{version}-*.whl"))
+    return found[0]
