@@ -19,7 +19,14 @@ if TYPE_CHECKING:
     from validate.model.results import CaseResult
     from validate.report.model import StoredResult
 
-__all__ = ["bug_report", "reproduce_command", "write_bug_reports"]
+__all__ = [
+    "bug_report",
+    "environment_rows",
+    "fence",
+    "file_slug",
+    "reproduce_command",
+    "write_bug_reports",
+]
 
 _LOG_LINES = 40
 #: Environment facts as the runner may name them; the first key present wins.
@@ -103,7 +110,7 @@ def _tail(path: Path | None, lines: int = _LOG_LINES) -> str:
     return display(redact("\n".join(text[-lines:])))  # a case's log: its secrets, its escapes
 
 
-def _fence(text: str, lang: str = "text") -> str:
+def fence(text: str, lang: str = "text") -> str:
     fence = "```"
     while fence in text:
         fence += "`"
@@ -141,27 +148,38 @@ def _describe(result: CaseResult, baseline: CaseResult | None) -> list[str]:
     return lines
 
 
+def environment_rows(result: CaseResult) -> list[tuple[str, str]]:
+    """The issue form's "System Environment" facts of one result, as (name, value; '' where
+    not captured): what the case captured, else the cell's pin, said to be one."""
+    return [
+        (
+            "cudnn_frontend version",
+            _env(result, "frontend") or str(result.cell.get("frontend", "")),
+        ),
+        ("cudnn_backend version", _backend(result)),
+        ("libcudnn loaded from", _env(result, "libcudnn")),
+        (
+            "GPU arch",
+            f"{result.cell.get('arch', '?')}"
+            + (
+                f" ({_env(result, 'gpu')}, compute capability {_env(result, 'cc')})"
+                if _env(result, "gpu")
+                else ""
+            ),
+        ),
+        ("cuda runtime version", _env(result, "cuda") or _pin_only(result, "cuda")),
+        ("cuda driver version", _env(result, "driver") or _pin_only(result, "driver")),
+        ("host compiler", _env(result, "compiler") or "not captured"),
+        ("OS", _env(result, "os")),
+        ("Python", _env(result, "python")),
+        ("torch", _env(result, "torch")),
+    ]
+
+
 def bug_report(item: StoredResult, baseline: CaseResult | None = None) -> str:
     """Markdown for one unexpected failure: the frontend issue template filled from the evidence."""
     r = item.result
-    env_rows = [
-        ("cudnn_frontend version", _env(r, "frontend") or str(r.cell.get("frontend", ""))),
-        ("cudnn_backend version", _backend(r)),
-        ("libcudnn loaded from", _env(r, "libcudnn")),
-        (
-            "GPU arch",
-            f"{r.cell.get('arch', '?')}"
-            + (
-                f" ({_env(r, 'gpu')}, compute capability {_env(r, 'cc')})" if _env(r, "gpu") else ""
-            ),
-        ),
-        ("cuda runtime version", _env(r, "cuda") or _pin_only(r, "cuda")),
-        ("cuda driver version", _env(r, "driver") or _pin_only(r, "driver")),
-        ("host compiler", _env(r, "compiler") or "not captured"),
-        ("OS", _env(r, "os")),
-        ("Python", _env(r, "python")),
-        ("torch", _env(r, "torch")),
-    ]
+    env_rows = environment_rows(r)
     out = [f"# [cudnn-matrix] {r.case}: {r.outcome} with cuDNN {r.cell.get('cudnn', '?')}", ""]
     out += ["**Describe the bug**", "", *_describe(r, baseline), ""]
     out += ["**Expected behavior**", "", policy(r.outcome).expected + ".", ""]
@@ -178,16 +196,16 @@ def bug_report(item: StoredResult, baseline: CaseResult | None = None) -> str:
                 "",
             ]
             continue
-        out += [f"{label} (last {_LOG_LINES} lines of `{path}`):", "", _fence(_tail(path)), ""]
+        out += [f"{label} (last {_LOG_LINES} lines of `{path}`):", "", fence(_tail(path)), ""]
     out += ["**To Reproduce**", "", "Steps to reproduce the behavior:", ""]
     out += [
         "1. Run exactly this cell and case (the tool pins backend and frontend and captures the API logs):",
         "",
     ]
-    out += [_fence(reproduce_command(r, item.run.meta), "sh"), ""]
+    out += [fence(reproduce_command(r, item.run.meta), "sh"), ""]
     out += ["2. Or by hand in an environment with those pins:", ""]
     out += [
-        _fence(
+        fence(
             "export CUDNN_FRONTEND_LOG_INFO=1 CUDNN_FRONTEND_LOG_FILE=fe.log\n"
             "export CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=be.log\n"
             + kind_for_result(r.case_path, r.case).repro_line(r.case_path, r.case),
@@ -207,11 +225,11 @@ def bug_report(item: StoredResult, baseline: CaseResult | None = None) -> str:
         out.append(f"- full output log: `{log}`")
     tail = r.tail or _tail(log, 20)
     if tail:
-        out += ["", "Output tail:", "", _fence(tail)]
+        out += ["", "Output tail:", "", fence(tail)]
     return "\n".join(out).rstrip() + "\n"
 
 
-def _slug(text: str) -> str:
+def file_slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80]
 
 
@@ -223,7 +241,7 @@ def write_bug_reports(
     written: list[Path] = []
     for item, baseline in items:
         r = item.result
-        name = f"{_slug(r.cell_id or 'cell')}__{_slug(r.case)}.md"
+        name = f"{file_slug(r.cell_id or 'cell')}__{file_slug(r.case)}.md"
         path = directory / name
         path.write_text(bug_report(item, baseline), encoding="utf-8")
         written.append(path)
