@@ -28,6 +28,7 @@ from validate.judge.bisect import (
     Probe,
     ProbeFn,
     bisect,
+    folder_name,
     suggested_issue,
 )
 from validate.judge.speed import Thresholds, slower_class
@@ -123,12 +124,11 @@ def _handle(args: argparse.Namespace) -> int:
     args.resume = False  # a bisect always continues its folder; each probe resumes its own
     case = args.case_names[0]
     if args.results is None:
-        speed = "" if args.slower_than is None else f"-slower-{args.unit}"
         args.results = (
             Path.cwd()
             / "reports"
             / "bisect"
-            / _slug(f"{case}-{args.axis}-{args.good}-{args.bad}{speed}")
+            / folder_name(case, args.axis, args.good, args.bad, args.unit)
         )
     base: ValidateConfig = config_from_args(args)
     _check_pins(base, args)
@@ -154,6 +154,14 @@ def _handle(args: argparse.Namespace) -> int:
         case=case, axis=args.axis, good=args.good, bad=args.bad, repeats=args.repeats,
         source=source, candidates=candidates, probes=state.get("probes", []),
     )  # fmt: skip
+    if args.slower_than is not None:  # what a speed bug report matches a slowdown's bisect by
+        state.update(
+            unit=args.unit,
+            slower_than=args.slower_than,
+            slower_min_s=base.slower_min_s,
+            speed_repeats=base.speed_repeats,
+            pins={a: v[0] for a, v in base.selectors.values.items() if len(v) == 1},
+        )
     write_json(folder / _STATE, state)
     done = {p.candidate: p for p in (Probe.from_dict(d) for d in state["probes"])}
     print(

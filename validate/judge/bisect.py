@@ -12,6 +12,7 @@ whose runs disagree is reported as such and skipped too.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -31,6 +32,7 @@ __all__ = [
     "Verdict",
     "bisect",
     "classify",
+    "folder_name",
     "next_index",
     "suggested_issue",
 ]
@@ -252,6 +254,14 @@ def bisect(
         first_bad=candidates[hi],
         unresolved=tuple(candidates[lo + 1 : hi]),
     )
+
+
+def folder_name(case: str, axis: str, good: str, bad: str, unit: str | None = None) -> str:
+    """The folder `bisect` keeps its probes and bisect.json in by default (under reports/bisect/):
+    a speed bisect's name ends in `-slower-<unit>`. The report looks a slowdown's bisect up there."""
+    speed = "" if unit is None else f"-slower-{unit}"
+    text = f"{case}-{axis}-{good}-{bad}{speed}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120] or "bisect"
 
 
 def _end_class(observations: Sequence[Observation], flag: str, candidate: str) -> str:
