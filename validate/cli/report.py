@@ -123,6 +123,12 @@ def _report(args: argparse.Namespace) -> int:
         writable_file("--out", Path(args.out))
     if args.bug_reports:
         writable_dir("--bug-reports", Path(args.bug_reports))
+    if args.bisect and not args.bug_reports:
+        msg = "--bisect: it gives the slowdown bug reports their first slow release; add --bug-reports DIR"
+        raise ConfigError(msg)
+    from validate.report.speedbug import load_bisects
+
+    bisects = load_bisects(_as_shown(Path(p)) for p in args.bisect or ())
     paths = [_as_shown(Path(p)) for p in args.results or ()]
     if not paths:
         newest = newest_run(Path(args.runs_dir))
@@ -169,9 +175,16 @@ def _report(args: argparse.Namespace) -> int:
         log.info("wrote %s", out)
     if args.bug_reports:
         from validate.report.bugreport import write_bug_reports
+        from validate.report.speedbug import write_speed_bug_reports
 
         written = write_bug_reports(bug_report_items(report, baseline), Path(args.bug_reports))
-        log.info("wrote %d bug report(s) to %s", len(written), args.bug_reports)
+        slow = write_speed_bug_reports(report, Path(args.bug_reports), bisects)
+        log.info(
+            "wrote %d bug report(s) and %d slowdown report(s) to %s",
+            len(written),
+            len(slow),
+            args.bug_reports,
+        )
     if terminal or args.quiet:  # the terminal's summary had it; --quiet: the exit code says it
         return report.verdict.exit_code
     verdict = summary(report.verdict)
@@ -247,7 +260,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--bug-reports",
         type=caller_path,
         metavar="DIR",
-        help="write a Markdown bug report per unexpected failure",
+        help="write a Markdown bug report per unexpected failure, and one per case with units "
+        "confirmed slower in a newer release (the quiet repeats' figures)",
+    )
+    parser.add_argument(
+        "--bisect",
+        action="append",
+        type=caller_path,
+        metavar="DIR",
+        help="with --bug-reports: a `bisect --slower-than` folder (or its bisect.json) that gives "
+        "a slowdown report its first slow release (default: bisect's own folder under "
+        "reports/bisect/, where present)",
     )
     parser.add_argument(
         "--known-issues",
