@@ -126,7 +126,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.bisect and not args.bug_reports:
         msg = "--bisect: it gives the slowdown bug reports their first slow release; add --bug-reports DIR"
         raise ConfigError(msg)
-    from validate.report.speedbug import load_bisects
+    from validate.report.slowcase import load_bisects
 
     bisects = load_bisects(_as_shown(Path(p)) for p in args.bisect or ())
     paths = [_as_shown(Path(p)) for p in args.results or ()]
