@@ -293,3 +293,33 @@ def test_bisect_without_bug_reports_is_bad_input(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "--bisect" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_unit_slower_only_in_the_older_release_is_no_slow_case() -> None:
+    """A speed-up (the newer release faster) is confirmed as 'slower in the older one', and is
+    nothing to send upstream: no slow case, while the same finding turned round is one."""
+    from validate.judge.speed import Candidate, Finding, SpeedCheck
+    from validate.report.slowcase import slow_cases
+
+    pins = {"cuda": "13.0", "driver": "580", "arch": "sm90", "frontend": "1.27.0"}
+
+    def finding(slow: str, fast: str) -> Finding:
+        candidate = Candidate(
+            case="x.py", unit="script", axis="cudnn", fast_cell=f"c{fast}", slow_cell=f"c{slow}",
+            fast_pins={**pins, "cudnn": fast}, slow_pins={**pins, "cudnn": slow},
+            fast_s=1.0, slow_s=9.0,
+        )  # fmt: skip
+        return Finding(
+            candidate=candidate,
+            status="confirmed",
+            fast_repeats=(1.0, 1.1),
+            slow_repeats=(9.0, 9.5),
+        )
+
+    def check(*findings: Finding) -> SpeedCheck:
+        return SpeedCheck(thresholds=Thresholds(), repeats=2, findings=findings)
+
+    assert slow_cases(check(finding(slow="9.22.0.52", fast="9.24.0.43"))) == []
+    (case,) = slow_cases(check(finding(slow="9.24.0.43", fast="9.22.0.52")))
+    assert case.boundary("script") == ("9.22.0.52", "9.24.0.43")
+    assert slow_cases(None) == []
