@@ -281,18 +281,38 @@ def test_a_stored_speed_bisect_is_found_in_its_default_folder(tmp_path: Path) ->
     assert lines["cell 18"].startswith("first slow release not bisected; measured:")
 
 
-def test_bisect_without_bug_reports_is_bad_input(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("bisect", "bug_reports", "said"),
+    [
+        ('{"probes": []}', False, "add --bug-reports DIR"),
+        (None, True, "not a readable bisect.json"),
+        ('{"probes": [{"candidate": "9.23.0.39"}]}', True, "not a bisect.json as `bisect` writes"),
+        ('{"probes": [], "result": {"first_bad": "9.24.0.43"}}', True, "not a bisect.json as"),
+    ],
+)
+def test_a_bad_bisect_flag_is_bad_input(
+    tmp_path: Path, bisect: str | None, bug_reports: bool, said: str
+) -> None:
+    """One line, exit 2, nothing written: --bisect without --bug-reports, a missing or a
+    malformed bisect.json."""
+    (tmp_path / "b").mkdir()
+    if bisect is not None:
+        (tmp_path / "b" / "bisect.json").write_text(bisect, encoding="utf-8")
+    argv = [sys.executable, "-m", "validate", "report", "--results", str(RUNS[0])]
+    argv += ["--out", "r.md", "--bisect", "b"] + (["--bug-reports", "bugs"] if bug_reports else [])
     proc = subprocess.run(
-        [sys.executable, "-m", "validate", "report", "--results", str(RUNS[0]), "--bisect", "b"],
+        argv,
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         check=False,
     )
-    assert proc.returncode == 2
-    assert "--bisect" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert said in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "r.md").exists()
+    assert not list(tmp_path.glob("bugs/*.md"))
 
 
 def test_a_unit_slower_only_in_the_older_release_is_no_slow_case() -> None:

@@ -85,10 +85,30 @@ def _read_bisect(path: Path) -> Bisect:
     except (OSError, ValueError) as exc:
         msg = f"--bisect {path}: not a readable bisect.json ({exc}); pass a bisect's folder or its bisect.json"
         raise ConfigError(msg) from exc
-    if not isinstance(state, dict) or not isinstance(state.get("probes"), list):
-        msg = f"--bisect {path}: not a bisect.json (no probes); pass a bisect's folder or its bisect.json"
+    if not _well_formed(state):
+        msg = (
+            f"--bisect {path}: not a bisect.json as `bisect` writes it (each probe with its "
+            "candidate and observations; a result with first_bad and last_good); pass a "
+            "bisect's folder or its bisect.json"
+        )
         raise ConfigError(msg)
     return Bisect(path=file, state=state)
+
+
+def _well_formed(state: object) -> bool:
+    """The shape the report reads: probes of candidate + observations, a result's two ends."""
+    if not isinstance(state, dict) or not isinstance(state.get("probes"), list):
+        return False
+    for probe in state["probes"]:
+        if not isinstance(probe, dict) or "candidate" not in probe:
+            return False
+        observations = probe.get("observations")
+        if not isinstance(observations, list) or not all(isinstance(o, dict) for o in observations):
+            return False
+    result = state.get("result")
+    return result is None or (
+        isinstance(result, dict) and "first_bad" in result and "last_good" in result
+    )
 
 
 def load_bisects(paths: Iterable[Path]) -> list[Bisect]:
