@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 CPU_RUN = REPO / "tests" / "resources" / "runs" / "cpu"
 NOX = shutil.which("nox")
-_PROJECT = ("noxfile.py", "pyproject.toml", "README.md", "validate", "matrix", "images")
+_PROJECT = ("noxfile.py", "pyproject.toml", "setup.py", "README.md", "validate", "matrix", "images")
 
 
 @pytest.mark.skipif(NOX is None, reason="nox is not on PATH (pip install nox uv)")

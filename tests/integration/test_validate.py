@@ -116,7 +116,7 @@ def test_validate_installs_pins_and_verifies_them(
     # the same: the pins, all a host without a GPU can check, held)
     assert (
         "\nNOT SIGNED OFF — no GPU: 4 GPU cases skipped; pins verified in 1 environment "
-        "(1 pass, 4 skip; flaky: block)\n" in proc.stdout
+        "(1 pass, 4 skip; flaky: block)\n" in "\n" + proc.stdout  # the verdict is line 1
     ), proc.stdout
 
     # --resume on a finished run adds nothing and re-runs nothing.
