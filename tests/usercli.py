@@ -10,6 +10,7 @@ of what a test says, and the checkout is the one folder a user never starts from
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["cli", "fetch_pip", "installed_tool"]
+__all__ = ["cli", "fetch_pip", "installed_tool", "own_cache"]
 
 
 def installed_tool() -> list[str]:
@@ -44,6 +45,12 @@ def cli(
         check=False,
         timeout=timeout,
     )
+
+
+def own_cache(cwd: Path) -> dict[str, str]:
+    """This environment with the tool's cache in `cwd/cache`: a test's durations and environments
+    stay in its own folder, never the user's cache."""
+    return {**os.environ, "CUDNN_MATRIX_CACHE": str(cwd / "cache")}
 
 
 def fetch_pip(wheelhouse: Path, version: str) -> Path:

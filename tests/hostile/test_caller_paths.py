@@ -12,17 +12,18 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli, own_cache
 
 from validate.cli import build_parser
 from validate.model.results import read_results
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,21 +38,7 @@ MARK_IDS = 7
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    path = os.environ.get("PYTHONPATH")
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
-        "CUDNN_MATRIX_CACHE": str(cwd / "cache"),  # durations.json: not the user's cache
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        cwd=cwd,
-        env=env,
-    )
+    return cli(*args, cwd=cwd, env=own_cache(cwd), timeout=300)
 
 
 @pytest.fixture

@@ -6,14 +6,17 @@ one verdict). validate, run and bisect, through the real CLI in real processes.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli, own_cache
+
+if TYPE_CHECKING:
+    import subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "resources" / "scripts"
@@ -24,21 +27,7 @@ CELL += ["--env", "current", "--frontend-source", "current"]
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    path = os.environ.get("PYTHONPATH")
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
-        "CUDNN_MATRIX_CACHE": str(cwd / "cache"),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        cwd=cwd,
-        env=env,
-    )
+    return cli(*args, cwd=cwd, env=own_cache(cwd), timeout=300)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:

@@ -8,33 +8,23 @@ Through the real CLI in real processes, with a real venv that lacks pytest and r
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from usercli import cli, own_cache
+
+if TYPE_CHECKING:
+    import subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "tests" / "resources" / "pytest_suite"
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    path = os.environ.get("PYTHONPATH")
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
-        "CUDNN_MATRIX_CACHE": str(cwd / "cache"),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        cwd=cwd,
-        env=env,
-    )
+    return cli(*args, cwd=cwd, env=own_cache(cwd), timeout=300)
 
 
 def test_interpreter_without_pytest_is_one_line_before_the_run(tmp_path: Path) -> None:
