@@ -52,12 +52,15 @@ def _key(row: dict[str, Any]) -> tuple[str, str, str]:
     return str(cell.get("cudnn")), str(cell.get("frontend")), str(row["case"])
 
 
-def _smi(path: Path) -> dict[str, float] | None:
-    values = []
+def _per_second(path: Path, busy_key: str, busy_pct: float) -> dict[str, float] | None:
+    """A share in percent sampled each second, the second column of a CSV (nvidia-smi's
+    ``utilization.gpu`` "7 %", or bench/cpu_sample.py's busy share): mean, p95, max, and the
+    seconds at or above busy_pct (named busy_key)."""
     if not path.is_file():
         return None
+    values = []
     for line in path.read_text().splitlines():
-        parts = [p.strip() for p in line.split(",")]
+        parts = line.split(",")
         try:
             values.append(float(parts[1].split()[0]))
         except (IndexError, ValueError):
@@ -70,31 +73,16 @@ def _smi(path: Path) -> dict[str, float] | None:
         "mean_pct": round(sum(values) / len(values), 1),
         "p95_pct": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
         "max_pct": ordered[-1],
-        "busy_seconds_ge_50pct": sum(v >= 50 for v in values),
+        busy_key: sum(v >= busy_pct for v in values),
     }
+
+
+def _smi(path: Path) -> dict[str, float] | None:
+    return _per_second(path, "busy_seconds_ge_50pct", 50)
 
 
 def _cpu(path: Path) -> dict[str, float] | None:
-    """The host's CPU busy share each second (bench/cpu_sample.py), as _smi does the GPU's."""
-    if not path.is_file():
-        return None
-    values = []
-    for line in path.read_text().splitlines():
-        parts = line.split(",")
-        try:
-            values.append(float(parts[1]))
-        except (IndexError, ValueError):
-            continue
-    if not values:
-        return None
-    ordered = sorted(values)
-    return {
-        "seconds": len(values),
-        "mean_pct": round(sum(values) / len(values), 1),
-        "p95_pct": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
-        "max_pct": ordered[-1],
-        "seconds_ge_90pct": sum(v >= 90 for v in values),
-    }
+    return _per_second(path, "seconds_ge_90pct", 90)
 
 
 def _cases_phase_s(run_dir: Path, rows: list[dict[str, Any]]) -> float | None:
