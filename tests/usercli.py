@@ -10,16 +10,20 @@ of what a test says, and the checkout is the one folder a user never starts from
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from typing import IO
 
-__all__ = ["cli", "fetch_pip", "installed_tool", "own_cache"]
+__all__ = ["cli", "fetch_pip", "installed_tool", "on_a_terminal", "own_cache"]
 
 
 def installed_tool() -> list[str]:
@@ -45,6 +49,36 @@ def cli(
         check=False,
         timeout=timeout,
     )
+
+
+def on_a_terminal(
+    argv: Sequence[str],
+    *,
+    width: int,
+    cwd: Path | None = None,
+    stderr: IO[str] | None = None,
+    timeout: float = 600,
+) -> tuple[int, str]:
+    """Run `argv` with stdout (and stderr, unless given a file) on a pseudo-terminal `width`
+    columns wide, as a user's terminal shows it: (exit code, what the terminal received)."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    err = slave if stderr is None else stderr
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=err, cwd=cwd, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:  # EIO: the other end closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    code = proc.wait(timeout=timeout)
+    return code, b"".join(chunks).decode("utf-8").replace("\r\n", "\n")
 
 
 def own_cache(cwd: Path) -> dict[str, str]:

@@ -11,19 +11,16 @@ environments (nbclient and its kernel from the index uv is configured with).
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import json
-import os
 import shutil
-import struct
 import subprocess
 import sys
-import termios
 import zipfile
 from typing import TYPE_CHECKING
 
 import pytest
+from usercli import on_a_terminal
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -108,24 +105,8 @@ def test_ends_that_agree_exit_6_and_nothing_between_is_probed(tmp_path: Path) ->
 
 def _on_a_terminal(argv: list[str], width: int, log: Path) -> tuple[int, str, str]:
     """Run `argv` with stdout on a pseudo-terminal `width` columns wide; stderr to `log`."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     with log.open("w", encoding="utf-8") as err:
-        proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=err, env=env)
-        os.close(slave)
-        chunks = []
-        while True:
-            try:
-                data = os.read(master, 1 << 16)
-            except OSError:  # EIO: the other end closed
-                break
-            if not data:
-                break
-            chunks.append(data)
-        os.close(master)
-        code = proc.wait(timeout=600)
-    text = b"".join(chunks).decode("utf-8").replace("\r\n", "\n")
+        code, text = on_a_terminal(argv, width=width, stderr=err)
     return code, text, log.read_text(encoding="utf-8")
 
 

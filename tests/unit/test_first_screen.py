@@ -4,16 +4,13 @@ with it; on a terminal `report` starts with it and fits the width; `validate`'s 
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import struct
 import subprocess
 import sys
-import termios
 from pathlib import Path
 
 import pytest
+from usercli import on_a_terminal
 
 from validate.config import Selectors
 from validate.judge.signoff import decide, verdict_line
@@ -77,23 +74,7 @@ def test_json_and_junit_open_with_the_verdict(tmp_path: Path) -> None:
 
 
 def _on_a_terminal(argv: list[str], width: int) -> str:
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=REPO, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 1 << 16)
-        except OSError:  # EIO: the other end closed
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    proc.wait(timeout=120)
-    return b"".join(chunks).decode("utf-8").replace("\r\n", "\n")
+    return on_a_terminal(argv, width=width, cwd=REPO, timeout=120)[1]
 
 
 @pytest.mark.parametrize("runs", [(str(CPU_RUN),), DOCS_RUNS], ids=["cpu", "committed-gpu"])
