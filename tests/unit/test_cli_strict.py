@@ -5,25 +5,21 @@ not the checkout."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
+
+if TYPE_CHECKING:
+    import subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "tests" / "resources" / "runs" / "example"
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    return cli(*args, cwd=cwd, timeout=120)
 
 
 def _one_line_exit_2(proc: subprocess.CompletedProcess[str]) -> str:
