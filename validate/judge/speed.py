@@ -390,10 +390,10 @@ class SpeedCheck:
         return f"{text} {rule}; {self.repeats} quiet repeats per cell, min of repeats"
 
     def lines(self) -> list[str]:
-        """The summary (and the stage's note), then one line per re-measured candidate
-        (confirmed first); those not re-measured are counted only."""
+        """The summary, one line per re-measured candidate (confirmed first; those not
+        re-measured are counted only), then the stage's note on its extent."""
         order = {"confirmed": 0, "load": 1, "unmeasured": 2}
-        out = [f"speed: {self.summary()}", *([f"  {self.note}"] if self.note else ())]
+        out = [f"speed: {self.summary()}"]
         tried = [f for f in self.findings if f.tried] if self.measured else []
         for f in sorted(tried, key=lambda f: order[f.status]):
             c = f.candidate
@@ -409,7 +409,7 @@ class SpeedCheck:
                 f"{c.fast_pins.get(c.axis)}: main run {c.slow_s:.2f} s vs {c.fast_s:.2f} s; "
                 f"{alone} ({ratio})"
             )
-        return out
+        return [*out, *([f"  {self.note}"] if self.note else ())]
 
     def to_dict(self) -> dict[str, Any]:
         return {
