@@ -280,6 +280,13 @@ def test_resume_continues_the_speed_stage(
         assert _keys(run / "speed" / f"r{i}") == ["9.12.0.46", "9.13.0.51"]
         assert len((run / "speed" / f"r{i}" / "results.jsonl").read_bytes().splitlines()) == 2
     assert "speed: 1 candidate, 1 confirmed, 0 were load (" in resumed.stdout
+    # once more: every re-run is stored, nothing runs again and the finding stands
+    stored = [(run / "speed" / f"r{i}" / "results.jsonl").read_bytes() for i in (1, 2)]
+    again = _cli("validate", store, wheelhouse, envs, *args, "--resume", env={})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "speed: 4 of 4 runs already stored (--resume)" in again.stderr
+    assert [(run / "speed" / f"r{i}" / "results.jsonl").read_bytes() for i in (1, 2)] == stored
+    assert "speed: 1 candidate, 1 confirmed, 0 were load (" in again.stdout
 
 
 def test_bisect_finds_the_first_slow_release(
