@@ -135,10 +135,12 @@ class ValidateConfig:
     argv: tuple[str, ...] = ()
     tier: str | None = None  # --tier: only the cells of this [tiers] entry (plan.tiers)
     #: speed (judge/speed.py): a unit this much and this many seconds slower than in a cell one
-    #: axis apart is a candidate, re-run alone `speed_repeats` times per cell (0: none)
+    #: axis apart is a candidate, re-run alone `speed_repeats` times per cell (0: none), as many
+    #: of them as `speed_budget_s` seconds of re-runs hold (validate/remeasure.py)
     slower_ratio: float = 1.5
     slower_min_s: float = 1.0
     speed_repeats: int = 3
+    speed_budget_s: float = 600.0
     #: What env.versions.resolve_versions found (run.json's `versions`); None: not resolved yet
     versions: Mapping[str, Any] | None = None
 

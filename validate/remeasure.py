@@ -1,12 +1,17 @@
 """The quiet re-measurement stage of `validate` (issue 29): after the main cases, each case with a
-speed candidate (judge/speed.py) runs again alone, `--speed-repeats` times in each cell the
-candidate compares.
+speed candidate (judge/speed.py) that fits `--speed-budget` runs again alone, `--speed-repeats`
+times in each cell the candidate compares.
+
+The stage says what it will cost before it starts (runs and seconds, by the main run's own
+durations of those cases: measured under load, so an upper bound) and which candidates it leaves
+(`select`: the strongest of each finding first); a job that would start past the budget's
+deadline is not started. Those left are "not re-measured" in every report, never "not slower".
 
 Each re-run is an exclusive pool job (execute/pool.py): no other case runs beside it, on the GPU or
 the host's slots. The repeats interleave the cells (r1 of every cell, then r2, ...), so a load
 that comes and goes cannot favour one side. Each repeat is a run folder of its own,
 `<run>/speed/r<i>/` (results.jsonl signed and sealed as any run's, the case folders below
-`cases/<cell>/`). They are evidence, never verdicts: the main results.jsonl is not touched, and no
+`cases/<cell>/`), each re-run stored as it ends: `--resume` keeps them and runs only the rest. They are evidence, never verdicts: the main results.jsonl is not touched, and no
 outcome changes. `<run>/speed.json` keeps the thresholds, every measurement and the finding of
 each candidate; the report re-judges them with its own thresholds (report/speed.py).
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -24,7 +30,8 @@ from validate.env.sources import Sources
 from validate.execute import EXECUTORS, RunContext
 from validate.execute.pool import Pool
 from validate.execute.runner import run_pool
-from validate.judge.speed import Measurement, SpeedCheck, Thresholds, candidates, judge
+from validate.judge.speed import Measurement, Selection, SpeedCheck, Thresholds, candidates, judge
+from validate.judge.speed import select as select_candidates
 from validate.model.results import load_results
 from validate.model.runs import open_run
 from validate.plan.steps import Step, plan_steps
@@ -36,7 +43,6 @@ if TYPE_CHECKING:
     from validate.execute import Executor
     from validate.execute.cases import Case
     from validate.execute.pool import Job
-    from validate.judge.speed import Candidate
     from validate.model.matrix import Cell
     from validate.model.results import CaseResult
     from validate.plan.host import HostFacts
@@ -63,21 +69,59 @@ def remeasure(
     run_dir: Path,
     run_id: str,
 ) -> SpeedCheck:
-    """Find the candidates of the run's `results`, re-run their cases alone in both cells and
-    judge them; writes `<run>/speed.json`. `--speed-repeats 0`: no re-run, nothing confirmed."""
+    """Find the candidates of the run's `results`, re-run the cases of those that fit the speed
+    budget alone in both cells and judge them; writes `<run>/speed.json`. `--speed-repeats 0`
+    (`--no-speed`): no re-run, nothing confirmed."""
     thresholds = thresholds_of(config)
     repeats = config.speed_repeats
     found = candidates(results, thresholds)
     measurements: list[Measurement] | None = None
+    note = ""
+    selection: Selection | None = None
     if repeats > 0:
-        measurements = _measure(config, plan, cases, host, found, run_dir, run_id) if found else []
-    check = judge(results, measurements, thresholds, repeats)
+        cost = {(r.case, r.cell_id): r.duration_s for r in results}
+        selection = select_candidates(found, cost, config.speed_budget_s, repeats)
+        note = _note(selection)
+        log.info("speed: %d candidates; %s", len(found), note)
+        measurements = (
+            _measure(config, plan, cases, host, selection, run_dir, run_id)
+            if selection.chosen
+            else []
+        )
+    check = replace(judge(results, measurements, thresholds, repeats), note=note)
     data: dict[str, Any] = {
         "check": check.to_dict(),
+        "budget_s": config.speed_budget_s,
+        "expected_s": None if selection is None else selection.expected_s * repeats,
         "measurements": [m.to_dict() for m in measurements or ()],
     }
     (run_dir / SPEED_FILE).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return check
+
+
+def _note(selection: Selection) -> str:
+    """What the stage will re-measure, what it costs and what it leaves, in one line."""
+    chosen, left, repeats = selection.chosen, selection.left, selection.repeats
+    if not chosen:
+        return (
+            f"re-measuring none (no candidate's re-runs fit --speed-budget "
+            f"{selection.budget_s:g} s); {len(left)} left not re-measured"
+        )
+    cells = {cell for _, cell in selection.runs}
+    text = (
+        f"re-measuring {len(chosen)} (the largest ratios beyond load that fit --speed-budget "
+        f"{selection.budget_s:g} s): {_n(len({c.case for c in chosen}), 'case')} in "
+        f"{_n(len(cells), 'cell')}, "
+        f"{repeats} times each alone, {len(selection.runs) * repeats} runs, expected "
+        f"{selection.expected_s * repeats:.0f} s by their main-run times"
+    )
+    if left:
+        text += f"; {len(left)} left not re-measured"
+    return text
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _measure(
@@ -85,19 +129,20 @@ def _measure(
     plan: Plan,
     cases: Sequence[Case],
     host: HostFacts,
-    found: Sequence[Candidate],
+    selection: Selection,
     run_dir: Path,
     run_id: str,
 ) -> list[Measurement]:
-    """Run each (case, cell) the candidates name `speed_repeats` times, each alone."""
+    """Run each (case, cell) the chosen candidates name `speed_repeats` times, each alone; a
+    resumed run keeps the re-runs already stored and runs the rest."""
     wanted: dict[str, set[str]] = {}  # cell id -> case names
-    for cand in found:
-        for cell_id in (cand.fast_cell, cand.slow_cell):
-            wanted.setdefault(cell_id, set()).add(cand.case)
+    for case, cell_id in selection.runs:
+        wanted.setdefault(cell_id, set()).add(case)
     cells = [c for c in plan.planned if c.id in wanted]
     by_name = {c.name: c for c in cases}
     folder = run_dir / SPEED_DIR
-    shutil.rmtree(folder, ignore_errors=True)  # a resumed run measures afresh
+    if not config.resume:
+        shutil.rmtree(folder, ignore_errors=True)  # never another run's re-runs
     quiet = replace(config, reruns=0, api_logs=False, resume=False)
     executor = EXECUTORS[config.executor]()
     sources = Sources(config.backend_source, config.frontend_source, store=config.backend_store)
@@ -109,27 +154,31 @@ def _measure(
         RunContext(config=quiet, host=host, run_id=r.id, sources=sources, store=r.store)
         for r in repeats
     ]
+    done = [repeat.store.done_keys() for repeat in repeats]  # --resume: stored re-runs
     n_runs = sum(len(v) for v in wanted.values()) * len(contexts)
-    log.info(
-        "speed: %d candidates; re-running %d cases alone, %d times in each of %d cells (%d runs)",
-        len(found),
-        len({c.case for c in found}),
-        len(contexts),
-        len(cells),
-        n_runs,
-    )
+    n_done = sum(f"{cell}::{name}" in d for d in done for cell, v in wanted.items() for name in v)
+    if n_done:
+        log.info("speed: %d of %d runs already stored (--resume); running the rest", n_done, n_runs)
+    deadline = time.monotonic() + config.speed_budget_s
+    late: list[str] = []
     try:
         pool = Pool(1)
         steps = plan_steps(cells, host, lambda cell: executor.env_key(cell, contexts[0])).steps
-        prepared = [(step, executor.prepare(step, contexts[0])) for step in steps]
-        for context in contexts:  # r1 of every cell, then r2, ...
+        prepared = [(s, executor.prepare(s, contexts[0])) for s in steps] if n_done < n_runs else []
+        for context, stored in zip(contexts, done, strict=True):  # r1 of every cell, then r2, ...
             for step, target in prepared:
                 if isinstance(target, str):
                     log.warning("speed: no environment for %s: %s", step.first.id, target)
                     continue
                 for cell in step.cells:
-                    mine = [by_name[n] for n in sorted(wanted[cell.id]) if n in by_name]
-                    pool.submit(_alone(executor, cell, step, target, mine, context))
+                    mine = [
+                        by_name[n]
+                        for n in sorted(wanted[cell.id])
+                        if n in by_name and f"{cell.id}::{n}" not in stored
+                    ]
+                    if mine:
+                        jobs = _alone(executor, cell, step, target, mine, context)
+                        pool.submit(_by(deadline, job, late) for job in jobs)
         pool.close()
         run_pool(pool)
     finally:
@@ -137,7 +186,27 @@ def _measure(
         for repeat in repeats:
             repeat.store.seal()
             repeat.close()
+    if late:
+        log.warning(
+            "speed: --speed-budget %g s spent; %d re-runs not started (their candidates are "
+            "not re-measured where no repeat of theirs is stored)",
+            config.speed_budget_s,
+            len(late),
+        )
     return _read(contexts, wanted, run_dir)
+
+
+def _by(deadline: float, job: Job, late: list[str]) -> Job:
+    """`job`, not started (noted in `late`) once the speed budget's deadline has passed."""
+    run = job.run
+
+    def guarded() -> Sequence[Job]:
+        if time.monotonic() > deadline:
+            late.append(job.name)
+            return ()
+        return run()
+
+    return replace(job, run=guarded)
 
 
 def _alone(

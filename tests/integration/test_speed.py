@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import nbformat
 import pytest
-from usercli import cli
+from usercli import cli, installed_tool
 
 from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
@@ -26,7 +29,6 @@ from validate.execute.runner import RunOptions, run_cases
 from validate.model.results import ResultStore, load_results
 
 if TYPE_CHECKING:
-    import subprocess
     from collections.abc import Mapping
 
 pytestmark = pytest.mark.slow
@@ -160,8 +162,122 @@ def test_thresholds_are_honoured(store: Path, wheelhouse: Path, envs: Path, tmp_
         # the report's own thresholds re-judge the same results: now a candidate, never
         # re-measured, so counted and not reported
         text = _report(run, "--slower-ratio", "2", "--slower-min-s", "0.5")
-        assert "1 candidate, 0 confirmed, 0 were load, 1 could not be re-measured" in text
+        assert "1 candidate, 0 confirmed, 0 were load, 1 not re-measured (unconfirmed" in text
         assert "⏱" not in text
+
+
+def _keys(folder: Path) -> list[str]:
+    return sorted(r.cell["cudnn"] for r in load_results([folder]))
+
+
+def test_only_the_unit_slower_beyond_load_is_re_measured(
+    store: Path, wheelhouse: Path, envs: Path, tmp_path: Path
+) -> None:
+    """9.13.0.50's first run is crowded (its whole process 4x, start-up included), so its work
+    unit is 4x 9.12's in the main run; 9.13.0.51's is truly 5x. Only the true one is re-run: the
+    crowded cell's start-up shows the load that explains its unit (judge/speed.py load_factor)."""
+    crowd = tmp_path / "crowd"
+    crowd.mkdir()
+    (crowd / "9.13.0.50").touch()
+    run = tmp_path / "run"
+    proc = _speed(
+        "validate",
+        store,
+        wheelhouse,
+        envs,
+        *("--cudnn", "9.12.0.46,9.13.0.50,9.13.0.51", "--results", str(run)),
+        *("--slower-ratio", "2", "--slower-min-s", "0.5", "--speed-repeats", "2"),
+        env={"SPEED_CROWD_ONCE": str(crowd), "SPEED_CROWD_X": "4", "SPEED_START_S": "0.6"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not list(crowd.iterdir())  # the main run was crowded
+    main = {r.cell["cudnn"]: r.units["work"] for r in load_results([run])}
+    assert main["9.13.0.50"] >= 2 * main["9.12.0.46"] + 0.5  # slower by both thresholds, raw
+    for i in (1, 2):  # the two cells of the one candidate, never the crowded one
+        assert _keys(run / "speed" / f"r{i}") == ["9.12.0.46", "9.13.0.51"]
+    assert "speed: 1 candidate, 1 confirmed, 0 were load (" in proc.stdout
+    assert "re-measuring 1 (the largest ratios beyond load that fit --speed-budget 600 s): " in (
+        proc.stderr
+    )
+    assert "1 case in 2 cells, 2 times each alone, 4 runs, expected " in proc.stderr
+
+
+def test_the_budget_bounds_the_stage_and_says_what_it_left(
+    store: Path, wheelhouse: Path, envs: Path, tmp_path: Path
+) -> None:
+    """A budget smaller than one candidate's re-runs: none is re-run, and the candidate is
+    reported as not re-measured, not as cleared."""
+    run = tmp_path / "run"
+    proc = _speed(
+        "validate",
+        store,
+        wheelhouse,
+        envs,
+        *("--cudnn", "9.12.0.46,9.13.0.51", "--results", str(run)),
+        *("--slower-ratio", "2", "--slower-min-s", "0.5", "--speed-budget", "0.5"),
+        env={},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (run / "speed").exists()
+    assert (
+        "speed: 1 candidate, 0 confirmed, 0 were load, 1 not re-measured (unconfirmed, not cleared)"
+    ) in proc.stdout
+    assert (
+        "re-measuring none (no candidate's re-runs fit --speed-budget 0.5 s); 1 left not "
+        "re-measured"
+    ) in proc.stdout
+    data = json.loads((run / "speed.json").read_text())
+    assert data["check"]["not_remeasured"] == 1
+    assert data["budget_s"] == 0.5
+
+
+def test_resume_continues_the_speed_stage(
+    store: Path, wheelhouse: Path, envs: Path, tmp_path: Path
+) -> None:
+    """Interrupted after its first re-run was stored, `--resume` keeps that re-run (the same
+    signed line) and runs only the others, rather than measuring every one again."""
+    run = tmp_path / "run"
+    args = ["--cudnn", "9.12.0.46,9.13.0.51", "--results", str(run), "--speed-repeats", "2"]
+    args += ["--slower-ratio", "2", "--slower-min-s", "0.5"]
+    argv = [*installed_tool(), "validate", *CELL, "--backend-store", str(store)]
+    argv += ["--wheelhouse", str(wheelhouse), "--no-backend-deps", "--cache-dir", str(envs)]
+    argv += ["--cases", str(CASE), *args]
+    first = run / "speed" / "r1" / "results.jsonl"
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **SPEED},
+        start_new_session=True,
+        cwd=envs,
+    ) as proc:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if first.is_file() and first.read_bytes().count(b"\n") >= 1:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run ended before its first re-run was stored"
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    kept = first.read_bytes().splitlines()
+    assert len(kept) == 1, err  # the one re-run that ended before the interrupt
+    resumed = _speed("validate", store, wheelhouse, envs, *args, "--resume", env={})
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert first.read_bytes().splitlines()[0] == kept[0]  # kept, not measured again
+    assert "speed: 1 of 4 runs already stored (--resume); running the rest" in resumed.stderr
+    for i in (1, 2):  # every repeat complete, each (case, cell) once
+        assert _keys(run / "speed" / f"r{i}") == ["9.12.0.46", "9.13.0.51"]
+        assert len((run / "speed" / f"r{i}" / "results.jsonl").read_bytes().splitlines()) == 2
+    assert "speed: 1 candidate, 1 confirmed, 0 were load (" in resumed.stdout
+    # once more: every re-run is stored, nothing runs again and the finding stands
+    stored = [(run / "speed" / f"r{i}" / "results.jsonl").read_bytes() for i in (1, 2)]
+    again = _speed("validate", store, wheelhouse, envs, *args, "--resume", env={})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "speed: 4 of 4 runs already stored (--resume)" in again.stderr
+    assert [(run / "speed" / f"r{i}" / "results.jsonl").read_bytes() for i in (1, 2)] == stored
+    assert "speed: 1 candidate, 1 confirmed, 0 were load (" in again.stdout
 
 
 def test_bisect_finds_the_first_slow_release(

@@ -18,7 +18,9 @@ from validate.judge.speed import (
     Thresholds,
     candidates,
     judge,
+    load_factor,
     one_axis,
+    select,
     slower_class,
 )
 from validate.model.outcome import Outcome
@@ -125,6 +127,71 @@ def test_judge_keeps_a_flag_only_where_the_minimum_of_the_quiet_repeats_holds() 
     unmeasured = judge(results, None, Thresholds())
     assert not unmeasured.confirmed
     assert "not re-measured, none reported" in unmeasured.summary()
+
+
+def test_a_slowdown_the_start_up_load_explains_is_no_candidate() -> None:
+    """A crowded run stretches its whole process: the start-up (the seconds outside every timed
+    unit) 3x as the unit 3x is load; a unit 10x beside a 3x start-up is still a candidate."""
+    fast = _result("a", {"work": 0.5}).with_(duration_s=2.0)  # start-up 1.5 s
+    crowded = _result("b", {"work": 1.5}, cudnn="9.24.0.43").with_(duration_s=6.0)  # 4.5 s
+    assert load_factor(crowded, fast) == pytest.approx(3.0)
+    assert load_factor(fast, crowded) == 1.0  # a quieter slow side is never credited
+    assert candidates([fast, crowded], Thresholds()) == []
+    slow = _result("c", {"work": 5.0}, cudnn="9.25.1.1").with_(duration_s=9.5)  # 4.5 s
+    (found,) = candidates([fast, slow], Thresholds())
+    assert (found.slow_cell, found.ratio) == ("c", 10.0)
+    assert found.load == pytest.approx(3.0)
+    assert found.beyond_load == pytest.approx(10 / 3)
+    # a start-up too short to measure load by (a plain script's) credits none
+    short = _result("d", {"work": 1.5}, cudnn="9.24.0.43").with_(duration_s=1.9)
+    assert load_factor(short, _result("a", {"work": 0.5}).with_(duration_s=0.8)) == 1.0
+
+
+def test_the_budget_re_measures_the_largest_ratios_and_counts_the_rest() -> None:
+    """Two findings: u slower on 9.24 (under two frontends: two pairs of cells that say the same)
+    and v slower on 9.25. The strongest pair of each finding comes first, so v's (10x) goes
+    before u's second pair (25x); what does not fit is not re-measured, never "load"."""
+    same = {"u": 1.0, "v": 4.0}
+    results = [
+        _result("f1", same, frontend="1.26.0"),
+        _result("s1", {"u": 30.0, "v": 4.0}, cudnn="9.24.0.43", frontend="1.26.0"),
+        _result("f2", same, frontend="1.27.0"),
+        _result("s2", {"u": 25.0, "v": 4.0}, cudnn="9.24.0.43", frontend="1.27.0"),
+        _result("g", same, frontend="1.28.0"),
+        _result("h", {"u": 1.0, "v": 40.0}, cudnn="9.25.1.1", frontend="1.28.0"),
+    ]
+    found = candidates(results, Thresholds())
+    assert [(c.unit, c.fast_cell, c.slow_cell) for c in found] == [
+        ("u", "f1", "s1"),
+        ("u", "f2", "s2"),
+        ("v", "g", "h"),
+    ]
+    case = results[0].case
+    cost = {(r.case, r.cell_id): 10.0 for r in results}
+    # 3 repeats of 10 s for each new (case, cell): 60 s a pair of cells
+    sel = select(found, cost, budget_s=130.0, repeats=3)
+    assert [(c.unit, c.fast_cell, c.slow_cell) for c in sel.chosen] == [
+        ("u", "f1", "s1"),
+        ("v", "g", "h"),
+    ]
+    assert [(c.fast_cell, c.slow_cell) for c in sel.left] == [("f2", "s2")]
+    assert sel.runs == ((case, "f1"), (case, "s1"), (case, "g"), (case, "h"))
+    assert sel.expected_s == 40.0  # one repeat of the four runs
+    # an ample budget takes all; a budget of 0 none; a pair whose cells are chosen is free
+    assert len(select(found, cost, budget_s=1e6, repeats=3).chosen) == 3
+    assert select(found, cost, budget_s=0.0, repeats=3).chosen == ()
+    assert len(select(found, {**cost, (case, "f2"): 0, (case, "s2"): 0}, 130.0, 3).chosen) == 3
+    # judged with only the chosen cells re-measured: the pair left is counted, never judged
+    measured = [
+        Measurement(case=case, cell_id=cell, units=(same, same), outcomes=("pass", "pass"))
+        for cell in ("f1", "s1", "g", "h")
+    ]
+    check = judge(results, measured, Thresholds(), repeats=2)
+    assert (check.count("load"), check.count("unmeasured"), check.left_out) == (2, 1, 1)
+    assert check.summary().startswith(
+        "3 candidates, 0 confirmed, 2 were load, 1 not re-measured (unconfirmed, not cleared) ("
+    )
+    assert len(check.lines()) == 3  # the summary and the two re-measured, not the one left
 
 
 def test_slower_class_is_the_bisect_predicate() -> None:

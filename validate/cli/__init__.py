@@ -341,6 +341,24 @@ def add_speed_options(group: argparse._ActionsContainer, *, repeats: bool) -> No
             "main cases; it is confirmed only if the minimum of the repeats is still slower by "
             "both thresholds (0: no re-run, nothing confirmed; default: %(default)s)",
         )
+        group.add_argument(
+            "--speed-budget",
+            type=positive(float, 0.0),
+            default=600.0,
+            metavar="S",
+            help="speed: re-run alone only the candidates whose re-runs fit S seconds (by the "
+            "main run's times), the largest ratios first; a re-run past S is not started. Those "
+            "left are reported as not re-measured (default: %(default)s)",
+        )
+        group.add_argument(
+            "--no-speed",
+            dest="speed_repeats",
+            action="store_const",
+            const=0,
+            default=argparse.SUPPRESS,
+            help="speed: no re-run at all (as --speed-repeats 0): candidates are counted, none "
+            "confirmed",
+        )
 
 
 def add_require_gpu_option(group: argparse._ActionsContainer) -> None:

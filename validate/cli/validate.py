@@ -287,6 +287,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         slower_ratio=args.slower_ratio,
         slower_min_s=args.slower_min_s,
         speed_repeats=args.speed_repeats,
+        speed_budget_s=args.speed_budget,
     )
 
 

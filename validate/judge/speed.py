@@ -4,13 +4,17 @@ out.
 
 A *candidate* is a unit (a notebook cell, a script's section, a test's call phase: CaseResult.units)
 of one case that took at least `ratio` times, and at least `min_s` seconds, longer in one cell than
-in a cell with the same pins but one (the backend or the frontend). Both results must have passed:
-a failed run's times say nothing about speed. A candidate is never reported as it stands, since a
-run of many cases side by side slows some of them by contention alone. Each one is re-run alone
-(validate/remeasure.py) `repeats` times in both cells. The flag stands (`confirmed`) only where the
-minimum of the repeats still shows both thresholds. The rest are dropped as load, and a candidate
-whose re-runs gave no time in either cell is `unmeasured`. Re-measurements are evidence, never
-verdicts: no outcome changes here.
+in a cell with the same pins but one (the backend or the frontend), and still did after the fast
+side's time is scaled by the load the two runs' start-ups show (`load_factor`): on a saturated
+host every case of the slower-started run is stretched, which says nothing of the backend. Both
+results must have passed: a failed run's times say nothing about speed. A candidate is never
+reported as it stands, since a run of many cases side by side slows some of them by contention
+alone. Those that fit the speed budget (`select`: one per finding first, largest ratio first) are
+re-run alone (validate/remeasure.py) `repeats` times in both cells. The flag stands (`confirmed`)
+only where the minimum of the repeats still shows both thresholds. The rest are dropped as load; a
+candidate whose re-runs gave no time in either cell is `unmeasured`, and so is one left out of the
+re-measurement (`tried` False: "not re-measured", never "not slower"). Re-measurements are
+evidence, never verdicts: no outcome changes here.
 """
 
 from __future__ import annotations
@@ -29,19 +33,24 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AXES",
+    "DEFAULT_BUDGET_S",
     "DEFAULT_MIN_S",
     "DEFAULT_RATIO",
     "DEFAULT_REPEATS",
+    "LOAD_PROBE_MIN_S",
     "NOT_SLOWER",
     "SLOWER",
     "Candidate",
     "Finding",
     "Measurement",
+    "Selection",
     "SpeedCheck",
     "Thresholds",
     "candidates",
     "judge",
+    "load_factor",
     "one_axis",
+    "select",
     "slower",
     "slower_class",
 ]
@@ -51,6 +60,12 @@ AXES: Final = ("cudnn", "frontend")
 DEFAULT_RATIO: Final = 1.5
 DEFAULT_MIN_S: Final = 1.0
 DEFAULT_REPEATS: Final = 3
+#: seconds of quiet re-runs the speed stage may spend by default (`--speed-budget`): the cases
+#: phase of the whole H100 matrix took about 500 s, and its 597 candidates would have taken
+#: thousands (reports/gpu/2026-12-05-h100-matrix)
+DEFAULT_BUDGET_S: Final = 600.0
+#: start-ups shorter than this (a plain script's, a test's) are too short to measure load by
+LOAD_PROBE_MIN_S: Final = 0.5
 
 Status = Literal["confirmed", "load", "unmeasured"]
 
@@ -90,10 +105,23 @@ class Candidate:
     slow_pins: Mapping[str, str] = field(default_factory=dict)
     fast_s: float
     slow_s: float
+    load: float = 1.0  # load_factor(slow, fast): the fast side's time is scaled by it
 
     @property
     def ratio(self) -> float:
         return _ratio(self.slow_s, self.fast_s)
+
+    @property
+    def beyond_load(self) -> float:
+        """The ratio left once the fast side is scaled by the load: what `select` ranks by."""
+        return _ratio(self.slow_s, self.fast_s * self.load)
+
+    @property
+    def finding(self) -> tuple[str, str, str, str | None, str | None]:
+        """What it says: this unit is slower at this axis value than at that one. Cells apart in
+        another axis (the same backends under each frontend) say the same thing."""
+        axis = self.axis
+        return (self.case, self.unit, axis, self.slow_pins.get(axis), self.fast_pins.get(axis))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,6 +135,7 @@ class Candidate:
             "fast_s": self.fast_s,
             "slow_s": self.slow_s,
             "ratio": _finite(self.ratio),
+            "load": round(self.load, 4),
         }
 
 
@@ -118,8 +147,21 @@ def one_axis(a: Mapping[str, str], b: Mapping[str, str]) -> str | None:
     return None
 
 
+def load_factor(slow: CaseResult, fast: CaseResult) -> float:
+    """How much more crowded `slow`'s run was than `fast`'s, by their start-up: the seconds
+    outside every timed unit (process and kernel start, imports). No backend kernel runs there,
+    but a saturated host stretches it as it stretches the units. 1.0 where `fast`'s start-up is
+    under LOAD_PROBE_MIN_S or `slow`'s was no longer."""
+    fast_up = fast.duration_s - sum(fast.units.values())
+    slow_up = slow.duration_s - sum(slow.units.values())
+    if fast_up < LOAD_PROBE_MIN_S or slow_up <= fast_up:
+        return 1.0
+    return slow_up / fast_up
+
+
 def candidates(results: Iterable[CaseResult], thresholds: Thresholds) -> list[Candidate]:
-    """Every (case, unit, pair of passed cells one axis apart) where one cell was slower."""
+    """Every (case, unit, pair of passed cells one axis apart) where one cell was slower, by
+    both thresholds, than the other's time scaled by the load their start-ups show."""
     by_case: dict[str, list[CaseResult]] = {}
     for result in results:
         if result.outcome is Outcome.PASS and result.units and result.cell:
@@ -135,12 +177,17 @@ def candidates(results: Iterable[CaseResult], thresholds: Thresholds) -> list[Ca
                 for unit in sorted(set(a.units) & set(b.units)):
                     ta, tb = a.units[unit], b.units[unit]
                     fast, slow = (a, b) if ta <= tb else (b, a)
-                    if slower(slow.units[unit], fast.units[unit], thresholds):
-                        found.append(_candidate(case, unit, axis, fast, slow))
+                    if not slower(slow.units[unit], fast.units[unit], thresholds):
+                        continue
+                    load = load_factor(slow, fast)
+                    if slower(slow.units[unit], fast.units[unit] * load, thresholds):
+                        found.append(_candidate(case, unit, axis, fast, slow, load))
     return found
 
 
-def _candidate(case: str, unit: str, axis: str, fast: CaseResult, slow: CaseResult) -> Candidate:
+def _candidate(
+    case: str, unit: str, axis: str, fast: CaseResult, slow: CaseResult, load: float
+) -> Candidate:
     return Candidate(
         case=case,
         unit=unit,
@@ -151,7 +198,68 @@ def _candidate(case: str, unit: str, axis: str, fast: CaseResult, slow: CaseResu
         slow_pins=dict(slow.cell),
         fast_s=fast.units[unit],
         slow_s=slow.units[unit],
+        load=load,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """The candidates the speed budget re-measures (`chosen`) and those it leaves (`left`), the
+    (case, cell id) runs they need and what one repeat of them is expected to take."""
+
+    chosen: tuple[Candidate, ...]
+    left: tuple[Candidate, ...]
+    runs: tuple[tuple[str, str], ...]
+    expected_s: float  # one repeat of every run, by `cost`
+    budget_s: float
+    repeats: int
+
+
+def select(
+    found: Sequence[Candidate],
+    cost: Mapping[tuple[str, str], float],
+    budget_s: float,
+    repeats: int,
+) -> Selection:
+    """The candidates whose re-runs (`repeats` of each (case, cell) they need, `cost` seconds
+    each) fit `budget_s`: the strongest of each finding first (largest ratio beyond the load),
+    then the other pairs of cells that show the same finding; a candidate whose cells are
+    already chosen costs nothing. Greedy: one too dear is left and the next still tried."""
+    best: dict[tuple[str, str, str, str | None, str | None], Candidate] = {}
+    for cand in sorted(found, key=_rank):
+        best.setdefault(cand.finding, cand)
+    firsts = list(best.values())
+    rest = [c for c in sorted(found, key=_rank) if best[c.finding] is not c]
+    runs: dict[tuple[str, str], float] = {}
+    chosen: list[Candidate] = []
+    left: list[Candidate] = []
+    spent = 0.0
+    for cand in (*firsts, *rest):
+        need = [
+            (cand.case, cell)
+            for cell in dict.fromkeys((cand.fast_cell, cand.slow_cell))
+            if (cand.case, cell) not in runs
+        ]
+        more = sum(cost.get(run, 0.0) for run in need)
+        if spent + more * repeats > budget_s:
+            left.append(cand)
+            continue
+        spent += more * repeats
+        runs.update((run, cost.get(run, 0.0)) for run in need)
+        chosen.append(cand)
+    return Selection(
+        chosen=tuple(chosen),
+        left=tuple(left),
+        runs=tuple(runs),
+        expected_s=sum(runs.values()),
+        budget_s=budget_s,
+        repeats=repeats,
+    )
+
+
+def _rank(cand: Candidate) -> tuple[float, float, str, str, str, str]:
+    excess = cand.slow_s - cand.fast_s * cand.load
+    return (-cand.beyond_load, -excess, cand.case, cand.unit, cand.slow_cell, cand.fast_cell)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,6 +313,8 @@ class Finding:
     slow_repeats: tuple[float, ...] = ()
     fast_folders: tuple[str, ...] = ()
     slow_folders: tuple[str, ...] = ()
+    #: whether both its cells were re-run alone (False: left out, "not re-measured")
+    tried: bool = True
 
     @property
     def ratio(self) -> float | None:
@@ -232,6 +342,7 @@ class Finding:
             "ratio_min": None if self.ratio is None else _finite(self.ratio),
             "fast_folders": list(self.fast_folders),
             "slow_folders": list(self.slow_folders),
+            "tried": self.tried,
         }
 
 
@@ -244,6 +355,8 @@ class SpeedCheck:
     repeats: int
     findings: tuple[Finding, ...] = ()
     measured: bool = True
+    #: what the speed stage said of its own extent (the budget, what it left), "" in a report
+    note: str = ""
 
     @property
     def confirmed(self) -> tuple[Finding, ...]:
@@ -251,6 +364,11 @@ class SpeedCheck:
 
     def count(self, status: Status) -> int:
         return sum(f.status == status for f in self.findings)
+
+    @property
+    def left_out(self) -> int:
+        """Candidates never re-run alone (over the budget, or --speed-repeats 0)."""
+        return sum(not f.tried for f in self.findings)
 
     def summary(self) -> str:
         """'4 candidates, 1 confirmed, 3 were load' (and how many could not be re-measured)."""
@@ -265,15 +383,19 @@ class SpeedCheck:
         if not self.measured:
             return f"{head} {rule}; not re-measured, none reported"
         text = f"{head}, {self.count('confirmed')} confirmed, {self.count('load')} were load"
-        if self.count("unmeasured"):
-            text += f", {self.count('unmeasured')} could not be re-measured"
+        if failed := self.count("unmeasured") - self.left_out:
+            text += f", {failed} could not be re-measured"
+        if self.left_out:
+            text += f", {self.left_out} not re-measured (unconfirmed, not cleared)"
         return f"{text} {rule}; {self.repeats} quiet repeats per cell, min of repeats"
 
     def lines(self) -> list[str]:
-        """The summary, then one line per re-measured candidate (confirmed first)."""
+        """The summary, one line per re-measured candidate (confirmed first; those not
+        re-measured are counted only), then the stage's note on its extent."""
         order = {"confirmed": 0, "load": 1, "unmeasured": 2}
         out = [f"speed: {self.summary()}"]
-        for f in sorted(self.findings, key=lambda f: order[f.status]) if self.measured else ():
+        tried = [f for f in self.findings if f.tried] if self.measured else []
+        for f in sorted(tried, key=lambda f: order[f.status]):
             c = f.candidate
             ratio = "—" if f.ratio is None else f"{f.ratio:.2f}x"
             slow, fast = f.figures("slow"), f.figures("fast")
@@ -287,7 +409,7 @@ class SpeedCheck:
                 f"{c.fast_pins.get(c.axis)}: main run {c.slow_s:.2f} s vs {c.fast_s:.2f} s; "
                 f"{alone} ({ratio})"
             )
-        return out
+        return [*out, *([f"  {self.note}"] if self.note else ())]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -298,6 +420,8 @@ class SpeedCheck:
             "confirmed": self.count("confirmed"),
             "load": self.count("load"),
             "unmeasured": self.count("unmeasured"),
+            "not_remeasured": self.left_out,
+            "note": self.note,
             "summary": self.summary(),
             "findings": [f.to_dict() for f in self.findings],
         }
@@ -313,7 +437,7 @@ def judge(
     finding by the minimum of its quiet repeats in both cells."""
     found = candidates(results, thresholds)
     if measurements is None:
-        findings = tuple(Finding(candidate=c, status="unmeasured") for c in found)
+        findings = tuple(Finding(candidate=c, status="unmeasured", tried=False) for c in found)
         return SpeedCheck(thresholds=thresholds, repeats=repeats, findings=findings, measured=False)
     by_cell = {(m.case, m.cell_id): m for m in measurements}
     out: list[Finding] = []
@@ -337,6 +461,7 @@ def judge(
                 slow_repeats=slow,
                 fast_folders=fast_m.folders if fast_m else (),
                 slow_folders=slow_m.folders if slow_m else (),
+                tried=fast_m is not None and slow_m is not None,
             )
         )
     return SpeedCheck(thresholds=thresholds, repeats=repeats, findings=tuple(out))
