@@ -177,6 +177,16 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
         "shared its GPU, runs once more alone before it is judged (default: 600)",
     )
     group.add_argument(
+        "--capture-cap",
+        type=positive(float, 0),
+        default=2.0,
+        metavar="MIB",
+        help="output kept per case process, in MiB: its first and last half, with one line "
+        "between them giving the bytes left out and the full size (a pytest process of a suite "
+        "is one such process). GitLab keeps 4 MiB of a whole job's log; 0 keeps everything "
+        "(default: 2)",
+    )
+    group.add_argument(
         "--reruns",
         type=positive(int, 0),
         default=0,

@@ -135,6 +135,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     with open_run(args.results) as run:  # without --results: a fresh folder
         options = RunOptions(
             timeout_s=args.timeout,
+            capture_cap=int(args.capture_cap * 1024 * 1024),
             jobs=jobs,
             reruns=args.reruns,
             results_dir=run.folder,

@@ -33,6 +33,7 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.execute import launch
 from validate.execute.classify import classify_exception, signal_name
 from validate.execute.resources import RESOURCES
 from validate.execute.resources.cuda_errors import POISON
@@ -43,6 +44,8 @@ from validate.model.outcome import Outcome
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
+
+    from validate.execute.placement import Placement
 
 __all__ = [
     "BOOTSTRAP",
@@ -223,7 +226,9 @@ class BatchRun:
     `check_env(env)`: why what a process reports it loaded (its `env` line) is not the cell's
     pins, or None; every test that process ran is then an `error` with that reason (a pin that
     was not honoured overrides the verdict, as for every case). Each `env` is kept beside the
-    process's output (env.N.json).
+    process's output (env.N.json). Every process starts through the launcher (execute/launch.py)
+    on `placement`, its output cut to `capture_cap` when it ends, and whatever it left running is
+    ended and named (in the note of the test it was running, else in the log).
     """
 
     def __init__(
@@ -239,12 +244,15 @@ class BatchRun:
         share_env: Mapping[str, str] | None = None,
         on_collect: Callable[[list[dict[str, Any]]], None] | None = None,
         check_env: Callable[[Mapping[str, Any]], str | None] | None = None,
+        placement: Placement | None = None,
+        capture_cap: int = launch.DEFAULT_CAPTURE_CAP,
     ) -> None:
         self.ids = None if ids is None else list(ids)
         self.argv, self.env, self.cwd, self.folder = argv, env, cwd, folder
         self.limit_s, self.on_ends = limit_s, on_ends
         self.share_env, self.on_collect = share_env, on_collect
         self.check_env = check_env
+        self.placement, self.capture_cap = placement, capture_cap
         self.processes = 0  # how many pytest processes the batch took
         self.assigned = 0  # how many ids a share's first process took (the progress line)
         #: a share's first process that ended without assigning ids (it could not collect):
@@ -266,8 +274,13 @@ class BatchRun:
         """One pytest process over `ids` (None: its share); returns the ids it left for a fresh
         one, or None when it was a share that never assigned its ids."""
         state = _Process(self, ids, n)
-        state.run()
-        return state.finish()
+        try:
+            state.run()
+            return state.finish()
+        finally:
+            full = launch.CAPTURE.end(state.log_path)
+            if full is not None:
+                log.info("%s: %s", state.log_path, launch.capture_note(full))
 
 
 class _Process:
@@ -287,6 +300,7 @@ class _Process:
         self.replaced = False
         self.returncode = 0
         self.pin_error: str | None = None
+        self.leftovers: list[str] = []  # what the process left running (the launcher ended it)
 
     def _end(self, end: TestEnd) -> None:
         if end.id in self.ended or SUPERVISOR.stopped:
@@ -353,16 +367,16 @@ class _Process:
         if self.ids_path is None:
             env.update(batch.share_env or {})
         log.debug("+ %s (%s)", " ".join(batch.argv), self.ids_path or "its share")
-        with self.log_path.open("wb") as out:
-            proc = subprocess.Popen(
-                list(batch.argv),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=batch.cwd,
-                start_new_session=True,
-            )
+        token = launch.new_token()
+        proc = launch.start(
+            batch.argv,
+            env=env,
+            log_path=self.log_path,
+            token=token,
+            placement=batch.placement,
+            cwd=batch.cwd,
+        )
+        launch.CAPTURE.add(self.log_path, batch.capture_cap)
         SUPERVISOR.live.add(
             proc.pid, self.log_path.with_suffix(".kernel")
         )  # ended on Ctrl-C with the cases
@@ -395,7 +409,11 @@ class _Process:
                 _kill(proc.pid, signal.SIGKILL)
                 proc.wait()
             SUPERVISOR.live.discard(proc.pid)
+            self.leftovers = launch.reap(token)  # a daemon a test started, wherever it went
             _kill(proc.pid, signal.SIGKILL)  # whatever the process group left behind
+            if self.leftovers:
+                note = launch.leftover_note(self.leftovers).replace("the case", "its tests")
+                log.warning("%s: %s", self.log_path, note)
         self.returncode = returncode
         self._events(record)  # what it wrote before it ended, not read yet
 
@@ -422,6 +440,8 @@ class _Process:
                 reason = f"the pytest process {status} during this test"
                 if poisoned:
                     reason += f"; CUDA context poisoned: {poisoned[:300]}"
+            if self.leftovers:
+                reason += "; " + launch.leftover_note(self.leftovers)
             self._end(
                 TestEnd(
                     id=running.id,

@@ -213,6 +213,7 @@ class SuiteRun:
             on_ends=on_ends or self._ended,
             share_env=share,
             check_env=self._pin_error,
+            capture_cap=self.options.capture_cap,
             on_collect=self._collection_lines if share and share[SHARE_ENV][:2] == "1/" else None,
         )
 
