@@ -1,6 +1,6 @@
 """The launcher (execute/launch.py) against hostile pytest suites, run as a user runs them
-(`run --tests SUITE --jobs 2 --timeout T --results DIR`): a daemon a test leaves, a 300 MB flood;
-and a pool job's placement on the process it starts. Real processes, found by a tag in their
+(`run --tests SUITE --jobs 2 --timeout T --results DIR`): a daemon a test leaves, a 300 MB flood,
+a collection that hangs; and a pool job's placement on the process it starts. Real processes, found by a tag in their
 environment that only this test's run carries; the elapsed-time bounds only tell a hang from an
 end, they time nothing."""
 
@@ -118,6 +118,22 @@ def test_a_300_mb_flood_keeps_at_most_the_cap(
     full = int(line.split(b"the process wrote ")[1].split(b" bytes")[0].replace(b",", b""))
     assert full >= 300 * 1024 * 1024  # the full size is recorded
     assert cut[0].endswith(b"\n")  # its tail is kept: the last of the flood, pytest's summary
+
+
+def test_a_collection_that_hangs_ends_at_its_limit(
+    tmp_path: Path, tag: tuple[str, dict[str, str]]
+) -> None:
+    """`pytest_collection_modifyitems` sleeps 10 min: with --timeout 2 the start-up limit is
+    max(3 x 2 s, 60 s); the suite is one `error` saying so, and nothing is left running."""
+    name, env = tag
+    run_dir = tmp_path / "run"
+    proc, took = _run("hang_collect", run_dir, env, "--timeout", "2", wall_s=200)
+    assert took < 180  # a hang would run to 600 s (it was 900 s of start-up before)
+    rows = _results(run_dir)
+    assert [(r["case"], r["outcome"]) for r in rows] == [("pytest:hang_collect", "error")], rows
+    assert "killed after 60s without collecting" in rows[0]["reason"], rows[0]
+    assert proc.returncode == 1, proc.stderr
+    assert _gone(name) == []
 
 
 #: A case that writes what it runs on beside itself: its CPUs, its GPUs, whether it has a token.

@@ -73,8 +73,8 @@ log = logging.getLogger(__name__)
 
 #: The backend a cell pins, for the case process to report against (as runner.py sets it).
 EXPECT_BACKEND_ENV: Final = "CUDNN_MATRIX_EXPECT_BACKEND"
-#: The least time a suite process gets to start and collect before it counts as stalled.
-_STARTUP_S: Final = 900.0
+#: The least start-up limit (SuiteRun._limit: TIMEOUT_FLOOR x --timeout, at least this).
+_STARTUP_S: Final = 60.0
 
 
 @functools.cache
@@ -184,10 +184,12 @@ class SuiteRun:
 
     def _limit(self, test_id: str) -> float:
         """A test's time limit: --timeout, raised to TIMEOUT_FLOOR times its last finished run.
-        The start-up ("": imports and the collection of the whole selection) gets at least
-        _STARTUP_S: a per-test limit says nothing about how long 40,000 ids take to collect."""
+        The start-up ("": imports and the collection of the whole selection, and any wait
+        between two tests) gets TIMEOUT_FLOOR times --timeout, at least _STARTUP_S: 40,000 ids
+        take long to collect, and a hanging collection still ends at a limit the user set
+        (1,800 s at the default --timeout 600, 60 s at --timeout 10)."""
         if not test_id:
-            return max(self.options.timeout_s, _STARTUP_S)
+            return max(self.options.timeout_s * TIMEOUT_FLOOR, _STARTUP_S)
         took = self.history.finished_estimate(test_id)
         limit = self.options.timeout_s
         if took is not None and took * TIMEOUT_FLOOR > limit:
