@@ -1,6 +1,6 @@
 """The launcher (execute/launch.py) against hostile pytest suites, run as a user runs them
 (`run --tests SUITE --jobs 2 --timeout T --results DIR`): a daemon a test leaves, a 300 MB flood,
-a collection that hangs; and a pool job's placement on the process it starts. Real processes, found by a tag in their
+a collection that hangs, a test that kills the tool. Real processes, found by a tag in their
 environment that only this test's run carries; the elapsed-time bounds only tell a hang from an
 end, they time nothing."""
 
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,6 +136,52 @@ def test_a_collection_that_hangs_ends_at_its_limit(
     assert "killed after 60s without collecting" in rows[0]["reason"], rows[0]
     assert proc.returncode == 1, proc.stderr
     assert _gone(name) == []
+
+
+def test_a_test_that_kills_the_tool_is_its_crash_after_two_resumes(
+    tmp_path: Path, tag: tuple[str, dict[str, str]]
+) -> None:
+    """The test SIGKILLs the tool and the tool's parent (a shell of its own here). The first
+    `--resume` runs it once more alone, and it kills the tool again; the second stores it as
+    `crash` ("the tool was killed while it ran") and completes the run: each id once."""
+    name, env = tag
+    run_dir = tmp_path / "run"
+    tool = [sys.executable, "-m", "validate", "run", "--tests", str(SUITES / "kills_tool")]
+    tool += ["--jobs", "2", "--timeout", "60", "--results", str(run_dir), "--no-api-logs"]
+    codes = []
+    for attempt in range(3):  # the run, then at most two --resume
+        argv = [*tool, "--resume"] if attempt else tool
+        # a shell of its own around the tool: the grandparent the test may kill
+        script = f"HOSTILE_GRANDPARENT_PID=$$ {shlex.join(argv)}; echo tool-exit=$?"
+        shell = subprocess.run(
+            ["sh", "-c", script],
+            cwd=REPO,
+            env={**env, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=240,
+        )
+        codes.append(shell.returncode)
+        assert _gone(name, "run_pytest") == []  # its pytest processes died with the tool
+        if "tool-exit=" in shell.stdout:
+            break
+    assert codes[:2] == [-9, -9], codes  # the test killed the tool and its shell twice
+    assert "tool-exit=1" in shell.stdout, (codes, shell.stdout, shell.stderr)
+    rows = _results(run_dir)
+    counts = Counter(r["case"] for r in rows)
+    assert [k for k, n in counts.items() if n > 1] == []  # none stored twice
+    got = {r["case"]: r for r in rows}
+    assert got["test_kills_tool.py::test_kills_the_tool"]["outcome"] == "crash"
+    assert (
+        "the tool was killed while it ran"
+        in got["test_kills_tool.py::test_kills_the_tool"]["reason"]
+    )
+    others = {k: r["outcome"] for k, r in got.items() if "kills_the_tool" not in k}
+    assert others == {
+        **{f"test_a_before.py::test_before[{n}]": "pass" for n in range(6)},
+        **{f"test_z_after.py::test_after[{n}]": "pass" for n in range(6)},
+    }
 
 
 #: A case that writes what it runs on beside itself: its CPUs, its GPUs, whether it has a token.

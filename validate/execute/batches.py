@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from validate.execute import launch
 from validate.execute.classify import classify_exception, signal_name
-from validate.execute.resources import RESOURCES
+from validate.execute.resources import RESOURCES, markers
 from validate.execute.resources.cuda_errors import POISON
 from validate.execute.resources.guard import PARENT_ENV
 from validate.execute.supervise import SUPERVISOR
@@ -409,6 +409,8 @@ class _Process:
                 _kill(proc.pid, signal.SIGKILL)
                 proc.wait()
             SUPERVISOR.live.discard(proc.pid)
+            if SUPERVISOR.stopped:  # an interrupt ended it: the test it ran is no suspect
+                markers.abandon(str(self.record_path))
             self.leftovers = launch.reap(token)  # a daemon a test started, wherever it went
             _kill(proc.pid, signal.SIGKILL)  # whatever the process group left behind
             if self.leftovers:

@@ -50,6 +50,7 @@ from validate.execute.collection import (
     collection_results,
     suite_problem,
 )
+from validate.execute.deaths import TOOL_KILLED, alone_job, find_deaths
 from validate.execute.history import History
 from validate.execute.pool import Job, Pool
 from validate.execute.resources.shares import split
@@ -131,6 +132,8 @@ class SuiteRun:
         be collected) and, on a GPU host, hands the `gpu_exclusive` tests to an exclusive job."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self._skip = self._stored()
+        again = self._tool_deaths()  # run alone first, and left out of the shares
+        self._skip.update(again)
         (self.folder / "skip.txt").write_text(
             "".join(f"{i}\n" for i in sorted(self._skip)), encoding="utf-8"
         )
@@ -150,7 +153,27 @@ class SuiteRun:
             )
             job.run = functools.partial(self._share, k, job)
             jobs.append(job)
-        return jobs
+        return [self._after_death(again, jobs)] if again else jobs
+
+    def _tool_deaths(self) -> list[str]:
+        """The tests the tool itself died during in an earlier run into this folder
+        (execute/deaths.py): one that did so alone too is stored as a `crash` now; the others
+        are returned, to run once more alone before the shares."""
+        deaths = find_deaths(self.folder, self._skip)
+        for ident, output in sorted(deaths.convicted.items()):  # its log: the alone process's
+            self._problems([(ident, Outcome.CRASH, TOOL_KILLED)], str(output))
+        self._skip.update(deaths.convicted)
+        return list(deaths.again)
+
+    def _after_death(self, ids: Sequence[str], shares: Sequence[Job]) -> Job:
+        """Those tests, each alone in a pytest process of its own, then the shares."""
+        return alone_job(
+            self.suite.name,
+            ids,
+            lambda ident, folder: self._batch(folder, [ident]).run(),
+            shares,
+            gpu_mib=GPU_PER_CASE_MIB if self.target.has_gpu else 0.0,
+        )
 
     def content_key(self, test_id: str) -> str:
         """The test's file content, its id and the cell's pins (as Case.content_key)."""
