@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 SUITES = Path(__file__).resolve().parents[1] / "resources" / "hostile" / "suites"
+PROCS = Path(__file__).resolve().parents[1] / "resources" / "hostile" / "procs"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -75,7 +77,8 @@ def test_a_daemon_a_test_leaves_is_ended_with_its_process(
     tmp_path: Path, tag: tuple[str, dict[str, str]]
 ) -> None:
     """Double fork + setsid: the grandchild left the test's group and session, and still ends
-    with its pytest process (found by the case token), named in the tool's log."""
+    with its pytest process (found by the case token), named (pid, command line) in the note of
+    the test that started it."""
     name, env = tag
     run_dir = tmp_path / "run"
     proc, _ = _run("daemon", run_dir, env, "--timeout", "60")
@@ -85,8 +88,47 @@ def test_a_daemon_a_test_leaves_is_ended_with_its_process(
     }, proc.stderr
     assert proc.returncode == 0, proc.stderr
     assert _gone(name, "hostile_daemon") == [], proc.stderr
-    assert "outlived" in proc.stderr, proc.stderr  # named: pid and command line
-    assert "hostile_daemon" in proc.stderr, proc.stderr
+    last = {r["case"]: r.get("reason", "") for r in _results(run_dir)}  # the later line is read
+    note = last["test_daemon.py::test_daemonizes"]
+    assert "1 process(es) outlived the test and were killed: " in note, note
+    assert note.endswith("time.sleep(600) hostile_daemon"), note
+    assert last["test_daemon.py::test_after"] == ""
+
+
+def test_a_script_cases_leftovers_are_named_in_its_note(
+    tmp_path: Path, tag: tuple[str, dict[str, str]]
+) -> None:
+    """Script cases (forked by the fork server, and fresh): a background child and a
+    double-forked daemon are ended with the case and named (pid, command line) in its note."""
+    name, env = tag
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    for script in ("background_child.py", "double_fork.py"):
+        shutil.copy(PROCS / script, cases / script)
+    for fork in ("1", "0"):
+        run_dir = tmp_path / f"run-{fork}"
+        argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
+        argv += ["--timeout", "60", "--results", str(run_dir), "--no-api-logs"]
+        proc = subprocess.run(
+            argv,
+            cwd=REPO,
+            env={**env, "PYTHONPATH": str(REPO), "CUDNN_MATRIX_FORK_SERVER": fork},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=240,
+        )
+        got = {r["case"]: (r["outcome"], r.get("reason", "")) for r in _results(run_dir)}
+        assert set(got) == {"background_child.py", "double_fork.py"}, proc.stderr
+        outcome, note = got["background_child.py"]
+        assert outcome == "pass"
+        assert "1 process(es) outlived the case and were killed: " in note, note
+        assert note.endswith("time.sleep(600) background_child"), note
+        outcome, note = got["double_fork.py"]
+        assert outcome == "pass"
+        assert "1 process(es) outlived the case and were killed: " in note, note
+        assert "double_fork.py" in note, note  # a fork, not an exec: the script's command line
+        assert _gone(name) == []
 
 
 def _disk(folder: Path) -> tuple[int, int]:

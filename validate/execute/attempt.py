@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Final
 from validate.execute.cases.kinds import KINDS
 from validate.execute.cases.script import RESULT_FILE_ENV
 from validate.execute.classify import ExecResult, classify
-from validate.execute.launch import DEFAULT_CAPTURE_CAP
+from validate.execute.launch import DEFAULT_CAPTURE_CAP, leftover_note
 from validate.execute.resources.capture import verify_pins
-from validate.execute.resources.guard import PARENT_ENV
+from validate.execute.resources.guard import LEFTOVERS_ENV, PARENT_ENV
 from validate.execute.supervise import SUPERVISOR
 
 if TYPE_CHECKING:
@@ -72,6 +72,16 @@ def _tail(path: Path) -> str:
         return ""
 
 
+def _killed_by_guard(path: Path) -> str:
+    """The note for what the case's own supervisor (resources/guard.py) killed after it."""
+    try:
+        named = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    path.unlink(missing_ok=True)
+    return leftover_note(named)
+
+
 def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
     # the overlay's library path and preload go in front of the host's (ExecTarget.process_env)
     env = {**target.process_env(), "PYTHONFAULTHANDLER": "1", RESULT_FILE_ENV: str(result_file)}
@@ -118,11 +128,13 @@ def run_attempt(
     log_path = folder / f"output{suffix}.log"
     report_path = folder / f"report{suffix}.json"
     result_file = folder / f"script-result{suffix}.json"
-    for stale in (report_path, result_file):
+    leftovers = folder / f"leftovers{suffix}.txt"
+    for stale in (report_path, result_file, leftovers):
         stale.unlink(missing_ok=True)
     kind = KINDS[case.kind]
     limit = options.timeout_s + kind.grace_s
     env = _case_env(target, result_file, folder if api_logs else None)
+    env[LEFTOVERS_ENV] = str(leftovers)  # resources/guard.py names what it killed after the case
     start = time.monotonic()
     argv = case.command(target.python, report_path, options.timeout_s)
     kernel_file = report_path.with_suffix(".kernel")
@@ -153,7 +165,7 @@ def run_attempt(
         log_path=log_path,
         tail=tail,
         report=report,
-        note=ended.note,
+        note="; ".join(n for n in (_killed_by_guard(leftovers), ended.note) if n),
     )
     return kind.gather(result, result_file), ended.usage
 

@@ -77,6 +77,7 @@ _TERM_GRACE_S: Final = 5.0
 _TAIL_LINES: Final = 40
 _TAIL_BYTES: Final = 64 * 1024
 _TEXT_LIMIT: Final = 4000
+_SLACK_S: Final = 0.05  # a process's start time is in kernel ticks (10 ms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,7 +229,8 @@ class BatchRun:
     was not honoured overrides the verdict, as for every case). Each `env` is kept beside the
     process's output (env.N.json). Every process starts through the launcher (execute/launch.py)
     on `placement`, its output cut to `capture_cap` when it ends, and whatever it left running is
-    ended and named (in the note of the test it was running, else in the log).
+    ended and named: in the note of the test it was running when it died, else of the test that
+    started it (`on_note(id, note)`, after that test's end), else in the log.
     """
 
     def __init__(
@@ -246,6 +248,7 @@ class BatchRun:
         check_env: Callable[[Mapping[str, Any]], str | None] | None = None,
         placement: Placement | None = None,
         capture_cap: int = launch.DEFAULT_CAPTURE_CAP,
+        on_note: Callable[[str, str], object] | None = None,
     ) -> None:
         self.ids = None if ids is None else list(ids)
         self.argv, self.env, self.cwd, self.folder = argv, env, cwd, folder
@@ -253,6 +256,7 @@ class BatchRun:
         self.share_env, self.on_collect = share_env, on_collect
         self.check_env = check_env
         self.placement, self.capture_cap = placement, capture_cap
+        self.on_note = on_note
         self.processes = 0  # how many pytest processes the batch took
         self.assigned = 0  # how many ids a share's first process took (the progress line)
         #: a share's first process that ended without assigning ids (it could not collect):
@@ -300,7 +304,9 @@ class _Process:
         self.replaced = False
         self.returncode = 0
         self.pin_error: str | None = None
-        self.leftovers: list[str] = []  # what the process left running (the launcher ended it)
+        #: what the process left running (the launcher ended it)
+        self.leftovers: list[launch.Leftover] = []
+        self.windows: list[tuple[float, float, str]] = []  # (start, end, id) of each test
 
     def _end(self, end: TestEnd) -> None:
         if end.id in self.ended or SUPERVISOR.stopped:
@@ -333,6 +339,10 @@ class _Process:
                     running = self.running
                     since = running.t if running and running.id == event["id"] else None
                     self._end(_end_from_done(event, self.log_path, since))
+                    if since is not None:  # when it ran: what it left running is its note
+                        self.windows.append(
+                            (since, float(event.get("t") or time.time()), event["id"])
+                        )
                     self.running, self.last = None, time.monotonic()
                 case "missing":
                     why = "not collected by the batch's pytest process (its collection differs)"
@@ -413,9 +423,6 @@ class _Process:
                 markers.abandon(str(self.record_path))
             self.leftovers = launch.reap(token)  # a daemon a test started, wherever it went
             _kill(proc.pid, signal.SIGKILL)  # whatever the process group left behind
-            if self.leftovers:
-                note = launch.leftover_note(self.leftovers).replace("the case", "its tests")
-                log.warning("%s: %s", self.log_path, note)
         self.returncode = returncode
         self._events(record)  # what it wrote before it ended, not read yet
 
@@ -475,4 +482,32 @@ class _Process:
                     )
                 )
         self._flush()
+        self._name_leftovers(running.id if running is not None else None)
         return self.left
+
+    def _name_leftovers(self, running: str | None) -> None:
+        """Each process it left running goes in the note of the test that started it (by its
+        start time; the test it died in has them all already), else in the log."""
+        if not self.leftovers or running is not None:
+            return
+        by_test: dict[str, list[launch.Leftover]] = {}
+        unowned = []
+        for process in self.leftovers:
+            owner = next(
+                (
+                    i
+                    for t0, t1, i in self.windows
+                    if t0 - _SLACK_S <= process.started <= t1 + _SLACK_S
+                ),
+                None,
+            )
+            if owner is None or self.batch.on_note is None:
+                unowned.append(process)
+            else:
+                by_test.setdefault(str(owner), []).append(process)
+        for test_id, processes in by_test.items():
+            assert self.batch.on_note is not None
+            self.batch.on_note(test_id, launch.leftover_note(processes).replace("case", "test"))
+        if unowned:
+            note = launch.leftover_note(unowned).replace("the case", "its tests")
+            log.warning("%s: %s", self.log_path, note)

@@ -38,13 +38,13 @@ import subprocess
 import threading
 import time
 import uuid
-from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from validate.execute.placement import UNPLACED
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+    from pathlib import Path
 
     from validate.execute.placement import Placement
 
@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_CAPTURE_CAP",
     "TOKEN_ENV",
     "CaptureWatch",
+    "Leftover",
     "cap_output",
     "case_env",
     "new_token",
@@ -167,29 +168,49 @@ def become_subreaper() -> bool:
     return _SUBREAPER[0]
 
 
-def _tree(root: int) -> list[int] | None:
-    """Every descendant of `root`, from the kernel's children lists; None where they are
-    missing (a kernel without CONFIG_PROC_CHILDREN)."""
+def _read(path: str) -> bytes:
+    """A small /proc file (os-level: this runs at every case's end)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _tree(root: int, needle: bytes) -> list[int] | None:
+    """The descendants of `root` that may carry `needle`, from the kernel's children lists: a
+    subtree whose top carries another case's token is another case's, and is not entered. None
+    where the lists are missing (a kernel without CONFIG_PROC_CHILDREN)."""
+    other = TOKEN_ENV.encode() + b"="
     found: list[int] = []
     todo = [root]
     while todo:
         pid = todo.pop()
+        if pid != root:
+            try:
+                environ = _read(f"/proc/{pid}/environ")
+            except OSError:
+                continue
+            if needle not in environ.split(b"\0") and other in environ:
+                continue  # another live case's process, and what it started
+            found.append(pid)
         try:
             tasks = os.listdir(f"/proc/{pid}/task")  # noqa: PTH208 - names only, per case end
         except OSError:
             continue
         for tid in tasks:
             try:
-                text = Path(f"/proc/{pid}/task/{tid}/children").read_text(encoding="ascii")
+                text = _read(f"/proc/{pid}/task/{tid}/children")
             except FileNotFoundError:
                 if pid == root:
                     return None
                 continue
             except OSError:
                 continue
-            kids = [int(k) for k in text.split()]
-            found.extend(kids)
-            todo.extend(kids)
+            todo.extend(int(k) for k in text.split())
     return found
 
 
@@ -197,32 +218,50 @@ def _all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]  # noqa: PTH208
 
 
-def _carries(pid: int, needle: bytes) -> tuple[str, int] | None:
-    """(its command line, its parent) where `pid` is alive and carries `needle`; else None."""
+class Leftover(NamedTuple):
+    """A process the launcher ended after its case: named in the case's note."""
+
+    pid: int
+    args: str
+    started: float  # when it was started (wall clock, to the kernel's tick)
+
+    def __str__(self) -> str:
+        return f"{self.pid} {self.args}"
+
+
+_TICKS: Final = os.sysconf("SC_CLK_TCK")
+
+
+def _carries(pid: int, needle: bytes) -> tuple[Leftover, int] | None:
+    """The process and its parent where `pid` is alive and carries `needle`; else None."""
     try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        environ = _read(f"/proc/{pid}/environ")
         if needle not in environ.split(b"\0"):
             return None
-        stat = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        stat = _read(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()
         if stat[0] in (b"Z", b"X"):  # ended already (a zombie waits only for its parent)
             return None
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except (OSError, IndexError):
+        args = _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ")
+        # field 22: its start in ticks since boot (/proc/stat's btime is whole seconds)
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME) - int(stat[19]) / _TICKS
+        started = time.time() - since_boot
+    except (OSError, IndexError, ValueError):
         return None
-    return args.decode("utf-8", "replace").strip()[:200], int(stat[1])
+    text = args.decode("utf-8", "replace").strip()[:200]
+    return Leftover(pid, text, started), int(stat[1])
 
 
-def reap(token: str, *, unnamed: Collection[int] = ()) -> list[str]:
+def reap(token: str, *, unnamed: Collection[int] = ()) -> list[Leftover]:
     """Kill every live process that carries `token` and collect the ones that were re-parented
-    to the tool; returns ``"PID CMDLINE"`` for each but `unnamed` (a notebook's kernel: expected
-    to end with its case), for the case's note."""
+    to the tool; returns each but `unnamed` (a notebook's kernel: expected to end with its
+    case), for the case's note."""
     needle = f"{TOKEN_ENV}={token}".encode()
     me = os.getpid()
     for_sure = become_subreaper()
-    candidates = _tree(me) if for_sure else None
+    candidates = _tree(me, needle) if for_sure else None
     if candidates is None:
         candidates = _all_pids()
-    named: list[str] = []
+    named: list[Leftover] = []
     ours: list[int] = []
     for pid in candidates:
         if pid == me:
@@ -230,11 +269,11 @@ def reap(token: str, *, unnamed: Collection[int] = ()) -> list[str]:
         found = _carries(pid, needle)
         if found is None:
             continue
-        args, parent = found
+        process, parent = found
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
             if pid not in unnamed:
-                named.append(f"{pid} {args}")
+                named.append(process)
             if parent == me:
                 ours.append(pid)
     _collect(ours)
@@ -256,11 +295,13 @@ def _collect(pids: list[int]) -> None:
             time.sleep(0.005)
 
 
-def leftover_note(named: Sequence[str]) -> str:
-    """The note a result gets for the processes that outlived its case."""
+def leftover_note(named: Sequence[Leftover | str]) -> str:
+    """The note a result gets for the processes that outlived its case (pid and command line)."""
     if not named:
         return ""
-    shown = "; ".join(named[:5]) + (f"; and {len(named) - 5} more" if len(named) > 5 else "")
+    shown = "; ".join(str(n) for n in named[:5]) + (
+        f"; and {len(named) - 5} more" if len(named) > 5 else ""
+    )
     return f"{len(named)} process(es) outlived the case and were killed: {shown}"
 
 

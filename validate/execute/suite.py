@@ -239,6 +239,7 @@ class SuiteRun:
             share_env=share,
             check_env=self._pin_error,
             capture_cap=self.options.capture_cap,
+            on_note=self._noted,
             on_collect=self._collection_lines if share and share[SHARE_ENV][:2] == "1/" else None,
         )
 
@@ -441,6 +442,17 @@ class SuiteRun:
                 timed_out = end.outcome is Outcome.TIMEOUT
                 self.history.record(end.id, end.duration_s, timed_out=timed_out)
         return self._store_all(results)
+
+    def _noted(self, test_id: str, note: str) -> None:
+        """A note for a stored result (processes its test left running): stored again with it
+        (the later line is the one read)."""
+        with self._storing, self._lock:
+            index = self._seen.get(test_id)
+            if index is None:
+                return
+            old = self.results[index]
+            self.results[index] = old.with_(reason=f"{old.reason}; {note}".lstrip("; "))
+            self.store.append(self.results[index])
 
     def _store_all(self, results: list[CaseResult]) -> int:
         """Store results together: one write and fsync where the store groups them

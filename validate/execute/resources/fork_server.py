@@ -60,6 +60,7 @@ LATE = (
     "CUDNN_LOGLEVEL_DBG",
     "CUDNN_LOGDEST_DBG",
     "CUDNN_MATRIX_CASE_TOKEN",  # execute/launch.py: how the tool finds what the case left
+    "CUDNN_MATRIX_LEFTOVERS_FILE",  # guard.py: where the case's supervisor names what it killed
     "CUDNN_MATRIX_CPUS",  # the case's CPUs (its placement), applied by the child itself
 )
 
