@@ -132,8 +132,10 @@ class SuiteRun:
         be collected) and, on a GPU host, hands the `gpu_exclusive` tests to an exclusive job."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self._skip = self._stored()
-        again = self._tool_deaths()  # run alone first, and left out of the shares
-        self._skip.update(again)
+        deaths = find_deaths(self.folder, self._skip)  # ids the tool died during (deaths.py)
+        for ident, output in sorted(deaths.convicted.items()):  # died twice: its crash now
+            self._problems([(ident, Outcome.CRASH, TOOL_KILLED)], str(output))
+        self._skip.update(deaths.convicted, deaths.again)  # `again`: alone, before the shares
         (self.folder / "skip.txt").write_text(
             "".join(f"{i}\n" for i in sorted(self._skip)), encoding="utf-8"
         )
@@ -153,27 +155,13 @@ class SuiteRun:
             )
             job.run = functools.partial(self._share, k, job)
             jobs.append(job)
-        return [self._after_death(again, jobs)] if again else jobs
 
-    def _tool_deaths(self) -> list[str]:
-        """The tests the tool itself died during in an earlier run into this folder
-        (execute/deaths.py): one that did so alone too is stored as a `crash` now; the others
-        are returned, to run once more alone before the shares."""
-        deaths = find_deaths(self.folder, self._skip)
-        for ident, output in sorted(deaths.convicted.items()):  # its log: the alone process's
-            self._problems([(ident, Outcome.CRASH, TOOL_KILLED)], str(output))
-        self._skip.update(deaths.convicted)
-        return list(deaths.again)
+        def alone(ident: str, folder: str) -> None:
+            self._batch(folder, [ident]).run()
 
-    def _after_death(self, ids: Sequence[str], shares: Sequence[Job]) -> Job:
-        """Those tests, each alone in a pytest process of its own, then the shares."""
-        return alone_job(
-            self.suite.name,
-            ids,
-            lambda ident, folder: self._batch(folder, [ident]).run(),
-            shares,
-            gpu_mib=GPU_PER_CASE_MIB if self.target.has_gpu else 0.0,
-        )
+        gpu = GPU_PER_CASE_MIB if self.target.has_gpu else 0.0
+        again = [alone_job(self.suite.name, deaths.again, alone, jobs, gpu_mib=gpu)]
+        return again if deaths.again else jobs
 
     def content_key(self, test_id: str) -> str:
         """The test's file content, its id and the cell's pins (as Case.content_key)."""
@@ -207,10 +195,9 @@ class SuiteRun:
 
     def _limit(self, test_id: str) -> float:
         """A test's time limit: --timeout, raised to TIMEOUT_FLOOR times its last finished run.
-        The start-up ("": imports and the collection of the whole selection, and any wait
-        between two tests) gets TIMEOUT_FLOOR times --timeout, at least _STARTUP_S: 40,000 ids
-        take long to collect, and a hanging collection still ends at a limit the user set
-        (1,800 s at the default --timeout 600, 60 s at --timeout 10)."""
+        The start-up ("": imports, the collection of the selection, any wait between tests)
+        gets TIMEOUT_FLOOR x --timeout, at least _STARTUP_S: 40,000 ids take long to collect,
+        and a hung collection ends at a limit the user set (1,800 s at the default)."""
         if not test_id:
             return max(self.options.timeout_s * TIMEOUT_FLOOR, _STARTUP_S)
         took = self.history.finished_estimate(test_id)
@@ -444,8 +431,7 @@ class SuiteRun:
         return self._store_all(results)
 
     def _noted(self, test_id: str, note: str) -> None:
-        """A note for a stored result (processes its test left running): stored again with it
-        (the later line is the one read)."""
+        """A stored result's note (what its test left running): stored again (later line read)."""
         with self._storing, self._lock:
             index = self._seen.get(test_id)
             if index is None:
