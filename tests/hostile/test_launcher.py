@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -305,3 +306,41 @@ def test_a_batch_runs_on_its_placement(tmp_path: Path) -> None:
     ).run()
     assert [(e.id, str(e.outcome)) for e in ends] == [("test_where.py::test_where", "pass")]
     assert json.loads((root / "test_where.json").read_text()) == [[cpu], "1,2"]
+
+
+def test_an_interrupted_test_is_no_suspect_on_resume(
+    tmp_path: Path, tag: tuple[str, dict[str, str]]
+) -> None:
+    """Ctrl-C of the tool while a test runs is not the tool's death: its batch is marked
+    abandoned, and `--resume` runs that test with the rest, not alone as a suspect."""
+    name, env = tag
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "validate", "run", "--tests", str(SUITES / "sleeper")]
+    argv += ["--jobs", "1", "--results", str(run_dir), "--no-api-logs"]
+    tool = subprocess.Popen(
+        [*argv, "--timeout", "120"],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    started = b'"id": "test_sleep.py::test_sleeps"'
+    records: list[Path] = []
+    while time.monotonic() < deadline:
+        records = list(run_dir.glob("cases/local/pytest/share-*/record.*.jsonl"))
+        if any(started in r.read_bytes() for r in records):
+            break
+        time.sleep(0.1)
+    tool.send_signal(signal.SIGINT)
+    assert tool.wait(timeout=60) == 130
+    record = next(r for r in records if started in r.read_bytes())
+    assert json.loads(record.read_text().splitlines()[-1]) == {"ev": "abandon"}
+    assert _gone(name, "run_pytest") == []
+    proc, _ = _run("sleeper", run_dir, env, "--timeout", "2", "--resume")
+    assert "when the tool was killed" not in proc.stderr, proc.stderr
+    assert not list(run_dir.glob("cases/local/pytest/alone-*")), proc.stderr
+    assert _outcomes(run_dir) == {
+        "test_sleep.py::test_quick": "pass",
+        "test_sleep.py::test_sleeps": "timeout",
+    }, proc.stderr

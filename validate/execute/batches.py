@@ -23,6 +23,7 @@ CUDA in the parent (DOMAIN.md §9).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -387,6 +388,8 @@ class _Process:
             cwd=batch.cwd,
         )
         launch.CAPTURE.add(self.log_path, batch.capture_cap)
+        # an interrupt ends it: the test it was running is no suspect of the tool's death
+        SUPERVISOR.after_kill(proc.pid, functools.partial(markers.abandon, str(self.record_path)))
         SUPERVISOR.live.add(
             proc.pid, self.log_path.with_suffix(".kernel")
         )  # ended on Ctrl-C with the cases
@@ -419,8 +422,7 @@ class _Process:
                 _kill(proc.pid, signal.SIGKILL)
                 proc.wait()
             SUPERVISOR.live.discard(proc.pid)
-            if SUPERVISOR.stopped:  # an interrupt ended it: the test it ran is no suspect
-                markers.abandon(str(self.record_path))
+            SUPERVISOR.after_kill(proc.pid, None)
             self.leftovers = launch.reap(token)  # a daemon a test started, wherever it went
             _kill(proc.pid, signal.SIGKILL)  # whatever the process group left behind
         self.returncode = returncode

@@ -182,6 +182,8 @@ class Supervisor:
         #: Cases inside a pool are forked from a warm interpreter per environment and kind.
         self.forks = ForkServers()
         self._watchdog = _Watchdog()
+        self._lock = threading.Lock()
+        self._after_kill: dict[int, Callable[[], object]] = {}
 
     @property
     def stopped(self) -> bool:
@@ -201,8 +203,24 @@ class Supervisor:
         self.live.stopped.set()
 
     def kill_all(self) -> None:
-        """Kill every running case's group and its kernel's (after `stop`)."""
+        """Kill every running case's group and its kernel's (after `stop`), then run what each
+        asked to run after an interrupt (`after_kill`): in this thread, since the tool may exit
+        before the threads that started them see their ends."""
         self.live.kill_all()
+        with self._lock:
+            actions, self._after_kill = list(self._after_kill.values()), {}
+        for action in actions:
+            with suppress(OSError):
+                action()
+
+    def after_kill(self, key: int, action: Callable[[], object] | None) -> None:
+        """Run `action` if the run is interrupted while `key` (a process group) lives; None:
+        forget it (the group ended)."""
+        with self._lock:
+            if action is None:
+                self._after_kill.pop(key, None)
+            else:
+                self._after_kill[key] = action
 
     def sessions(self) -> dict[int, int]:
         """Session id -> case group, for the sampler (slots.UsageSampler)."""
