@@ -186,7 +186,8 @@ def test_a_test_that_kills_the_tool_is_its_crash_after_two_resumes(
 ) -> None:
     """The test SIGKILLs the tool and the tool's parent (a shell of its own here). The first
     `--resume` runs it once more alone, and it kills the tool again; the second stores it as
-    `crash` ("the tool was killed while it ran") and completes the run: each id once."""
+    `crash` ("the tool was killed while it ran") and completes the run: each id once. The
+    daemon a test before it left outlives the tool, and `--resume` ends it."""
     name, env = tag
     run_dir = tmp_path / "run"
     tool = [sys.executable, "-m", "validate", "run", "--tests", str(SUITES / "kills_tool")]
@@ -209,11 +210,17 @@ def test_a_test_that_kills_the_tool_is_its_crash_after_two_resumes(
         assert _gone(name, "run_pytest") == []  # its pytest processes died with the tool
         if "tool-exit=" in shell.stdout:
             break
+        if attempt == 0:  # the daemon a test left outlived the tool; --resume ends it
+            assert tagged(name, "hostile_daemon") != []
     assert codes[:2] == [-9, -9], codes  # the test killed the tool and its shell twice
     assert "tool-exit=1" in shell.stdout, (codes, shell.stdout, shell.stderr)
     rows = _results(run_dir)
     counts = Counter(r["case"] for r in rows)
-    assert [k for k, n in counts.items() if n > 1] == []  # none stored twice
+    for case in (k for k, n in counts.items() if n > 1):  # a verdict, then its note (leftovers)
+        first, *_, last = (r for r in rows if r["case"] == case)
+        assert first["outcome"] == last["outcome"], (first, last)
+        assert "outlived the test" in last["reason"], last
+        assert counts[case] == 2, case
     got = {r["case"]: r for r in rows}
     assert got["test_kills_tool.py::test_kills_the_tool"]["outcome"] == "crash"
     assert (
@@ -221,9 +228,11 @@ def test_a_test_that_kills_the_tool_is_its_crash_after_two_resumes(
         in got["test_kills_tool.py::test_kills_the_tool"]["reason"]
     )
     others = {k: r["outcome"] for k, r in got.items() if "kills_the_tool" not in k}
+    assert _gone(name, "hostile_daemon") == []
     assert others == {
-        **{f"test_a_before.py::test_before[{n}]": "pass" for n in range(6)},
-        **{f"test_z_after.py::test_after[{n}]": "pass" for n in range(6)},
+        "test_kills_tool.py::test_leaves_a_daemon": "pass",
+        **{f"test_a_before.py::test_before[{n}]": "pass" for n in range(5)},
+        **{f"test_z_after.py::test_after[{n}]": "pass" for n in range(7)},
     }
 
 

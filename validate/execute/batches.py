@@ -78,7 +78,6 @@ _TERM_GRACE_S: Final = 5.0
 _TAIL_LINES: Final = 40
 _TAIL_BYTES: Final = 64 * 1024
 _TEXT_LIMIT: Final = 4000
-_SLACK_S: Final = 0.05  # a process's start time is in kernel ticks (10 ms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,7 +306,8 @@ class _Process:
         self.pin_error: str | None = None
         #: what the process left running (the launcher ended it)
         self.leftovers: list[launch.Leftover] = []
-        self.windows: list[tuple[float, float, str]] = []  # (start, end, id) of each test
+        self.windows: list[launch.Window] = []  # when each test ran
+        self.pid0: int | None = None  # the kernel's last pid when the running test started
 
     def _end(self, end: TestEnd) -> None:
         if end.id in self.ended or SUPERVISOR.stopped:
@@ -334,6 +334,7 @@ class _Process:
                     self.running = _Running(
                         str(event["id"]), time.monotonic(), event.get("t"), event.get("offset")
                     )
+                    self.pid0 = event.get("pid0")
                     self.started_any = True
                     self.last = self.running.since
                 case "done":
@@ -341,9 +342,9 @@ class _Process:
                     since = running.t if running and running.id == event["id"] else None
                     self._end(_end_from_done(event, self.log_path, since))
                     if since is not None:  # when it ran: what it left running is its note
-                        self.windows.append(
-                            (since, float(event.get("t") or time.time()), event["id"])
-                        )
+                        t1 = float(event.get("t") or time.time())
+                        window = launch.Window(event["id"], since, t1, self.pid0, event.get("pid1"))
+                        self.windows.append(window)
                     self.running, self.last = None, time.monotonic()
                 case "missing":
                     why = "not collected by the batch's pytest process (its collection differs)"
@@ -388,6 +389,7 @@ class _Process:
             cwd=batch.cwd,
         )
         launch.CAPTURE.add(self.log_path, batch.capture_cap)
+        markers.launched(str(self.record_path), token)  # what it leaves, if the tool dies first
         # an interrupt ends it: the test it was running is no suspect of the tool's death
         SUPERVISOR.after_kill(proc.pid, functools.partial(markers.abandon, str(self.record_path)))
         SUPERVISOR.live.add(
@@ -488,21 +490,14 @@ class _Process:
         return self.left
 
     def _name_leftovers(self, running: str | None) -> None:
-        """Each process it left running goes in the note of the test that started it (by its
-        start time; the test it died in has them all already), else in the log."""
+        """Each process it left running goes in the note of the test that started it
+        (`launch.owner`; the test it died in has them all already), else in the log."""
         if not self.leftovers or running is not None:
             return
         by_test: dict[str, list[launch.Leftover]] = {}
         unowned = []
         for process in self.leftovers:
-            owner = next(
-                (
-                    i
-                    for t0, t1, i in self.windows
-                    if t0 - _SLACK_S <= process.started <= t1 + _SLACK_S
-                ),
-                None,
-            )
+            owner = launch.owner(process, self.windows)
             if owner is None or self.batch.on_note is None:
                 unowned.append(process)
             else:

@@ -9,7 +9,9 @@ each batch process was running has a `start` and no `done`, and no result. On `-
 - such an id found in an `alone-` folder's markers killed the tool twice: it is the `crash`
   "the tool was killed while it ran" (`TOOL_KILLED`), and the rest of the run completes.
 
-So a test that kills the tool ends in a completed run after at most two `--resume`. An id cut
+So a test that kills the tool ends in a completed run after at most two `--resume`. What the
+dead run's processes left running (a test's daemon) is ended then too, found by the launcher
+tokens the markers name. An id cut
 short by an interrupt is no suspect (the tool marks its process abandoned). Shared by every
 batched kind: pytest suites (execute/suite.py) and, next, Catch2 binaries.
 """
@@ -21,8 +23,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from validate.execute import launch
 from validate.execute.pool import Job
-from validate.execute.resources.markers import unfinished
+from validate.execute.resources.markers import tokens, unfinished
 from validate.execute.supervise import SUPERVISOR
 
 if TYPE_CHECKING:
@@ -56,7 +59,11 @@ def find_deaths(folder: Path, stored: Collection[str]) -> Deaths:
     `stored` that a process was running when it died with the tool (see the module doc)."""
     shared: set[str] = set()
     alone: dict[str, Path] = {}
-    for record in sorted(folder.glob("*/record.*.jsonl")):
+    records = sorted(folder.glob("*/record.*.jsonl"))
+    left = launch.reap_everywhere({t for r in records for t in tokens(str(r))})
+    if left:  # a process that ended with its tool was reaped then: these outlived the tool
+        log.warning("%s left by the run that was killed", launch.leftover_note(left))
+    for record in records:
         ident = unfinished(str(record))
         if ident is None or ident in stored:
             continue

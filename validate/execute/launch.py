@@ -16,7 +16,9 @@ API-log re-run (a second attempt through the supervisor). For each it applies:
   tool, never to init: the search walks only the tool's own tree of processes
   (``/proc/PID/task/TID/children``); where the subreaper or that file is missing, all of /proc.
   A process that scrubbed its environment of the token is not found (no cgroup is used: this
-  host, like most CI containers, delegates none);
+  host, like most CI containers, delegates none). Each is a `Leftover` (pid, command line, start)
+  for the case's note; `owner` says which id of a batch started it; `reap_everywhere` ends what
+  a run of the tool that was killed left (its tokens are in its marker files);
 - **bounded capture** (`CaptureWatch`, `cap_output`): a log longer than the cap keeps its first
   and last half of the cap; while the process runs, the middle is punched out of the file every
   `_WATCH_S` (``fallocate(PUNCH_HOLE)``: the offsets the pytest plugin records stay valid, the
@@ -54,12 +56,15 @@ __all__ = [
     "TOKEN_ENV",
     "CaptureWatch",
     "Leftover",
+    "Window",
     "cap_output",
     "case_env",
     "new_token",
+    "owner",
     "placed",
     "placement_now",
     "reap",
+    "reap_everywhere",
     "start",
 ]
 
@@ -230,6 +235,7 @@ class Leftover(NamedTuple):
 
 
 _TICKS: Final = os.sysconf("SC_CLK_TCK")
+_TICKS_S: Final = 1 / _TICKS
 
 
 def _carries(pid: int, needle: bytes) -> tuple[Leftover, int] | None:
@@ -256,17 +262,26 @@ def reap(token: str, *, unnamed: Collection[int] = ()) -> list[Leftover]:
     to the tool; returns each but `unnamed` (a notebook's kernel: expected to end with its
     case), for the case's note."""
     needle = f"{TOKEN_ENV}={token}".encode()
+    candidates = _tree(os.getpid(), needle) if become_subreaper() else None
+    return _kill(candidates if candidates is not None else _all_pids(), [needle], unnamed)
+
+
+def reap_everywhere(tokens: Collection[str]) -> list[Leftover]:
+    """Kill every live process on the host that carries one of `tokens` (a run of the tool that
+    was killed: what its cases left is no longer in this tool's tree); returns them."""
+    if not tokens:
+        return []
+    return _kill(_all_pids(), [f"{TOKEN_ENV}={t}".encode() for t in tokens], ())
+
+
+def _kill(candidates: list[int], needles: list[bytes], unnamed: Collection[int]) -> list[Leftover]:
     me = os.getpid()
-    for_sure = become_subreaper()
-    candidates = _tree(me, needle) if for_sure else None
-    if candidates is None:
-        candidates = _all_pids()
     named: list[Leftover] = []
     ours: list[int] = []
     for pid in candidates:
         if pid == me:
             continue
-        found = _carries(pid, needle)
+        found = next((f for n in needles if (f := _carries(pid, n)) is not None), None)
         if found is None:
             continue
         process, parent = found
@@ -293,6 +308,28 @@ def _collect(pids: list[int]) -> None:
             if done or time.monotonic() > deadline:
                 break
             time.sleep(0.005)
+
+
+class Window(NamedTuple):
+    """When one id of a batch ran: its wall-clock start and end, and the kernel's last pid at
+    each (resources/run_pytest.py; None where it could not be read)."""
+
+    id: str
+    t0: float
+    t1: float
+    pid0: int | None = None
+    pid1: int | None = None
+
+
+def owner(process: Leftover, windows: Sequence[Window]) -> str | None:
+    """The id that started `process`: the one whose pid readings enclose its pid (pids are
+    handed out in order), else the latest one that started by its start time (kernel ticks)."""
+    for w in windows:
+        if w.pid0 is not None and w.pid1 is not None and w.pid0 < process.pid <= w.pid1:
+            return w.id
+    late = _TICKS_S + 0.04  # a start time is cut down to the tick, and read later
+    near = [w for w in windows if w.t0 - late <= process.started <= w.t1 + late]
+    return max(near, key=lambda w: w.t0).id if near else None
 
 
 def leftover_note(named: Sequence[Leftover | str]) -> str:

@@ -10,8 +10,10 @@ it is the `crash` "the tool was killed while it ran").
 The file holds one JSON object per line, each written whole by one write(2) on an O_APPEND
 descriptor: `{"ev": "start", "id": ...}` before an id (then fdatasync'd: the marker outlives a
 kill -9 of everything, the OOM killer, and a machine that went down), `{"ev": "done", "id": ...}`
-after it, other events of the kind's own between them, and `{"ev": "abandon"}` where the tool
-ended the process itself on an interrupt (`abandon`): an id cut short by Ctrl-C is no suspect.
+after it, other events of the kind's own between them, `{"ev": "abandon"}` where the tool
+ended the process itself on an interrupt (`abandon`): an id cut short by Ctrl-C is no suspect,
+and `{"ev": "launched", "token": ...}`, the launcher's token of the process (`launched`): what it
+left running when the tool died is ended on `--resume`.
 """
 
 from __future__ import annotations
@@ -23,11 +25,22 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["ABANDON", "DONE", "START", "Markers", "abandon", "unfinished"]
+__all__ = [
+    "ABANDON",
+    "DONE",
+    "LAUNCHED",
+    "START",
+    "Markers",
+    "abandon",
+    "launched",
+    "tokens",
+    "unfinished",
+]
 
 START = "start"
 DONE = "done"
 ABANDON = "abandon"
+LAUNCHED = "launched"
 
 
 class Markers:
@@ -65,6 +78,32 @@ def abandon(path: str) -> None:
         os.write(fd, (json.dumps({"ev": ABANDON}) + "\n").encode())
     finally:
         os.close(fd)
+
+
+def launched(path: str, token: str) -> None:
+    """The launcher's token of the process writing `path` (execute/launch.py): after the tool
+    died, what that process left is found by it on `--resume`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (json.dumps({"ev": LAUNCHED, "token": token}) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def tokens(path: str) -> list[str]:
+    """The launcher tokens named in `path` (`launched`)."""
+    found = []
+    try:
+        with open(path, "rb") as fh:  # noqa: PTH123 - stdlib only, no pathlib
+            for line in fh:
+                if b'"launched"' in line:
+                    try:
+                        found.append(str(json.loads(line)["token"]))
+                    except (ValueError, KeyError, TypeError):
+                        continue
+    except OSError:
+        return []
+    return found
 
 
 def unfinished(path: str) -> str | None:

@@ -94,6 +94,16 @@ def _stdout_offset() -> int | None:
         return None
 
 
+def _last_pid() -> int | None:
+    """The last pid the kernel handed out: a process whose pid lies between a test's two
+    readings was started while it ran (the tool names what a test left running by it)."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as fh:  # noqa: PTH123
+            return int(fh.read())
+    except (OSError, ValueError):
+        return None
+
+
 def _longrepr(report: pytest.TestReport | pytest.CollectReport) -> str:
     try:
         return str(report.longreprtext)
@@ -244,7 +254,7 @@ class _Plugin:
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.reports[nodeid] = []
         # durable before the test runs (the module doc, resources/markers.py)
-        self.record.start(nodeid, t=time.time(), offset=_stdout_offset())
+        self.record.start(nodeid, t=time.time(), offset=_stdout_offset(), pid0=_last_pid())
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports.setdefault(report.nodeid, []).append(report)
@@ -252,7 +262,7 @@ class _Plugin:
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         reports = self.reports.pop(nodeid, [])
         done = _verdict(reports)
-        done.update(ev="done", id=nodeid, t=time.time())
+        done.update(ev="done", id=nodeid, t=time.time(), pid1=_last_pid())
         self.record.write(done)
         text = "\n".join([done.get("text", ""), *_sections(reports)])
         hit = next((ln for ln in text.splitlines() if self.poison.search(ln)), None)

@@ -1,9 +1,24 @@
-"""A test that SIGKILLs its parent (the tool) and its grandparent (whatever started the tool)."""
+"""A test that leaves a daemon, then one that SIGKILLs its parent (the tool) and its grandparent
+(whatever started the tool): the daemon is still running when the tool dies. With --jobs 2 the
+ids are cut into two contiguous halves of 7 (resources/shares.py): test_a_before's 5, then these
+two, in one process; test_z_after's 7 in the other."""
 
 import os
 import signal
+import sys
 
 import pytest
+
+
+def test_leaves_a_daemon():
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        if os.fork() == 0:
+            sleep = [sys.executable, "-c", "import time; time.sleep(600)", "hostile_daemon"]
+            os.execv(sys.executable, sleep)
+        os._exit(0)
+    os.waitpid(child, 0)
 
 
 def test_kills_the_tool():

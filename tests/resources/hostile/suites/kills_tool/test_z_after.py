@@ -1,6 +1,6 @@
 import pytest
 
 
-@pytest.mark.parametrize("n", range(6))
+@pytest.mark.parametrize("n", range(7))
 def test_after(n):
     assert n >= 0
