@@ -123,6 +123,8 @@ class ValidateConfig:
     backend_deps: bool = True  # install the backend wheel's own deps (nvidia-cublas)
     jobs: int | None = None
     timeout_s: float = 600.0
+    #: --capture-cap: bytes of output kept per case process (execute/launch.py; 0: all)
+    capture_cap: int = 2 * 1024 * 1024
     reruns: int = 0
     results_dir: Path | None = None
     resume: bool = False

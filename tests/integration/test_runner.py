@@ -14,6 +14,7 @@ import pytest
 
 from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
+from validate.execute.launch import DEFAULT_CAPTURE_CAP
 from validate.execute.runner import RunOptions, run_cases
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, load_results
@@ -74,7 +75,11 @@ def test_every_result_is_stored_with_evidence(all_results: tuple[list[CaseResult
     stored = load_results([out])
     assert sorted(r.case for r in stored) == sorted(EXPECTED)
     flood = next(r for r in results if r.case == "flood.py")
-    assert Path(flood.log_path).stat().st_size > 100 * 1024 * 1024  # full copy on disk
+    # its head and tail up to the cap (execute/launch.py), the full size in the log and the note
+    log = Path(flood.log_path).read_bytes()
+    assert len(log) <= DEFAULT_CAPTURE_CAP + 1024
+    assert b"the process wrote 104,857,6" in log
+    assert "output capped: the process wrote 104,857,6" in flood.reason
     assert len(flood.tail) <= 8192  # bounded tail in the result
     seg = next(r for r in results if r.case == "segfault.ipynb")
     assert seg.signal == "SIGSEGV"

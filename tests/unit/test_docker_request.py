@@ -21,6 +21,8 @@ from validate.env.sources import Sources
 from validate.execute import ExecTarget, RunContext
 from validate.execute.docker import DockerExecutor, container_config
 from validate.execute.incontainer import payload, read_payload
+from validate.execute.launch import placed
+from validate.execute.placement import Placement
 from validate.model.matrix import Cell
 from validate.model.results import ResultStore
 from validate.plan.host import HostFacts
@@ -106,6 +108,20 @@ def test_one_device_per_cell_when_parallel(client: Any, tmp_path: Path) -> None:
     assert body["HostConfig"]["DeviceRequests"] == [
         {"Driver": "", "Count": 0, "DeviceIDs": ["3"], "Capabilities": [["gpu"]], "Options": {}}
     ]
+
+
+def test_a_jobs_placement_is_the_containers_devices_and_cpuset(client: Any, tmp_path: Path) -> None:
+    """The pool job's placement (launch.placed, as the pool runs a job) maps to the container:
+    --gpus device=N and --cpuset-cpus, over the step's own GPU choice."""
+    with placed(Placement(gpus=(2,), cpus=frozenset({0, 1, 5}))):
+        body = _send(client, _request(tmp_path, gpus=(3,)), gpu=True)
+    assert body["HostConfig"]["DeviceRequests"] == [
+        {"Driver": "", "Count": 0, "DeviceIDs": ["2"], "Capabilities": [["gpu"]], "Options": {}}
+    ]
+    assert body["HostConfig"]["CpusetCpus"] == "0,1,5"
+    (tmp_path / "unplaced").mkdir()
+    unplaced = _send(client, _request(tmp_path / "unplaced"), gpu=True)
+    assert "CpusetCpus" not in unplaced["HostConfig"]
 
 
 def test_no_nvidia_runtime_means_no_device_request(client: Any, tmp_path: Path) -> None:

@@ -265,7 +265,18 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
         "group is killed. A case the duration history knows never gets less than 3x the "
         "duration of its last run that ended on its own (not by a timeout). A case that times "
         "out while it shared its GPU or the host's CPUs beyond its need, or fails while it "
-        "shared its GPU, runs once more alone before it is judged (default: 600)",
+        "shared its GPU, runs once more alone before it is judged. A pytest suite's "
+        "start-up and collection (--tests) get 3x this, at least 60s (default: 600)",
+    )
+    group.add_argument(
+        "--capture-cap",
+        type=positive(float, 0),
+        default=2.0,
+        metavar="MIB",
+        help="output kept per case process, in MiB: its first and last half, with one line "
+        "between them giving the bytes left out and the full size (a pytest process of a suite "
+        "is one such process). GitLab keeps 4 MiB of a whole job's log; 0 keeps everything "
+        "(default: 2)",
     )
     group.add_argument(
         "--reruns",

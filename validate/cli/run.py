@@ -173,6 +173,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         write_json(meta_path, meta)
         options = RunOptions(
             timeout_s=args.timeout,
+            capture_cap=int(args.capture_cap * 1024 * 1024),
             jobs=jobs,
             reruns=args.reruns,
             results_dir=run.folder,

@@ -273,6 +273,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         backend_deps=args.backend_deps,
         jobs=args.jobs,
         timeout_s=args.timeout,
+        capture_cap=int(args.capture_cap * 1024 * 1024),
         reruns=args.reruns,
         results_dir=args.results,
         resume=args.resume,

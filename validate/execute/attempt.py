@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, Final
 from validate.execute.cases.kinds import KINDS
 from validate.execute.cases.script import RESULT_FILE_ENV
 from validate.execute.classify import ExecResult, classify
+from validate.execute.launch import DEFAULT_CAPTURE_CAP, leftover_note
 from validate.execute.resources.capture import verify_pins
-from validate.execute.resources.guard import PARENT_ENV
+from validate.execute.resources.guard import LEFTOVERS_ENV, PARENT_ENV
 from validate.execute.supervise import SUPERVISOR
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
     from validate.env.target import ExecTarget
     from validate.execute.cases import Case
+    from validate.execute.placement import Placement
     from validate.execute.slots import CaseUsage, UsageSampler
     from validate.model.outcome import Outcome
 
@@ -51,6 +53,8 @@ class RunOptions:
     run_id: str = ""
     #: JSON file of case name -> last duration; cases start longest first (None: given order).
     history: Path | None = None
+    #: Bytes of output kept per case process, its first and last half (0: all of it).
+    capture_cap: int = DEFAULT_CAPTURE_CAP
 
 
 def case_dir(case: Case, target: ExecTarget, options: RunOptions) -> Path:
@@ -66,6 +70,16 @@ def _tail(path: Path) -> str:
             return fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def _killed_by_guard(path: Path) -> str:
+    """The note for what the case's own supervisor (resources/guard.py) killed after it."""
+    try:
+        named = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    path.unlink(missing_ok=True)
+    return leftover_note(named)
 
 
 def _case_env(target: ExecTarget, result_file: Path, api_dir: Path | None) -> dict[str, str]:
@@ -105,23 +119,34 @@ def run_attempt(
     *,
     api_logs: bool,
     sampler: UsageSampler | None = None,
+    placement: Placement | None = None,
 ) -> tuple[ExecResult, CaseUsage | None]:
     """Attempt `n` of `case` in `folder` (its files suffixed `.n` from the second on): its process
-    started and waited for, and how it ended, with what it used where `sampler` watched it."""
+    started and waited for, and how it ended, with what it used where `sampler` watched it.
+    `placement`: the GPUs and CPUs its processes run on (the pool's ledger chooses it)."""
     suffix = "" if n == 1 else f".{n}"
     log_path = folder / f"output{suffix}.log"
     report_path = folder / f"report{suffix}.json"
     result_file = folder / f"script-result{suffix}.json"
-    for stale in (report_path, result_file):
+    leftovers = folder / f"leftovers{suffix}.txt"
+    for stale in (report_path, result_file, leftovers):
         stale.unlink(missing_ok=True)
     kind = KINDS[case.kind]
     limit = options.timeout_s + kind.grace_s
     env = _case_env(target, result_file, folder if api_logs else None)
+    env[LEFTOVERS_ENV] = str(leftovers)  # resources/guard.py names what it killed after the case
     start = time.monotonic()
     argv = case.command(target.python, report_path, options.timeout_s)
     kernel_file = report_path.with_suffix(".kernel")
-    returncode, timed_out, usage = SUPERVISOR.spawn(
-        argv, env, log_path, limit, kernel_file, sampler
+    ended = SUPERVISOR.spawn(
+        argv,
+        env,
+        log_path,
+        limit,
+        kernel_file,
+        sampler,
+        placement=placement,
+        capture_cap=options.capture_cap,
     )
     duration = time.monotonic() - start
     tail = _tail(log_path)
@@ -133,15 +158,16 @@ def run_attempt(
             report = None
     result = ExecResult(
         kind=case.kind,
-        returncode=returncode,
-        timed_out=timed_out,
+        returncode=ended.returncode,
+        timed_out=ended.timed_out,
         timeout_s=options.timeout_s,
         duration_s=duration,
         log_path=log_path,
         tail=tail,
         report=report,
+        note="; ".join(n for n in (_killed_by_guard(leftovers), ended.note) if n),
     )
-    return kind.gather(result, result_file), usage
+    return kind.gather(result, result_file), ended.usage
 
 
 def captured(run: ExecResult) -> Mapping[str, Any]:
@@ -150,8 +176,12 @@ def captured(run: ExecResult) -> Mapping[str, Any]:
 
 
 def verdict(run: ExecResult, target: ExecTarget) -> tuple[Outcome, str]:
-    """The attempt's outcome and reason; a pin the case saw broken is its error."""
-    return classify(run, pin_error=pin_error(target, captured(run)))
+    """The attempt's outcome and reason; a pin the case saw broken is its error. The launcher's
+    note (processes that outlived the case, output cut to the cap) ends the reason."""
+    outcome, reason = classify(run, pin_error=pin_error(target, captured(run)))
+    if run.note:
+        reason = f"{reason}; {run.note}" if reason else run.note
+    return outcome, reason
 
 
 def exception_of(run: ExecResult) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ CUDA in the parent (DOMAIN.md §9).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -33,8 +34,9 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.execute import launch
 from validate.execute.classify import classify_exception, signal_name
-from validate.execute.resources import RESOURCES
+from validate.execute.resources import RESOURCES, markers
 from validate.execute.resources.cuda_errors import POISON
 from validate.execute.resources.guard import PARENT_ENV
 from validate.execute.supervise import SUPERVISOR
@@ -43,6 +45,8 @@ from validate.model.outcome import Outcome
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
+
+    from validate.execute.placement import Placement
 
 __all__ = [
     "BOOTSTRAP",
@@ -223,7 +227,10 @@ class BatchRun:
     `check_env(env)`: why what a process reports it loaded (its `env` line) is not the cell's
     pins, or None; every test that process ran is then an `error` with that reason (a pin that
     was not honoured overrides the verdict, as for every case). Each `env` is kept beside the
-    process's output (env.N.json).
+    process's output (env.N.json). Every process starts through the launcher (execute/launch.py)
+    on `placement`, its output cut to `capture_cap` when it ends, and whatever it left running is
+    ended and named: in the note of the test it was running when it died, else of the test that
+    started it (`on_note(id, note)`, after that test's end), else in the log.
     """
 
     def __init__(
@@ -239,12 +246,17 @@ class BatchRun:
         share_env: Mapping[str, str] | None = None,
         on_collect: Callable[[list[dict[str, Any]]], None] | None = None,
         check_env: Callable[[Mapping[str, Any]], str | None] | None = None,
+        placement: Placement | None = None,
+        capture_cap: int = launch.DEFAULT_CAPTURE_CAP,
+        on_note: Callable[[str, str], object] | None = None,
     ) -> None:
         self.ids = None if ids is None else list(ids)
         self.argv, self.env, self.cwd, self.folder = argv, env, cwd, folder
         self.limit_s, self.on_ends = limit_s, on_ends
         self.share_env, self.on_collect = share_env, on_collect
         self.check_env = check_env
+        self.placement, self.capture_cap = placement, capture_cap
+        self.on_note = on_note
         self.processes = 0  # how many pytest processes the batch took
         self.assigned = 0  # how many ids a share's first process took (the progress line)
         #: a share's first process that ended without assigning ids (it could not collect):
@@ -266,8 +278,13 @@ class BatchRun:
         """One pytest process over `ids` (None: its share); returns the ids it left for a fresh
         one, or None when it was a share that never assigned its ids."""
         state = _Process(self, ids, n)
-        state.run()
-        return state.finish()
+        try:
+            state.run()
+            return state.finish()
+        finally:
+            full = launch.CAPTURE.end(state.log_path)
+            if full is not None:
+                log.info("%s: %s", state.log_path, launch.capture_note(full))
 
 
 class _Process:
@@ -287,6 +304,10 @@ class _Process:
         self.replaced = False
         self.returncode = 0
         self.pin_error: str | None = None
+        #: what the process left running (the launcher ended it)
+        self.leftovers: list[launch.Leftover] = []
+        self.windows: list[launch.Window] = []  # when each test ran
+        self.pid0: int | None = None  # the kernel's last pid when the running test started
 
     def _end(self, end: TestEnd) -> None:
         if end.id in self.ended or SUPERVISOR.stopped:
@@ -313,12 +334,17 @@ class _Process:
                     self.running = _Running(
                         str(event["id"]), time.monotonic(), event.get("t"), event.get("offset")
                     )
+                    self.pid0 = event.get("pid0")
                     self.started_any = True
                     self.last = self.running.since
                 case "done":
                     running = self.running
                     since = running.t if running and running.id == event["id"] else None
                     self._end(_end_from_done(event, self.log_path, since))
+                    if since is not None:  # when it ran: what it left running is its note
+                        t1 = float(event.get("t") or time.time())
+                        window = launch.Window(event["id"], since, t1, self.pid0, event.get("pid1"))
+                        self.windows.append(window)
                     self.running, self.last = None, time.monotonic()
                 case "missing":
                     why = "not collected by the batch's pytest process (its collection differs)"
@@ -353,16 +379,19 @@ class _Process:
         if self.ids_path is None:
             env.update(batch.share_env or {})
         log.debug("+ %s (%s)", " ".join(batch.argv), self.ids_path or "its share")
-        with self.log_path.open("wb") as out:
-            proc = subprocess.Popen(
-                list(batch.argv),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=batch.cwd,
-                start_new_session=True,
-            )
+        token = launch.new_token()
+        proc = launch.start(
+            batch.argv,
+            env=env,
+            log_path=self.log_path,
+            token=token,
+            placement=batch.placement,
+            cwd=batch.cwd,
+        )
+        launch.CAPTURE.add(self.log_path, batch.capture_cap)
+        markers.launched(str(self.record_path), token)  # what it leaves, if the tool dies first
+        # an interrupt ends it: the test it was running is no suspect of the tool's death
+        SUPERVISOR.after_kill(proc.pid, functools.partial(markers.abandon, str(self.record_path)))
         SUPERVISOR.live.add(
             proc.pid, self.log_path.with_suffix(".kernel")
         )  # ended on Ctrl-C with the cases
@@ -395,6 +424,8 @@ class _Process:
                 _kill(proc.pid, signal.SIGKILL)
                 proc.wait()
             SUPERVISOR.live.discard(proc.pid)
+            SUPERVISOR.after_kill(proc.pid, None)
+            self.leftovers = launch.reap(token)  # a daemon a test started, wherever it went
             _kill(proc.pid, signal.SIGKILL)  # whatever the process group left behind
         self.returncode = returncode
         self._events(record)  # what it wrote before it ended, not read yet
@@ -422,6 +453,8 @@ class _Process:
                 reason = f"the pytest process {status} during this test"
                 if poisoned:
                     reason += f"; CUDA context poisoned: {poisoned[:300]}"
+            if self.leftovers:
+                reason += "; " + launch.leftover_note(self.leftovers)
             self._end(
                 TestEnd(
                     id=running.id,
@@ -453,4 +486,25 @@ class _Process:
                     )
                 )
         self._flush()
+        self._name_leftovers(running.id if running is not None else None)
         return self.left
+
+    def _name_leftovers(self, running: str | None) -> None:
+        """Each process it left running goes in the note of the test that started it
+        (`launch.owner`; the test it died in has them all already), else in the log."""
+        if not self.leftovers or running is not None:
+            return
+        by_test: dict[str, list[launch.Leftover]] = {}
+        unowned = []
+        for process in self.leftovers:
+            owner = launch.owner(process, self.windows)
+            if owner is None or self.batch.on_note is None:
+                unowned.append(process)
+            else:
+                by_test.setdefault(str(owner), []).append(process)
+        for test_id, processes in by_test.items():
+            assert self.batch.on_note is not None
+            self.batch.on_note(test_id, launch.leftover_note(processes).replace("case", "test"))
+        if unowned:
+            note = launch.leftover_note(unowned).replace("the case", "its tests")
+            log.warning("%s: %s", self.log_path, note)

@@ -64,6 +64,7 @@ class ExecResult:
     report: Mapping[str, Any] | None = None  # JSON written by run_notebook.py / run_script.py
     result_file: tuple[Outcome, str] | str | None = None  # script's own result file (see script.py)
     verdict: tuple[Outcome, str] | None = None  # script's `VERDICT ...` line
+    note: str = ""  # the launcher's: processes that outlived the case, output cut to the cap
 
 
 def signal_name(returncode: int | None) -> str | None:

@@ -13,13 +13,17 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import signal
 import subprocess
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ConfigError
+from validate.execute import launch
 from validate.execute.batches import BOOTSTRAP, plugin_env
 from validate.execute.cases.pytest_suite import SUITE_PREFIX
 from validate.model.outcome import Outcome
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from validate.env.target import ExecTarget
+    from validate.execute.placement import Placement
 
 __all__ = [
     "EXCLUSIVE_MARK",
@@ -117,8 +122,17 @@ def _exception_line(text: str) -> str:
     return found[:300]
 
 
-def collect(suite: Suite, target: ExecTarget, folder: Path, timeout_s: float) -> Collected:
-    """Collect the suite in the target's environment (see the module doc)."""
+def collect(
+    suite: Suite,
+    target: ExecTarget,
+    folder: Path,
+    timeout_s: float,
+    *,
+    placement: Placement | None = None,
+    capture_cap: int = launch.DEFAULT_CAPTURE_CAP,
+) -> Collected:
+    """Collect the suite in the target's environment (see the module doc), through the
+    launcher: ended at `timeout_s` with everything it started."""
     from validate.execute.batches import _Record  # the same reader as the batches'
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -127,23 +141,24 @@ def collect(suite: Suite, target: ExecTarget, folder: Path, timeout_s: float) ->
     env = plugin_env(target.process_env(), record_path)
     argv = suite.argv(target.python, "--collect-only", "-q")
     returncode: int | str
-    with log_path.open("wb") as out:
+    token = launch.new_token()
+    try:
+        proc = launch.start(
+            argv, env=env, log_path=log_path, token=token, placement=placement, cwd=suite.root
+        )
+    except OSError as exc:
+        returncode = f"could not start: {exc}"
+    else:
         try:
-            returncode = subprocess.run(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=suite.root,
-                timeout=timeout_s,
-                check=False,
-                start_new_session=True,
-            ).returncode
+            returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            with suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             returncode = f"timed out after {timeout_s:g}s"
-        except OSError as exc:
-            returncode = f"could not start: {exc}"
+        finally:
+            launch.reap(token)
+            launch.cap_output(log_path, capture_cap)
     events = _Record(record_path).read()
     if not any(e.get("ev") == "collected" for e in events):  # the suite as a whole failed
         problem = suite_problem(suite, target, returncode, log_path)

@@ -29,6 +29,7 @@ from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildE
 from validate.execute.cases import SHIPPED_CASES
 from validate.execute.classify import ExecResult
 from validate.execute.incontainer import CONFIG_FILE, payload
+from validate.execute.launch import placement_now
 from validate.execute.pool import Job
 from validate.execute.records import record_all
 from validate.log import step as log_step
@@ -155,13 +156,20 @@ def container_kwargs(
     if config.samples is not None:
         binds[str(config.samples.resolve())] = {"bind": _SAMPLES, "mode": "ro"}
     command = ["python", "-m", "validate", "run", "--config", f"{_RESULTS}/{CONFIG_FILE}"]
+    # the pool job's placement (execute/launch.py `placed`: the ledger's GPUs and CPUs) maps to
+    # the container's devices and cpuset, as the launcher applies it to a process
+    placement = placement_now()
+    gpus = placement.gpus if placement.gpus is not None else target.gpus
     devices: list[DeviceRequest] = []
     if gpu:
         devices = [
             DeviceRequest(count=-1, capabilities=[["gpu"]])
-            if target.gpus is None
-            else DeviceRequest(device_ids=[str(i) for i in target.gpus], capabilities=[["gpu"]])
+            if gpus is None
+            else DeviceRequest(device_ids=[str(i) for i in gpus], capabilities=[["gpu"]])
         ]
+    placed: dict[str, Any] = {}
+    if placement.cpus is not None:
+        placed["cpuset_cpus"] = ",".join(str(c) for c in sorted(placement.cpus))
     environment = {"HOME": "/tmp", **dict(target.env)}
     if key is not None:
         environment[RUN_KEY_ENV] = key.secret.hex()
@@ -180,6 +188,7 @@ def container_kwargs(
         "init": True,  # reaps orphaned kernel processes
         "shm_size": "2g",  # torch and NCCL want more than docker's 64 MB default
         "labels": {"io.cudnn-matrix.cell": cell.id},
+        **placed,
     }
 
 

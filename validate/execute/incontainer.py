@@ -68,6 +68,7 @@ def run_payload(path: Path) -> int:
     with open_run(config.results_dir, run_id=run_id or None) as run:  # the cell's folder
         options = RunOptions(
             timeout_s=config.timeout_s,
+            capture_cap=config.capture_cap,
             jobs=choose_slots(host, jobs=config.jobs).slots,
             reruns=config.reruns,
             results_dir=run.folder,

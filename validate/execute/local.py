@@ -147,6 +147,7 @@ class LocalExecutor:
         history_path = cache_root(config.cache_dir) / "durations.json"
         options = RunOptions(
             timeout_s=config.timeout_s,
+            capture_cap=config.capture_cap,
             jobs=run.slots,
             reruns=config.reruns,
             results_dir=run.results_dir,

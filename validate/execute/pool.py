@@ -37,8 +37,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from validate.execute.launch import placed
+from validate.execute.placement import UNPLACED
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
+
+    from validate.execute.placement import Placement
 
 __all__ = ["YIELD_NICE", "Beside", "Job", "Pool", "PoolStats", "beside", "watch", "yield_nice"]
 
@@ -104,6 +109,9 @@ class Job:
     #: set by the pool it is queued in: a `live` job calls it when its count moved, so the
     #: progress line (plain: at most every 30 s) moves while no job starts or ends
     moved: Callable[[], None] | None = None
+    #: the GPUs and CPUs its processes run on (execute/placement.py; the ledger chooses it,
+    #: the launcher applies it to every process the job starts)
+    placement: Placement = UNPLACED
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,7 +361,8 @@ class Pool:
         follow: Sequence[Job] = ()
         error: BaseException | None = None
         try:
-            follow = job.run()
+            with placed(job.placement):  # every process the job starts runs there (launch.py)
+                follow = job.run()
         except BaseException as exc:  # noqa: BLE001 - raised again in the dispatching thread
             error = exc
         with self._cond:

@@ -50,6 +50,7 @@ from validate.execute.collection import (
     collection_results,
     suite_problem,
 )
+from validate.execute.deaths import TOOL_KILLED, alone_job, find_deaths
 from validate.execute.history import History
 from validate.execute.pool import Job, Pool
 from validate.execute.resources.shares import split
@@ -73,8 +74,8 @@ log = logging.getLogger(__name__)
 
 #: The backend a cell pins, for the case process to report against (as runner.py sets it).
 EXPECT_BACKEND_ENV: Final = "CUDNN_MATRIX_EXPECT_BACKEND"
-#: The least time a suite process gets to start and collect before it counts as stalled.
-_STARTUP_S: Final = 900.0
+#: The least start-up limit (SuiteRun._limit: TIMEOUT_FLOOR x --timeout, at least this).
+_STARTUP_S: Final = 60.0
 
 
 @functools.cache
@@ -131,6 +132,10 @@ class SuiteRun:
         be collected) and, on a GPU host, hands the `gpu_exclusive` tests to an exclusive job."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self._skip = self._stored()
+        deaths = find_deaths(self.folder, self._skip)  # ids the tool died during (deaths.py)
+        for ident, output in sorted(deaths.convicted.items()):  # died twice: its crash now
+            self._problems([(ident, Outcome.CRASH, TOOL_KILLED)], str(output))
+        self._skip.update(deaths.convicted, deaths.again)  # `again`: alone, before the shares
         (self.folder / "skip.txt").write_text(
             "".join(f"{i}\n" for i in sorted(self._skip)), encoding="utf-8"
         )
@@ -150,7 +155,13 @@ class SuiteRun:
             )
             job.run = functools.partial(self._share, k, job)
             jobs.append(job)
-        return jobs
+
+        def alone(ident: str, folder: str) -> None:
+            self._batch(folder, [ident]).run()
+
+        gpu = GPU_PER_CASE_MIB if self.target.has_gpu else 0.0
+        again = [alone_job(self.suite.name, deaths.again, alone, jobs, gpu_mib=gpu)]
+        return again if deaths.again else jobs
 
     def content_key(self, test_id: str) -> str:
         """The test's file content, its id and the cell's pins (as Case.content_key)."""
@@ -184,10 +195,11 @@ class SuiteRun:
 
     def _limit(self, test_id: str) -> float:
         """A test's time limit: --timeout, raised to TIMEOUT_FLOOR times its last finished run.
-        The start-up ("": imports and the collection of the whole selection) gets at least
-        _STARTUP_S: a per-test limit says nothing about how long 40,000 ids take to collect."""
+        The start-up ("": imports, the collection of the selection, any wait between tests)
+        gets TIMEOUT_FLOOR x --timeout, at least _STARTUP_S: 40,000 ids take long to collect,
+        and a hung collection ends at a limit the user set (1,800 s at the default)."""
         if not test_id:
-            return max(self.options.timeout_s, _STARTUP_S)
+            return max(self.options.timeout_s * TIMEOUT_FLOOR, _STARTUP_S)
         took = self.history.finished_estimate(test_id)
         limit = self.options.timeout_s
         if took is not None and took * TIMEOUT_FLOOR > limit:
@@ -213,6 +225,8 @@ class SuiteRun:
             on_ends=on_ends or self._ended,
             share_env=share,
             check_env=self._pin_error,
+            capture_cap=self.options.capture_cap,
+            on_note=self._noted,
             on_collect=self._collection_lines if share and share[SHARE_ENV][:2] == "1/" else None,
         )
 
@@ -415,6 +429,16 @@ class SuiteRun:
                 timed_out = end.outcome is Outcome.TIMEOUT
                 self.history.record(end.id, end.duration_s, timed_out=timed_out)
         return self._store_all(results)
+
+    def _noted(self, test_id: str, note: str) -> None:
+        """A stored result's note (what its test left running): stored again (later line read)."""
+        with self._storing, self._lock:
+            index = self._seen.get(test_id)
+            if index is None:
+                return
+            old = self.results[index]
+            self.results[index] = old.with_(reason=f"{old.reason}; {note}".lstrip("; "))
+            self.store.append(self.results[index])
 
     def _store_all(self, results: list[CaseResult]) -> int:
         """Store results together: one write and fsync where the store groups them

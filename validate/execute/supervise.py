@@ -20,17 +20,19 @@ import threading
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol, cast
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, cast
 
+from validate.execute import launch
 from validate.execute.forkserver import ForkServerLost, ForkServers
 from validate.execute.pool import watch, yield_nice
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
 
+    from validate.execute.placement import Placement
     from validate.execute.slots import CaseUsage, UsageSampler
 
-__all__ = ["SUPERVISOR", "Supervisor"]
+__all__ = ["SUPERVISOR", "Spawned", "Supervisor"]
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,14 @@ def _lower_priority(group: int, nice: int) -> None:
         Path(f"/proc/{group}/autogroup").write_text(str(value), encoding="ascii")
 
 
+def _kernel_pids(kernel_file: Path) -> set[int]:
+    """The notebook kernel's pid, if it wrote one: ended with its case, not a leftover."""
+    try:
+        return {int(kernel_file.read_text(encoding="utf-8").strip())}
+    except (OSError, ValueError):
+        return set()
+
+
 class Supervisor:
     """The case processes of this tool process: started, limited, recorded while they run, and
     ended together on an interrupt (`stop`, `kill_all`)."""
@@ -172,6 +182,8 @@ class Supervisor:
         #: Cases inside a pool are forked from a warm interpreter per environment and kind.
         self.forks = ForkServers()
         self._watchdog = _Watchdog()
+        self._lock = threading.Lock()
+        self._after_kill: dict[int, Callable[[], object]] = {}
 
     @property
     def stopped(self) -> bool:
@@ -191,8 +203,24 @@ class Supervisor:
         self.live.stopped.set()
 
     def kill_all(self) -> None:
-        """Kill every running case's group and its kernel's (after `stop`)."""
+        """Kill every running case's group and its kernel's (after `stop`), then run what each
+        asked to run after an interrupt (`after_kill`): in this thread, since the tool may exit
+        before the threads that started them see their ends."""
         self.live.kill_all()
+        with self._lock:
+            actions, self._after_kill = list(self._after_kill.values()), {}
+        for action in actions:
+            with suppress(OSError):
+                action()
+
+    def after_kill(self, key: int, action: Callable[[], object] | None) -> None:
+        """Run `action` if the run is interrupted while `key` (a process group) lives; None:
+        forget it (the group ended)."""
+        with self._lock:
+            if action is None:
+                self._after_kill.pop(key, None)
+            else:
+                self._after_kill[key] = action
 
     def sessions(self) -> dict[int, int]:
         """Session id -> case group, for the sampler (slots.UsageSampler)."""
@@ -206,46 +234,54 @@ class Supervisor:
         limit_s: float,
         kernel_file: Path,
         sampler: UsageSampler | None = None,
-    ) -> tuple[int, bool, CaseUsage | None]:
-        """Run argv in a new session, output to log_path; on timeout TERM then KILL the group.
-        Returns the exit status, whether it timed out, and what it used if sampled."""
+        *,
+        placement: Placement | None = None,
+        capture_cap: int = launch.DEFAULT_CAPTURE_CAP,
+    ) -> Spawned:
+        """Run argv through the launcher (execute/launch.py: its placement, token, session,
+        capped output in log_path); on timeout TERM then KILL the group; then every process
+        that carries its token is ended. Returns how it ended (`Spawned`)."""
         log.debug("+ %s", " ".join(argv))
         if (
             self.live.stopped.is_set()
         ):  # interrupted: a re-run must not start behind the user's back
-            return -signal.SIGKILL, False, None
+            return Spawned(-signal.SIGKILL, False, None)
+        where = launch.placement_now(placement)  # None: the pool job's (Job.placement)
+        run = functools.partial(
+            self._run_process, argv, env, log_path, limit_s, kernel_file, sampler, where
+        )
         try:
-            return self._run_process(argv, env, log_path, limit_s, kernel_file, sampler)
+            return run(capture_cap)
         except ForkServerLost as exc:  # its server died, not the case: it runs again, fresh
             if self.live.stopped.is_set():  # unless the run is being interrupted
-                return -signal.SIGKILL, False, None
+                return Spawned(-signal.SIGKILL, False, None)
             log.debug("fork server lost (%s): %s runs as a fresh process", exc, argv[2:3])
-            return self._run_process(argv, env, log_path, limit_s, kernel_file, sampler, fresh=True)
+            return run(capture_cap, fresh=True)
 
     def _start(
-        self, argv: list[str], env: Mapping[str, str], log_path: Path, *, fresh: bool
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        token: str,
+        placement: Placement,
+        *,
+        fresh: bool,
     ) -> _Process:
         """The case's process in a new session: forked by its environment's fork server where one
         runs (a script or a notebook's bootstrap inside a pool, execute/forkserver.py), else a
-        fresh one."""
+        fresh one; either way with the launcher's token and placement."""
         if not fresh:
             # the log is made here, as for a fresh process: a folder that broke is an OSError of
             # the tool's (the store's check names it), never an exit status of the case
             log_path.open("wb").close()
             nice = yield_nice()  # the child takes it before it runs (fork_server._lower)
             value = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice) if nice > 0 else None
-            forked = self.forks.start(argv, log_path, env, value)
+            launch.become_subreaper()
+            forked = self.forks.start(argv, log_path, launch.case_env(env, token, placement), value)
             if forked is not None:
                 return cast("_Process", forked)
-        with log_path.open("wb") as out:
-            return subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=dict(env),
-                start_new_session=True,
-            )
+        return launch.start(argv, env=env, log_path=log_path, token=token, placement=placement)
 
     def _run_process(
         self,
@@ -255,10 +291,14 @@ class Supervisor:
         limit_s: float,
         kernel_file: Path,
         sampler: UsageSampler | None,
+        placement: Placement,
+        capture_cap: int,
         *,
         fresh: bool = False,
-    ) -> tuple[int, bool, CaseUsage | None]:
-        proc = self._start(argv, env, log_path, fresh=fresh)
+    ) -> Spawned:
+        token = launch.new_token()
+        proc = self._start(argv, env, log_path, token, placement, fresh=fresh)
+        launch.CAPTURE.add(log_path, capture_cap)
         if isinstance(proc, subprocess.Popen):  # a forked case took its nice itself (self._start)
             _lower_priority(proc.pid, yield_nice())
         # The watchdog enforces the limit so this thread blocks in waitpid() and sees the exit
@@ -281,9 +321,12 @@ class Supervisor:
         finally:
             self._watchdog.cancel(timer)
             self.live.discard(proc.pid)
-            # what is left of the case's group (a case that killed its supervising parent,
-            # resources/guard.py become_reaper, is still running): it ends with the case
+            # what is left of the case (a case that killed its supervising parent,
+            # resources/guard.py become_reaper, is still running; a daemon that left its
+            # group): it ends with the case, and is named in its note
+            leftovers = launch.reap(token, unnamed=_kernel_pids(kernel_file))
             _kill_group(proc.pid, signal.SIGKILL)
+            full = launch.CAPTURE.end(log_path)
         timed_out = expired.is_set()
         if kernel_file.exists():  # the kernel runs in its own session: make sure it is gone too
             try:
@@ -293,7 +336,18 @@ class Supervisor:
                 pass
             kernel_file.unlink(missing_ok=True)
         usage = sampler.usage(proc.pid) if sampler is not None else None
-        return returncode, timed_out, usage
+        notes = [n for n in (launch.leftover_note(leftovers), launch.capture_note(full)) if n]
+        return Spawned(returncode, timed_out, usage, "; ".join(notes))
+
+
+class Spawned(NamedTuple):
+    """How a case's process ended: its status, whether its limit ended it, what it used (where
+    sampled) and the launcher's note (processes it outlived, output cut to the cap)."""
+
+    returncode: int
+    timed_out: bool
+    usage: CaseUsage | None
+    note: str = ""
 
 
 #: The one supervisor of this process (see the module docstring).

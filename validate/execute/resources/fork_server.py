@@ -59,6 +59,9 @@ LATE = (
     "CUDNN_FRONTEND_LOG_FILE",
     "CUDNN_LOGLEVEL_DBG",
     "CUDNN_LOGDEST_DBG",
+    "CUDNN_MATRIX_CASE_TOKEN",  # execute/launch.py: how the tool finds what the case left
+    "CUDNN_MATRIX_LEFTOVERS_FILE",  # guard.py: where the case's supervisor names what it killed
+    "CUDNN_MATRIX_CPUS",  # the case's CPUs (its placement), applied by the child itself
 )
 
 _ARGV0: list[str] = []  # the bootstrap's path: each case's sys.argv[0], as a fresh start has it
@@ -142,6 +145,9 @@ def _child(request: dict[str, Any], boot: Any, closing: list[int]) -> int:
         os.environ.pop(name, None)
     os.environ.update(request["env"])
     os.environ["CUDNN_MATRIX_PARENT_PID"] = str(os.getppid())  # guard.py: dies with this server
+    cpus = request["env"].get("CUDNN_MATRIX_CPUS")
+    if cpus:  # the launcher's placement, as a fresh process gets it before exec
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     sys.argv = [_ARGV0[0], *request["argv"]]
     _retitle([request["python"], *sys.argv])
     sys.path[0] = os.path.dirname(_ARGV0[0])  # noqa: PTH120 - as a fresh start of the bootstrap

@@ -28,10 +28,12 @@ else:
     except ImportError:  # pragma: no cover - not CPython
         import signal
 
-__all__ = ["PARENT_ENV", "become_reaper", "die_with_parent", "resolve_prctl"]
+__all__ = ["LEFTOVERS_ENV", "PARENT_ENV", "become_reaper", "die_with_parent", "resolve_prctl"]
 
 #: The tool puts its pid here; a case that finds another parent at start has lost it already.
 PARENT_ENV = "CUDNN_MATRIX_PARENT_PID"
+#: Where the case's supervisor names what it killed after the case (the tool reads it).
+LEFTOVERS_ENV = "CUDNN_MATRIX_LEFTOVERS_FILE"
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _STOP_GRACE_S = 3.0  # after SIGTERM: how long the case may take to end before all is killed
@@ -132,21 +134,33 @@ def _reap() -> bool:
 def _kill_descendants() -> None:
     """Kill everything left below this process. As a child subreaper it inherits every orphan
     of the case (background children, double-forked daemons, children that called setsid), so
-    killing its children round by round reaches them all."""
+    killing its children round by round reaches them all. Each one killed is named (pid and
+    command line) in the file $CUDNN_MATRIX_LEFTOVERS_FILE, for the case's note."""
     me = os.getpid()
+    named: list[str] = []
     for _ in range(200):
         if not _reap():  # the common case: nothing left, and no /proc scan at all
-            return
+            break
         kids = _children(me)
         if not kids:
             time.sleep(0.005)  # a killed child not yet reaped
             continue
         for kid in kids:
             try:
+                with open(f"/proc/{kid}/cmdline", "rb") as fh:  # noqa: PTH123 - stdlib only
+                    args = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
                 os.kill(kid, signal.SIGKILL)
+                named.append(f"{kid} {args[:200]}")
             except OSError:
                 pass
         time.sleep(0.005)
+    path = os.environ.get(LEFTOVERS_ENV)
+    if named and path:
+        try:
+            with open(path, "a", encoding="utf-8") as fh:  # noqa: PTH123
+                fh.write("".join(f"{line}\n" for line in named))
+        except OSError:
+            pass
 
 
 def _end_like(status: int) -> None:

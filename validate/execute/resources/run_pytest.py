@@ -24,15 +24,15 @@ each line whole with one write(2) on an O_APPEND descriptor:
   selected by the collection); an id not collected now is a `missing` line.
 
 In a share and a batch run each test writes `start` before its setup (the test running when the
-process dies is the one whose `start` has no `done`), then `done` with its pytest outcome.
+process dies is the one whose `start` has no `done`), then `done` with its pytest outcome: the
+record is a marker file of resources/markers.py, the piece every batched kind shares.
 
 Durability: a line is in the file once its write(2) returns, and the kernel keeps it whatever
-becomes of this process (a segfault, `os._exit`, a kill -9 of it or of the tool): that is all
-the attribution needs, since the tool reads the file while the process runs. A `start` is not
-fsynced: after a machine crash no record is read (`--resume` runs every id without a stored
-result again; the results store is what is fsynced), and an fsync per test cost 2-6 ms on a
-busy disk (4-8 s more for 2,000 quick tests here, bench/pytest_bench.py). The file is fsynced
-once when the session ends.
+becomes of this process (a segfault, `os._exit`, a kill -9 of it or of the tool). A `start` is
+also fdatasync'd (markers.py): on `--resume` after the tool itself was killed, or the machine
+went down, the test that was running is known and runs once more alone, and is the `crash` if
+the tool dies again (execute/suite.py). That costs a disk flush per test (2-6 ms on a busy disk
+in bench/pytest_bench.py, before this was durable). The file is fsynced when the session ends.
 
 A test whose report names a poisoned CUDA context (resources/cuda_errors.py) ends the process
 right after its `done` (`replace`, exit status 75): every later CUDA call in it would fail, so
@@ -79,21 +79,6 @@ def _load_sibling(name: str) -> Any:
     return module
 
 
-class _Recorder:
-    def __init__(self, path: str) -> None:
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def write(self, event: dict[str, Any], *, sync: bool = False) -> None:
-        data = (json.dumps(event, default=str) + "\n").encode("utf-8", "replace")
-        os.write(self._fd, data)  # one O_APPEND write: the line lands whole
-        if sync:
-            os.fsync(self._fd)
-
-    def close(self) -> None:
-        os.fsync(self._fd)
-        os.close(self._fd)
-
-
 def _stdout_offset() -> int | None:
     """Where the process's output file stands now (the tool slices a dead test's output from
     it); None when stdout is not a file."""
@@ -106,6 +91,16 @@ def _stdout_offset() -> int | None:
     try:
         return os.lseek(1, 0, os.SEEK_CUR)
     except OSError:
+        return None
+
+
+def _last_pid() -> int | None:
+    """The last pid the kernel handed out: a process whose pid lies between a test's two
+    readings was started while it ran (the tool names what a test left running by it)."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as fh:  # noqa: PTH123
+            return int(fh.read())
+    except (OSError, ValueError):
         return None
 
 
@@ -139,7 +134,7 @@ class _Share:
 
 
 class _Plugin:
-    def __init__(self, record: _Recorder, ids: list[str] | None, share: _Share | None) -> None:
+    def __init__(self, record: Any, ids: list[str] | None, share: _Share | None) -> None:
         self.record = record
         self.ids = ids
         self.share = share
@@ -258,8 +253,8 @@ class _Plugin:
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.reports[nodeid] = []
-        start = {"ev": "start", "id": nodeid, "t": time.time(), "offset": _stdout_offset()}
-        self.record.write(start)  # no fsync: see the module doc
+        # durable before the test runs (the module doc, resources/markers.py)
+        self.record.start(nodeid, t=time.time(), offset=_stdout_offset(), pid0=_last_pid())
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports.setdefault(report.nodeid, []).append(report)
@@ -267,7 +262,7 @@ class _Plugin:
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         reports = self.reports.pop(nodeid, [])
         done = _verdict(reports)
-        done.update(ev="done", id=nodeid, t=time.time())
+        done.update(ev="done", id=nodeid, t=time.time(), pid1=_last_pid())
         self.record.write(done)
         text = "\n".join([done.get("text", ""), *_sections(reports)])
         hit = next((ln for ln in text.splitlines() if self.poison.search(ln)), None)
@@ -338,7 +333,7 @@ def pytest_configure(config: pytest.Config) -> None:
     share = _Share(os.environ[SHARE_ENV]) if os.environ.get(SHARE_ENV) and ids is None else None
     # the suite process dies with the tool (a kill -9 of it must not leave tests running)
     _load_sibling("guard").die_with_parent()
-    plugin = _Plugin(_Recorder(path), ids, share)
+    plugin = _Plugin(_load_sibling("markers").Markers(path), ids, share)
     # pytest_configure is historic: the plugin registered now gets its own call right away
     config.pluginmanager.register(plugin, "cudnn_matrix_recorder")
 
