@@ -122,6 +122,7 @@ class ValidateConfig:
     installer: str = "auto"
     backend_deps: bool = True  # install the backend wheel's own deps (nvidia-cublas)
     jobs: int | None = None
+    gpus: tuple[int, ...] | None = None  # --gpus: the GPUs the pool books (None: all it sees)
     timeout_s: float = 600.0
     reruns: int = 0
     results_dir: Path | None = None
@@ -151,6 +152,8 @@ class ValidateConfig:
                 value = value.to_dict()
             elif item.name in _PATHS:
                 value = str(value) if value is not None else None
+            elif item.name == "gpus" and value is not None:
+                value = list(value)
             elif isinstance(value, tuple):
                 value = [str(v) for v in value]
             out[item.name] = value
@@ -171,6 +174,8 @@ class ValidateConfig:
                 value = Path(value) if value is not None else None
             elif name == "cases":
                 value = tuple(Path(v) for v in value)
+            elif name == "gpus" and value is not None:
+                value = tuple(int(v) for v in value)
             elif name == "flaky" and value not in FLAKY_POLICIES:
                 msg = f"config: flaky {value!r}: expected one of {', '.join(FLAKY_POLICIES)}"
                 raise ConfigError(msg)

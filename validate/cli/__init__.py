@@ -155,6 +155,18 @@ def writable_file(flag: str, path: Path) -> Path:
     return path
 
 
+def gpu_list(text: str) -> tuple[int, ...]:
+    """--gpus: comma-separated GPU indices (0,2)."""
+    try:
+        out = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or any(i < 0 for i in out):
+        msg = f"expected GPU indices such as 0,2, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return out
+
+
 def add_run_options(group: argparse._ActionsContainer) -> None:
     """How cases run, shared by `run` and `validate` (and the commands built on validate)."""
     group.add_argument(
@@ -164,6 +176,14 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
         help="cases at once (default: from resources: one per core, two on a GPU host; 2 GiB "
         "of free host memory per case; free GPU memory over the largest peak a case reached, "
         "else 4 GiB; the bound and why are logged at start)",
+    )
+    group.add_argument(
+        "--gpus",
+        type=gpu_list,
+        metavar="I,J",
+        help="the GPUs cases run on, by index as nvidia-smi numbers them, e.g. 0,2 (default: "
+        "those CUDA_VISIBLE_DEVICES names, else all); each GPU's memory and busy share are "
+        "booked on their own, and each case runs on the one it was booked on",
     )
     group.add_argument(
         "--timeout",

@@ -16,7 +16,7 @@ from validate.execute.cases import discover_cases, discover_samples, select_case
 from validate.execute.collection import Suite
 from validate.execute.progress import pool_progress, progress
 from validate.execute.runner import FAILING, RunOptions, run_cases
-from validate.execute.slots import choose_slots
+from validate.execute.slots import plan_ledger
 from validate.execute.suite import run_suite
 from validate.model.runs import open_run
 from validate.plan.host import detect_host
@@ -115,9 +115,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     host = detect_host()
     if args.results is not None:
         writable_dir("--results", args.results)
-    bound = choose_slots(host, jobs=args.jobs)
-    if args.jobs is None:
-        logging.getLogger("validate").info("%s", bound.line())
+    bound, ledger = plan_ledger(host, jobs=args.jobs, gpus=args.gpus)
+    logging.getLogger("validate").info("%s", "; ".join([bound.line(), *ledger.lines()]))
     jobs = bound.slots
     if args.interpreter is not None and not args.interpreter.is_file():
         # a bare name (`python3`) is looked up on PATH, as a shell would
@@ -145,11 +144,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if suite is not None:
             what = "tests"
             with pool_progress() as on_change:
-                results = run_suite(suite, target, options, run.store, on_change=on_change)
+                results = run_suite(
+                    suite, target, options, run.store, on_change=on_change, ledger=ledger
+                )
         else:
             what = "cases"
             with progress(len(cases), failing=FAILING) as report:
-                results = run_cases(cases, target, options, run.store, on_result=report)
+                results = run_cases(
+                    cases, target, options, run.store, on_result=report, ledger=ledger
+                )
         run.store.seal()  # every case has ended: the folder's lines verify wherever it is read
     bad = sum(r.outcome in FAILING for r in results)
     print(f"{len(results)} {what}, {bad} failing; results in {run.store.path}", file=sys.stderr)

@@ -255,6 +255,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         installer=args.installer,
         backend_deps=args.backend_deps,
         jobs=args.jobs,
+        gpus=args.gpus,
         timeout_s=args.timeout,
         reruns=args.reruns,
         results_dir=args.results,

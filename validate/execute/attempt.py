@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 from validate.execute.cases.kinds import KINDS
 from validate.execute.cases.script import RESULT_FILE_ENV
 from validate.execute.classify import ExecResult, classify
+from validate.execute.pool import placement
 from validate.execute.resources.capture import verify_pins
 from validate.execute.resources.guard import PARENT_ENV
 from validate.execute.supervise import SUPERVISOR
@@ -117,6 +118,7 @@ def run_attempt(
     kind = KINDS[case.kind]
     limit = options.timeout_s + kind.grace_s
     env = _case_env(target, result_file, folder if api_logs else None)
+    env.update(placement().env())  # the GPU the ledger booked it on (execute/ledger.py)
     start = time.monotonic()
     argv = case.command(target.python, report_path, options.timeout_s)
     kernel_file = report_path.with_suffix(".kernel")

@@ -29,7 +29,7 @@ from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildE
 from validate.execute.cases import SHIPPED_CASES
 from validate.execute.classify import ExecResult
 from validate.execute.incontainer import CONFIG_FILE, payload
-from validate.execute.pool import Job
+from validate.execute.pool import Job, placement
 from validate.execute.records import record_all
 from validate.log import step as log_step
 from validate.model.matrix import env_pins
@@ -351,6 +351,9 @@ class DockerExecutor:
         limit: float,
     ) -> tuple[Job, ...]:
         cell_dir = run.results_dir / "cells" / cell.id
+        placed = placement()  # the GPU the ledger booked the cell on: the container sees it only
+        if placed.gpus is not None:
+            target = dataclasses.replace(target, gpus=placed.gpus)
         title = f"cell {cell.id}: {cell.label} in {target.image} ({len(cases)} cases)"
         with log_step(title):
             try:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from validate.env.target import ExecTarget
     from validate.execute.cases import Case
+    from validate.execute.ledger import Ledger
     from validate.execute.slots import CaseUsage, UsageSampler
     from validate.model.results import CaseResult, ResultStore
 
@@ -101,12 +102,13 @@ class CaseBatch:
                 busy = self.history.busy_estimate(case.name)
                 load = busy if busy is not None else default_gpu_load(self.history)
             estimate = self.history.estimate(case.name)
+            cpu = self.history.cpu_estimate(case.name)  # None: the ledger's default (median)
             options = self.options
             took = self.history.finished_estimate(case.name)  # a run that ended on its own
             if took is not None and took * TIMEOUT_FLOOR > options.timeout_s:
                 options = replace(options, timeout_s=float(math.ceil(took * TIMEOUT_FLOOR)))
             run = CaseRun(case, self.target, options, self._finish, self._sampler, self.store)
-            jobs.append(run.job(estimate, gpu, load))
+            jobs.append(run.job(estimate, gpu, load, cpu))
         return jobs
 
     def _finish(self, result: CaseResult, usage: CaseUsage | None, alone: bool) -> None:
@@ -121,6 +123,7 @@ class CaseBatch:
                 gpu_busy=usage.gpu_busy if usage is not None else None,
                 saturated=usage is not None and usage.saturated() and not alone,
                 timed_out=result.outcome is Outcome.TIMEOUT,
+                cpu_share=usage.cpu_share if usage is not None else None,
             )
         with self._lock:
             self.results.append(result)
@@ -173,12 +176,15 @@ def run_cases(
     store: ResultStore,
     *,
     on_result: Callable[[CaseResult, int, int], None] | None = None,
+    ledger: Ledger | None = None,
 ) -> list[CaseResult]:
     """Run every case in a pool of `options.jobs` slots (one process group each), storing each
-    result as it finishes; returns them in the given order (with the kept ones on resume)."""
+    result as it finishes; returns them in the given order (with the kept ones on resume).
+    `ledger`: the account of each GPU and the CPUs (execute/slots.plan_ledger); None: one
+    unplaced GPU's busy share where the target has a GPU, no CPU booked."""
     sampler = usage_sampler(target.has_gpu)
     batch = CaseBatch(cases, target, options, store, sampler=sampler, on_result=on_result)
-    pool = Pool(options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None)
+    pool = Pool(options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None, ledger=ledger)
     pool.submit(batch.jobs())
     pool.close()
     try:

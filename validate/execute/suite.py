@@ -51,7 +51,7 @@ from validate.execute.collection import (
     suite_problem,
 )
 from validate.execute.history import History
-from validate.execute.pool import Job, Pool
+from validate.execute.pool import Job, Pool, placement
 from validate.execute.resources.shares import split
 from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, run_pool
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from validate.env.target import ExecTarget
+    from validate.execute.ledger import Ledger
     from validate.execute.runner import RunOptions
     from validate.model.results import ResultStore
 
@@ -301,6 +302,7 @@ class SuiteRun:
         """The cell environment's variables, and the backend it pins (the plugin then reports
         what its process loaded, resources/run_pytest.py)."""
         env = self.target.process_env()
+        env.update(placement().env())  # the GPU the ledger booked the share on
         if self.target.expected_backend:
             env[EXPECT_BACKEND_ENV] = self.target.expected_backend
         return env
@@ -482,12 +484,17 @@ def run_suite(
     store: ResultStore,
     *,
     on_change: Callable[..., None] | None = None,
+    ledger: Ledger | None = None,
 ) -> list[CaseResult]:
-    """The `run --tests` path: the suite in a pool of `options.jobs` slots of its own."""
+    """The `run --tests` path: the suite in a pool of `options.jobs` slots of its own (`ledger`:
+    as `runner.run_cases`)."""
     history = History.load(options.history)
     run = SuiteRun(suite, target, options, store, slots=options.jobs, history=history)
     pool = Pool(
-        options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None, on_change=on_change
+        options.jobs,
+        gpu_load=GPU_CAPACITY if target.has_gpu else None,
+        ledger=ledger,
+        on_change=on_change,
     )
     pool.submit(run.jobs())
     pool.close()

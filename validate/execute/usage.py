@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -45,12 +45,15 @@ class CaseUsage:
     utilization; where the driver does not give it per process, the device's utilization split
     evenly among the cases holding GPU memory). `gpu_device`: the mean utilization of the GPU
     by everyone while it ran; `cpu_host`: the mean fraction of the host's CPU time busy while it
-    ran (/proc/stat). Together they say whether the case shared a saturated resource."""
+    ran (/proc/stat). Together they say whether the case shared a saturated resource.
+    `cpu_share`: CPU seconds per wall second of its own process tree (its session's processes,
+    from /proc/<pid>/stat, up to its last poll): what the ledger books of the host's CPUs."""
 
     peak_mib: float | None = None
     gpu_busy: float | None = None
     gpu_device: float | None = None
     cpu_host: float | None = None
+    cpu_share: float | None = None
     polls: int = 0
 
     @property
@@ -85,6 +88,9 @@ class _Acc:
     device_polls: int = 0
     cpu: float = 0.0
     cpu_polls: int = 0
+    ticks: dict[int, int] = field(default_factory=dict)  # pid -> its CPU ticks (user + system)
+    born: int | None = None  # the earliest start of its processes (ticks since boot)
+    seen_at: int | None = None  # the last poll that saw its processes (ticks since boot)
 
 
 class UsageSampler:
@@ -158,7 +164,7 @@ class UsageSampler:
             device = self._device_busy(handles) if self.measures_gpu else None
             busy = self._process_busy(handles) if self._nvml is not None else None
             processes = self._processes(handles) if self.measures_gpu else ()
-            self.record(processes, busy, device, cpu, live)
+            self.record(processes, busy, device, cpu, live, trees=_tree_ticks(live))
 
     def _cpu_busy(self) -> float | None:
         now = _cpu_times()
@@ -232,12 +238,15 @@ class UsageSampler:
         device: float | None = None,
         cpu: float | None = None,
         live: Mapping[int, int] | None = None,
+        *,
+        trees: tuple[int, list[tuple[int, int, int, int]]] | None = None,
     ) -> None:
         """One poll: `processes` (pid, MiB held) summed per case (by the process's session),
         peaks kept; `busy` (pid, SM busy 0..1) summed per case (None: not given per process,
         then `device` is split among the cases holding memory); `device` the GPU's and `cpu` the
         host's utilization now, counted for every live case. `live`: the sessions the poll
-        already read (None: read them now)."""
+        already read (None: read them now). `trees`: (now, [(pid, session, CPU ticks, start)])
+        of the live sessions' processes, in ticks since boot (`_tree_ticks`)."""
         live = self._sessions() if live is None else live
         cases = set(live.values())
         used = _per_case(processes, live)
@@ -265,6 +274,16 @@ class UsageSampler:
                 if cpu is not None:
                     acc.cpu += cpu
                     acc.cpu_polls += 1
+            if trees is not None:
+                now, procs = trees
+                for pid, session, ticks, born in procs:
+                    tree = live.get(session)
+                    if tree is None or tree not in self._acc:
+                        continue
+                    acc = self._acc[tree]
+                    acc.ticks[pid] = max(acc.ticks.get(pid, 0), ticks)
+                    acc.born = born if acc.born is None else min(acc.born, born)
+                    acc.seen_at = now
 
     def recent(self, case: int) -> float | None:
         """The case's GPU busy share over its last few polls (None: none measured yet): what the
@@ -285,6 +304,7 @@ class UsageSampler:
             gpu_busy=acc.busy / acc.busy_polls if acc.busy_polls else None,
             gpu_device=acc.device / acc.device_polls if acc.device_polls else None,
             cpu_host=acc.cpu / acc.cpu_polls if acc.cpu_polls else None,
+            cpu_share=_share(acc),
             polls=acc.polls,
         )
 
@@ -351,3 +371,38 @@ def _cpu_times() -> tuple[int, int] | None:
     idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
     total = sum(values)
     return total - idle, total
+
+
+_CLK_TCK: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _share(acc: _Acc) -> float | None:
+    """CPU seconds per wall second of the case's tree, from its start to its last poll."""
+    if acc.born is None or acc.seen_at is None or acc.seen_at <= acc.born:
+        return None
+    return sum(acc.ticks.values()) / (acc.seen_at - acc.born)
+
+
+def _tree_ticks(live: Mapping[int, int]) -> tuple[int, list[tuple[int, int, int, int]]] | None:
+    """(now, [(pid, session, user + system ticks, start)]) for the processes of the live
+    sessions (/proc/<pid>/stat; ticks since boot); None where /proc is not readable."""
+    try:
+        with open("/proc/uptime", encoding="ascii") as fh:  # noqa: PTH123 - hot path, no Path
+            now = int(float(fh.read().split()[0]) * _CLK_TCK)
+        entries = os.listdir("/proc")  # noqa: PTH208 - hot path (every poll), no Path
+    except (OSError, ValueError, IndexError):
+        return None
+    found: list[tuple[int, int, int, int]] = []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:  # noqa: PTH123 - hot path, no Path
+                data = fh.read()
+            rest = data[data.rfind(b")") + 2 :].split()
+            session = int(rest[3])
+            if session in live:  # fields 6 (session), 14-15 (utime, stime), 22 (starttime)
+                found.append((int(name), session, int(rest[11]) + int(rest[12]), int(rest[19])))
+        except (OSError, ValueError, IndexError):
+            continue
+    return now, found
