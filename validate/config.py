@@ -99,6 +99,10 @@ class Selectors:
         return " ".join(f"--{axis} {','.join(vals)}" for axis, vals in self.values.items())
 
 
+#: A case's limit without --timeout (execute/limits.py derives every other limit from it).
+DEFAULT_TIMEOUT_S: Final = 600.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class ValidateConfig:
     """Everything `validate` needs, checked once from the command line."""
@@ -123,7 +127,7 @@ class ValidateConfig:
     backend_deps: bool = True  # install the backend wheel's own deps (nvidia-cublas)
     jobs: int | None = None
     gpus: tuple[int, ...] | None = None  # --gpus: the GPUs the pool books (None: all it sees)
-    timeout_s: float = 600.0
+    timeout_s: float = DEFAULT_TIMEOUT_S  # --timeout; every limit: execute/limits.py
     reruns: int = 0
     results_dir: Path | None = None
     resume: bool = False

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from validate import __version__
+from validate.config import DEFAULT_TIMEOUT_S
 from validate.errors import ConfigError, ValidateError
 from validate.log import setup_logging
 from validate.textsafe import SafeStream
@@ -188,13 +189,14 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
     group.add_argument(
         "--timeout",
         type=positive(float, 0.1),
-        default=600.0,
+        default=DEFAULT_TIMEOUT_S,
         metavar="S",
         help="per-case limit in seconds (notebooks: per cell, +30s start-up); the whole process "
         "group is killed. A case the duration history knows never gets less than 3x the "
         "duration of its last run that ended on its own (not by a timeout). A case that times "
         "out while it shared its GPU or the host's CPUs beyond its need, or fails while it "
-        "shared its GPU, runs once more alone before it is judged (default: 600)",
+        "shared its GPU, runs once more alone before it is judged (default: "
+        f"{DEFAULT_TIMEOUT_S:g})",
     )
     group.add_argument(
         "--reruns",

@@ -29,6 +29,7 @@ from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildE
 from validate.execute.cases import SHIPPED_CASES
 from validate.execute.classify import ExecResult
 from validate.execute.incontainer import CONFIG_FILE, payload
+from validate.execute.limits import container_limit
 from validate.execute.pool import Job, placement
 from validate.execute.records import record_all
 from validate.log import step as log_step
@@ -65,7 +66,6 @@ _CASES: Final = PurePosixPath("/cases")
 _SAMPLES: Final = "/samples"
 _TAIL_CHARS: Final = 4000
 _REASON_LINES: Final = 12  # of the build log's tail, in an error result's reason
-_GRACE_S: Final = 300  # container start and the runner's own start-up, on top of the cases
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,7 +324,7 @@ class DockerExecutor:
             config = dataclasses.replace(config, case_names=names)
         slots = max(1, min(run.slots, len(cases)))
         config = dataclasses.replace(config, jobs=slots)
-        limit = config.timeout_s * max(1, len(cases)) * (config.reruns + 1) + _GRACE_S
+        limit = container_limit(config.timeout_s, len(cases), config.reruns)
         estimates = [run.history.estimate(c.name) for c in cases] if run.history else [None]
         known = [e for e in estimates if e is not None]
         estimate = (

@@ -16,7 +16,6 @@ policy: contention re-run alone, API-log re-run, --reruns and flaky).
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 from validate.errors import ResultsLost
 from validate.execute.attempt import RunOptions
 from validate.execute.history import History
+from validate.execute.limits import case_timeout
 from validate.execute.pool import Job, Pool
 from validate.execute.reruns import CaseRun, run_case
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAILING",
-    "TIMEOUT_FLOOR",
     "CaseBatch",
     "RunOptions",
     "run_case",
@@ -54,8 +53,6 @@ log = logging.getLogger(__name__)
 
 #: Outcomes that make `run` exit 1 (the blocking ones, before any known-issue check).
 FAILING: Final = frozenset(o for o, p in POLICY.items() if p.blocking)
-#: A case with a recorded duration never gets a timeout below this multiple of it (`--timeout`).
-TIMEOUT_FLOOR: Final = 3.0
 
 
 class CaseBatch:
@@ -103,10 +100,8 @@ class CaseBatch:
                 load = busy if busy is not None else default_gpu_load(self.history)
             estimate = self.history.estimate(case.name)
             cpu = self.history.cpu_estimate(case.name)  # None: the ledger's default (median)
-            options = self.options
             took = self.history.finished_estimate(case.name)  # a run that ended on its own
-            if took is not None and took * TIMEOUT_FLOOR > options.timeout_s:
-                options = replace(options, timeout_s=float(math.ceil(took * TIMEOUT_FLOOR)))
+            options = replace(self.options, timeout_s=case_timeout(self.options.timeout_s, took))
             run = CaseRun(case, self.target, options, self._finish, self._sampler, self.store)
             jobs.append(run.job(estimate, gpu, load, cpu))
         return jobs

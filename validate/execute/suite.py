@@ -30,7 +30,6 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-import math
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -51,9 +50,10 @@ from validate.execute.collection import (
     suite_problem,
 )
 from validate.execute.history import History
+from validate.execute.limits import case_timeout
 from validate.execute.pool import Job, Pool, placement
 from validate.execute.resources.shares import split
-from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, run_pool
+from validate.execute.runner import default_gpu_load, run_pool
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
 from validate.execute.supervise import SUPERVISOR
 from validate.model.outcome import POLICY, Outcome
@@ -74,8 +74,6 @@ log = logging.getLogger(__name__)
 
 #: The backend a cell pins, for the case process to report against (as runner.py sets it).
 EXPECT_BACKEND_ENV: Final = "CUDNN_MATRIX_EXPECT_BACKEND"
-#: The least time a suite process gets to start and collect before it counts as stalled.
-_STARTUP_S: Final = 900.0
 
 
 @functools.cache
@@ -186,14 +184,10 @@ class SuiteRun:
     def _limit(self, test_id: str) -> float:
         """A test's time limit: --timeout, raised to TIMEOUT_FLOOR times its last finished run.
         The start-up ("": imports and the collection of the whole selection) gets at least
-        _STARTUP_S: a per-test limit says nothing about how long 40,000 ids take to collect."""
+        limits.STARTUP_S: a per-test limit says nothing about how long 40,000 ids take to collect."""
         if not test_id:
-            return max(self.options.timeout_s, _STARTUP_S)
-        took = self.history.finished_estimate(test_id)
-        limit = self.options.timeout_s
-        if took is not None and took * TIMEOUT_FLOOR > limit:
-            limit = float(math.ceil(took * TIMEOUT_FLOOR))
-        return limit
+            return case_timeout(self.options.timeout_s, None, startup=True)
+        return case_timeout(self.options.timeout_s, self.history.finished_estimate(test_id))
 
     def _batch(
         self,
