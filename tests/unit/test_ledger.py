@@ -175,7 +175,7 @@ def test_cpu_shares_are_recorded_and_hold_cases_to_the_cpus(tmp_path: Path) -> N
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
     shares = json.loads((cache / "durations.json").read_text())["#cpu_share"]
-    assert shares["spin.py"] > 0.4, shares
+    assert shares["spin.py"] > 0.7, shares  # also where other work shares the CPUs
     assert shares["nap.py"] < 0.2, shares
 
     from validate.execute.ledger import host_cpus

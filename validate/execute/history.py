@@ -6,9 +6,9 @@ cases first, `--shard` balances by it (plan/shard.read_durations), the slot boun
 and the pool's GPU-load bound the busy shares (execute/slots.py, execute/pool.py). Case name ->
 seconds, as before; the GPU peaks sit under one extra key (`#gpu_peak_mib`: case name -> MiB) and
 the busy shares under another (`#gpu_busy`: case name -> the mean fraction of the GPU's time its
-kernels ran, 0..1, from NVML) and the CPU shares under a third (`#cpu_share`: case name -> CPU
-seconds per wall second of its process tree, what the ledger books of the host's CPUs,
-execute/ledger.py), which a reader of the seconds skips (they are no numbers).
+kernels ran, 0..1, from NVML) and the CPU shares under a third (`#cpu_share`: case name -> the CPU
+its process tree asked for per wall second, the time it ran or was ready to run, what the ledger
+books of the host's CPUs, execute/ledger.py), which a reader of the seconds skips (they are no numbers).
 
 A busy share measured while the GPU was saturated (the case got only its slice of a full GPU) is
 a lower bound of what it needs: it never lowers the share on record. One measured alone (the

@@ -46,8 +46,9 @@ class CaseUsage:
     evenly among the cases holding GPU memory). `gpu_device`: the mean utilization of the GPU
     by everyone while it ran; `cpu_host`: the mean fraction of the host's CPU time busy while it
     ran (/proc/stat). Together they say whether the case shared a saturated resource.
-    `cpu_share`: CPU seconds per wall second of its own process tree (its session's processes,
-    from /proc/<pid>/stat, up to its last poll): what the ledger books of the host's CPUs."""
+    `cpu_share`: the CPU its own process tree asks for, per wall second (its session's
+    processes, up to its last poll; the time they ran or were ready to run, `_tree_ticks`, so a
+    CPU-bound case reads near 1 also on busy CPUs): what the ledger books of the host's CPUs."""
 
     peak_mib: float | None = None
     gpu_busy: float | None = None
@@ -384,8 +385,11 @@ def _share(acc: _Acc) -> float | None:
 
 
 def _tree_ticks(live: Mapping[int, int]) -> tuple[int, list[tuple[int, int, int, int]]] | None:
-    """(now, [(pid, session, user + system ticks, start)]) for the processes of the live
-    sessions (/proc/<pid>/stat; ticks since boot); None where /proc is not readable."""
+    """(now, [(pid, session, CPU demand, start)]) for the processes of the live sessions, in
+    ticks since boot; None where /proc is not readable. A process's demand is the larger of its
+    CPU time (/proc/<pid>/stat: user + system, every thread) and the time its main thread ran or
+    waited to run (/proc/<pid>/schedstat): on CPUs shared with others a CPU-bound process gets
+    only its slice, and its CPU time alone would book it as less than it needs."""
     try:
         with open("/proc/uptime", encoding="ascii") as fh:  # noqa: PTH123 - hot path, no Path
             now = int(float(fh.read().split()[0]) * _CLK_TCK)
@@ -401,8 +405,17 @@ def _tree_ticks(live: Mapping[int, int]) -> tuple[int, list[tuple[int, int, int,
                 data = fh.read()
             rest = data[data.rfind(b")") + 2 :].split()
             session = int(rest[3])
-            if session in live:  # fields 6 (session), 14-15 (utime, stime), 22 (starttime)
-                found.append((int(name), session, int(rest[11]) + int(rest[12]), int(rest[19])))
+            if session not in live:  # fields 6 (session), 14-15 (utime, stime), 22 (starttime)
+                continue
+            ticks = int(rest[11]) + int(rest[12])
+            born = int(rest[19])
         except (OSError, ValueError, IndexError):
             continue
+        try:
+            with open(f"/proc/{name}/schedstat", "rb") as fh:  # noqa: PTH123 - hot path
+                ran_ns, waited_ns = (int(v) for v in fh.read().split()[:2])
+            ticks = max(ticks, (ran_ns + waited_ns) * _CLK_TCK // 1_000_000_000)
+        except (OSError, ValueError):
+            pass  # no schedstat (CONFIG_SCHED_INFO off): the CPU time alone
+        found.append((int(name), session, ticks, born))
     return now, found
