@@ -64,6 +64,7 @@ CONTAINER_UID: Final = 1000
 _RESULTS: Final = "/results"
 _CASES: Final = PurePosixPath("/cases")
 _SAMPLES: Final = "/samples"
+_TESTS: Final = PurePosixPath("/tests")  # a --tests suite's root, read-only
 _TAIL_CHARS: Final = 4000
 _REASON_LINES: Final = 12  # of the build log's tail, in an error result's reason
 
@@ -106,7 +107,7 @@ def _user() -> str:
 
 def _case_roots(config: ValidateConfig) -> tuple[Path, ...]:
     """The case files/folders on the host: the config's, else the shipped ones (not with samples)."""
-    return tuple(config.cases) or (() if config.samples else (SHIPPED_CASES,))
+    return tuple(config.cases) or (() if config.samples or config.tests else (SHIPPED_CASES,))
 
 
 def _case_mounts(config: ValidateConfig) -> tuple[dict[str, dict[str, str]], list[Path]]:
@@ -129,6 +130,7 @@ def container_config(config: ValidateConfig) -> ValidateConfig:
         config,
         cases=tuple(case_paths),
         samples=Path(_SAMPLES) if config.samples is not None else None,
+        tests=Path(_TESTS / config.tests.name) if config.tests is not None else None,
         results_dir=Path(_RESULTS),
         backend_store=None,  # a host folder: the cell's backend is in its image already
         jobs=config.jobs or os.cpu_count() or 1,
@@ -154,6 +156,8 @@ def container_kwargs(
     binds[str(results_dir.resolve())] = {"bind": _RESULTS, "mode": "rw"}
     if config.samples is not None:
         binds[str(config.samples.resolve())] = {"bind": _SAMPLES, "mode": "ro"}
+    if config.tests is not None:  # the suite runs inside as on the host (execute/jobs.py)
+        binds[str(config.tests.resolve())] = {"bind": str(_TESTS / config.tests.name), "mode": "ro"}
     command = ["python", "-m", "validate", "run", "--config", f"{_RESULTS}/{CONFIG_FILE}"]
     devices: list[DeviceRequest] = []
     if gpu:
@@ -248,9 +252,6 @@ class DockerExecutor:
         if config.env_mode != "isolated" or config.extras:
             flag = f"--env {config.env_mode}" if config.env_mode != "isolated" else "--with"
             msg = f"--executor docker: {flag} is not supported (a cell's image holds its pins)"
-            raise ConfigError(msg)
-        if config.tests is not None:
-            msg = "--executor docker: --tests is not supported yet (use --executor local)"
             raise ConfigError(msg)
 
     @property
