@@ -260,3 +260,27 @@ def test_cpu_shares_stay_within_the_cpus() -> None:
     assert greedy.default_cpu == pytest.approx(0.25)  # no history: the CPUs over the slots
     assert greedy.book(Need(cpu=16.0)) is not None  # more than every CPU: when all are free
     assert greedy.book(Need(cpu=0.01)) is None
+
+
+def test_a_suites_shares_run_on_the_gpus_they_were_booked_on(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    (suite / "seen").mkdir(parents=True)
+    body = textwrap.dedent(
+        """\
+        import os, pathlib
+
+        def test_NAME():
+            seen = pathlib.Path(__file__).parent / "seen" / "NAME"
+            seen.write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+        """
+    )
+    for name in ("a", "b", "c", "d"):
+        (suite / f"test_{name}.py").write_text(body.replace("NAME", name))
+    proc = _cli(
+        "run", "--tests", str(suite), "--jobs", "2", "--results", str(tmp_path / "run"),
+        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    seen = {p.name: p.read_text() for p in (suite / "seen").iterdir()}
+    assert set(seen) == {"a", "b", "c", "d"}
+    assert set(seen.values()) <= {"0", "1", "2", "3"}, seen  # one booked GPU each share
