@@ -284,3 +284,28 @@ def test_a_suites_shares_run_on_the_gpus_they_were_booked_on(tmp_path: Path) -> 
     seen = {p.name: p.read_text() for p in (suite / "seen").iterdir()}
     assert set(seen) == {"a", "b", "c", "d"}
     assert set(seen.values()) <= {"0", "1", "2", "3"}, seen  # one booked GPU each share
+
+
+def test_a_case_that_needs_its_gpu_alone_holds_one_gpu_not_the_host() -> None:
+    from validate.execute.ledger import GpuBudget, Ledger, Need
+
+    ledger = Ledger(8, gpus=[GpuBudget(index=i, free_mib=8192) for i in range(3)])
+    busy = ledger.book(Need(gpu_mib=1024, gpu_load=0.1))
+    assert busy is not None
+    assert busy.placement.gpus == (0,)
+    alone = ledger.book(Need(gpu_mib=1024, gpu_exclusive=True))
+    assert alone is not None
+    assert alone.placement.gpus == (1,)  # an empty GPU, not the busy one
+    nobody = Need(slots=1)  # no memory, no load: fits anywhere but the held GPU
+    placed = [ledger.book(nobody) for _ in range(4)]
+    assert all(b is not None and b.placement.gpus != (1,) for b in placed)
+    ledger.release(alone)
+    after = ledger.book(Need(gpu_mib=1024, gpu_load=0.1))
+    assert after is not None
+    assert after.placement.gpus == (1,)  # given back
+    # without GPUs, a case that wants its GPU alone runs alone
+    host = Ledger(4)
+    first = host.book(Need(gpu_exclusive=True))
+    assert first is not None
+    assert first.exclusive
+    assert host.book(Need()) is None

@@ -15,7 +15,10 @@ wait. `release` gives the booking back when the job ends.
   every CPU runs when the CPUs are all its own. `default_cpu`: what a job without a figure holds
   (the median on record, else the CPUs shared evenly among the slots, so that the slot count is
   what binds until a history says more).
-- An exclusive job holds everything: every slot, every CPU, every GPU (its placement names all).
+- A GPU-exclusive job (a case that must have its GPU to itself) holds one whole GPU, which no
+  other job shares; the other GPUs and the CPUs stay booked as usual (without GPUs: as exclusive).
+- An exclusive job (a contended case's alone re-run) holds everything: every slot, every CPU,
+  every GPU (its placement names all).
 
 Without GPUs (`gpus=()`) placements leave ``CUDA_VISIBLE_DEVICES`` alone; a GPU budget without
 an index (`GpuBudget(index=None)`, the pool's old single budget) books memory and load but
@@ -70,6 +73,7 @@ class Need:
     gpu_load: float = 0.0
     cpu: float | None = None
     exclusive: bool = False
+    gpu_exclusive: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +97,7 @@ class Booking:
     gpu_load: float
     exclusive: bool
     placement: Placement = UNPLACED
+    gpu_exclusive: bool = False
 
 
 @dataclass
@@ -101,6 +106,7 @@ class _Gpu:
     mib: float = 0.0
     load: float = 0.0
     jobs: int = 0
+    alone: bool = False  # held by a GPU-exclusive job
 
 
 @dataclass
@@ -135,13 +141,19 @@ class Ledger:
         return min(share, self.cpus)
 
     def slots_of(self, need: Need) -> int:
-        return self.slots if need.exclusive else min(need.slots, self.slots)
+        return self.slots if self._whole(need) else min(need.slots, self.slots)
+
+    def _whole(self, need: Need) -> bool:
+        """Whether `need` holds everything: exclusive, or GPU-exclusive where no GPU is booked."""
+        return need.exclusive or (need.gpu_exclusive and not self._books)
 
     def book(self, need: Need, live: Mapping[int, float] | None = None) -> Booking | None:
         """A booking for `need` now, or None: it does not fit yet. `live`: GPU position -> the
         busy share the running jobs there are measured to use beyond what they booked."""
         if self._exclusive:
             return None
+        if self._whole(need) and not need.exclusive:
+            need = Need(slots=need.slots, cpu=need.cpu, exclusive=True)
         slots, cpu = self.slots_of(need), self.cpu_of(need)
         if slots > self._free or (
             self.cpus is not None and self._cpu_used + cpu > self.cpus + _SLACK
@@ -177,6 +189,10 @@ class Ledger:
             return None
         pos, mib, load = choice
         book = self._books[pos]
+        if need.gpu_exclusive:  # the whole GPU: what is left of its memory and busy share
+            mib = (book.budget.free_mib or 0.0) - book.mib
+            load = book.budget.load - book.load if book.budget.load != float("inf") else load
+            book.alone = True
         book.jobs += 1
         book.mib += mib
         book.load += load
@@ -190,6 +206,7 @@ class Ledger:
             gpu_load=load,
             exclusive=False,
             placement=Placement(gpus=(index,)) if index is not None else UNPLACED,
+            gpu_exclusive=need.gpu_exclusive,
         )
 
     def _take(self, slots: int, cpu: float) -> None:
@@ -203,6 +220,8 @@ class Ledger:
         largest = max(budgets, default=None)
         best: tuple[tuple[int, float, int], int, float, float] | None = None
         for pos, book in enumerate(self._books):
+            if book.alone or (need.gpu_exclusive and book.jobs):
+                continue
             free = book.budget.free_mib
             mib = need.gpu_mib if free is None or largest is None else min(need.gpu_mib, largest)
             load = min(need.gpu_load, book.budget.load)
@@ -227,6 +246,7 @@ class Ledger:
             return
         if booking.gpu is not None:
             book = self._books[booking.gpu]
+            book.alone = book.alone and not booking.gpu_exclusive
             book.jobs -= 1
             book.mib = max(0.0, book.mib - booking.gpu_mib)
             book.load = max(0.0, book.load - booking.gpu_load)

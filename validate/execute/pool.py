@@ -9,9 +9,10 @@ submission order). A job may return follow-up jobs (a failing case's API-log re-
 cell's container as many as it runs at once), its `cpu` share of the host's CPUs, and on one GPU
 its `gpu_mib` of that GPU's free memory and its `gpu_load` (its recorded GPU busy share) of that
 GPU's capacity; the booking's placement (`placement()` in the job's thread) is the GPU its
-processes are pinned to. An `exclusive` job (a case that must have the GPU to itself, or a
-contended case's alone re-run) holds everything: it runs with nothing beside it; such jobs queue
-after all others (and `defer` jobs after them, so that the exclusive jobs run back to back).
+processes are pinned to. A `gpu_exclusive` job (a case that must have its GPU to itself) holds
+one whole GPU while the others run other jobs. An `exclusive` job (a contended case's alone
+re-run) holds everything: it runs with nothing beside it. Both queue after all other jobs (and
+`defer` jobs after them, so that the exclusive jobs run back to back).
 `beside()` tells a job's thread how many jobs ran beside it so far and the summed load of those
 on its GPU (the runner's contention rule). The queue's order is kept: a job that does not fit
 yet waits, and those behind it wait too (no job starves). Nothing here knows about results: jobs
@@ -121,6 +122,8 @@ class Job:
     #: ledger's default (the median on record)
     cpu: float | None = None
     exclusive: bool = False  # runs with no other job beside it (holds every slot and all load)
+    #: has its GPU to itself (a case declared exclusive); the other GPUs run other jobs
+    gpu_exclusive: bool = False
     #: queued after the exclusive jobs too (the re-runs of a case judged by its alone re-run: run
     #: between two exclusive jobs, each would hold the next one back)
     defer: bool = False
@@ -238,7 +241,7 @@ class Pool:
         """Queue `job`: longest estimate first (unknown first), exclusive jobs after all others,
         deferred ones after those."""
         key = -(job.estimate_s if job.estimate_s is not None else float("inf"))
-        tier = 2 if job.defer else int(job.exclusive)
+        tier = 2 if job.defer else int(job.exclusive or job.gpu_exclusive)
         job.moved = self._changed
         heapq.heappush(self._state.queue, (tier, key, next(self._seq), job))
 
@@ -251,6 +254,7 @@ class Pool:
             gpu_load=job.gpu_load,
             cpu=job.cpu,
             exclusive=job.exclusive,
+            gpu_exclusive=job.gpu_exclusive,
         )
 
     def close(self) -> None:

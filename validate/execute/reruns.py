@@ -130,7 +130,7 @@ class CaseRun:
             gpu_mib=gpu_mib,
             gpu_load=gpu_load,
             cpu=cpu,
-            exclusive=self.case.requirements.exclusive,
+            gpu_exclusive=self.case.requirements.exclusive,  # its GPU to itself (no GPU: alone)
         )
 
     def _attempt(self, n: int, *, api_logs: bool) -> ExecResult:
