@@ -309,3 +309,33 @@ def test_a_case_that_needs_its_gpu_alone_holds_one_gpu_not_the_host() -> None:
     assert first is not None
     assert first.exclusive
     assert host.book(Need()) is None
+
+
+def test_a_placed_case_is_judged_by_its_own_gpus_utilization() -> None:
+    """On 4 GPUs, one saturated: the case on it saw a saturated GPU, the case on an idle one did
+    not (the mean of the four, 0.27, hid both). The readings are declared (this host has no
+    NVML); the cases are real processes, attributed by their sessions."""
+    from validate.execute.usage import UsageSampler
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
+    hot = subprocess.Popen(sleep, start_new_session=True)
+    cool = subprocess.Popen(sleep, start_new_session=True)
+    try:
+        sampler = UsageSampler(lambda: {hot.pid: hot.pid, cool.pid: cool.pid})
+        devices = [0.05, 0.97, 0.05, 0.0]
+        where = {hot.pid: 1, cool.pid: 2}
+        held = [(hot.pid, 900.0), (cool.pid, 900.0)]
+        for _ in range(2):
+            sampler.record(held, None, 0.27, None, devices=devices, where=where)
+        hot_use, cool_use = sampler.usage(hot.pid), sampler.usage(cool.pid)
+        assert hot_use is not None
+        assert cool_use is not None
+        assert hot_use.gpu_device == pytest.approx(0.97)
+        assert hot_use.saturated()
+        assert hot_use.gpu_busy == pytest.approx(0.97)  # alone on its GPU: all of it is its own
+        assert cool_use.gpu_device == pytest.approx(0.05)
+        assert not cool_use.saturated()
+    finally:
+        for proc in (hot, cool):
+            proc.kill()
+            proc.wait()

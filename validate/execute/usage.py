@@ -13,11 +13,12 @@ import os
 import shutil
 import subprocess
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 __all__ = ["GPU_SATURATED", "CaseUsage", "UsageSampler", "smi_csv"]
 
@@ -162,10 +163,22 @@ class UsageSampler:
             live = self._sessions()
             if not live:
                 continue
-            device = self._device_busy(handles) if self.measures_gpu else None
+            devices = self._devices_busy(handles) if self.measures_gpu else []
+            known = [d for d in devices if d is not None]
+            device = sum(known) / len(known) if known else None
             busy = self._process_busy(handles) if self._nvml is not None else None
-            processes = self._processes(handles) if self.measures_gpu else ()
-            self.record(processes, busy, device, cpu, live, trees=_tree_ticks(live))
+            where: dict[int, int] = {}
+            processes = self._processes(handles, where) if self.measures_gpu else ()
+            self.record(
+                processes,
+                busy,
+                device,
+                cpu,
+                live,
+                trees=_tree_ticks(live),
+                devices=devices,
+                where=where,
+            )
 
     def _cpu_busy(self) -> float | None:
         now = _cpu_times()
@@ -174,22 +187,22 @@ class UsageSampler:
             return None
         return max(0.0, min(1.0, (now[0] - last[0]) / (now[1] - last[1])))
 
-    def _device_busy(self, handles: list[Any]) -> float | None:
-        """The mean utilization of the GPUs now (0..1)."""
-        values: list[float] = []
+    def _devices_busy(self, handles: list[Any]) -> list[float | None]:
+        """The utilization of each GPU now (0..1; None where it did not answer), host order."""
+        values: list[float | None] = []
         if self._nvml is not None:
             for handle in handles:
                 try:
                     values.append(self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0)
                 except self._nvml.NVMLError:
-                    continue
+                    values.append(None)
         elif self._smi is not None:
             for line in smi_csv(self._smi, "--query-gpu=utilization.gpu", timeout=10) or ():
                 try:
                     values.append(float(line.split()[0]) / 100.0)
                 except (ValueError, IndexError):
-                    continue
-        return sum(values) / len(values) if values else None
+                    values.append(None)
+        return values
 
     def _process_busy(self, handles: list[Any]) -> list[tuple[int, float]] | None:
         """(pid, SM busy 0..1) of the processes that ran kernels since the last poll; None where
@@ -212,16 +225,18 @@ class UsageSampler:
                 found[sample.pid] = max(found.get(sample.pid, 0.0), sample.smUtil / 100.0)
         return list(found.items())
 
-    def _processes(self, handles: list[Any]) -> list[tuple[int, float]]:
-        """(pid, MiB) of every process holding GPU memory now."""
+    def _processes(self, handles: list[Any], where: dict[int, int]) -> list[tuple[int, float]]:
+        """(pid, MiB) of every process holding GPU memory now; `where` gets pid -> the GPU it
+        holds it on (NVML only)."""
         found: list[tuple[int, float]] = []
         if self._nvml is not None:
-            for handle in handles:
+            for index, handle in enumerate(handles):
                 try:
                     procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
                 except self._nvml.NVMLError:
                     continue
                 found += [(p.pid, (p.usedGpuMemory or 0) / (1024 * 1024)) for p in procs]
+                where.update((p.pid, index) for p in procs)
             return found
         assert self._smi is not None
         for line in smi_csv(self._smi, "--query-compute-apps=pid,used_memory", timeout=10) or ():
@@ -241,17 +256,38 @@ class UsageSampler:
         live: Mapping[int, int] | None = None,
         *,
         trees: tuple[int, list[tuple[int, int, int, int]]] | None = None,
+        devices: Sequence[float | None] | None = None,
+        where: Mapping[int, int] | None = None,
     ) -> None:
         """One poll: `processes` (pid, MiB held) summed per case (by the process's session),
         peaks kept; `busy` (pid, SM busy 0..1) summed per case (None: not given per process,
         then `device` is split among the cases holding memory); `device` the GPU's and `cpu` the
         host's utilization now, counted for every live case. `live`: the sessions the poll
         already read (None: read them now). `trees`: (now, [(pid, session, CPU ticks, start)])
-        of the live sessions' processes, in ticks since boot (`_tree_ticks`)."""
+        of the live sessions' processes, in ticks since boot (`_tree_ticks`). `devices`: each
+        GPU's utilization now, and `where`: pid -> the GPU it holds memory on; a case placed on
+        a GPU (execute/ledger.py) counts that GPU's utilization, not the mean of all, and
+        without per-process figures it gets its share of that GPU's."""
         live = self._sessions() if live is None else live
         cases = set(live.values())
         used = _per_case(processes, live)
+        gpus = _gpus_of(where or {}, live)
+        per_gpu = list(devices or [])
+
+        def util(gpu: int) -> float | None:
+            return per_gpu[gpu] if gpu < len(per_gpu) else None
+
+        own: dict[int, float] = {}  # case -> the utilization of the GPUs it is on
+        for case, held in gpus.items():
+            known = [u for g in held if (u := util(g)) is not None]
+            if known:
+                own[case] = sum(known) / len(known)
         shares = _per_case(busy, live) if busy is not None else None
+        if shares is None and own:  # each GPU's utilization split among the cases on it
+            on = Counter(g for held in gpus.values() for g in held)
+            shares = {
+                case: sum((util(g) or 0.0) / on[g] for g in held) for case, held in gpus.items()
+            }
         if shares is None and device is not None:
             holders = [case for case, mib in used.items() if mib]
             shares = {case: device / len(holders) for case in holders}
@@ -269,8 +305,9 @@ class UsageSampler:
                     acc.busy_polls += 1
                     old = acc.recent
                     acc.recent = share if old is None else old + _RECENT_WEIGHT * (share - old)
-                if device is not None:
-                    acc.device += device
+                mine = own.get(case, device)
+                if mine is not None:
+                    acc.device += mine
                     acc.device_polls += 1
                 if cpu is not None:
                     acc.cpu += cpu
@@ -353,6 +390,19 @@ def _per_case(samples: Iterable[tuple[int, float]], live: Mapping[int, int]) -> 
             continue
         if case is not None and value:
             out[case] = out.get(case, 0.0) + value
+    return out
+
+
+def _gpus_of(where: Mapping[int, int], live: Mapping[int, int]) -> dict[int, set[int]]:
+    """Case -> the GPUs its processes hold memory on (pid -> GPU, by the process's session)."""
+    out: dict[int, set[int]] = {}
+    for pid, gpu in where.items():
+        try:
+            case = live.get(os.getsid(pid))
+        except OSError:
+            continue
+        if case is not None:
+            out.setdefault(case, set()).add(gpu)
     return out
 
 
