@@ -10,9 +10,9 @@
 - gpu: the free memory of each GPU now, divided by the typical (median) peak of the cases in the
   duration history (execute/history.py; 4 GiB when none is recorded: a CUDA context plus a
   sample's tensors), summed over the GPUs. Read with NVML (pynvml) where it imports, else with
-  nvidia-smi. The free memory is also the pool's GPU budget (`SlotBound.gpu_free_mib`): each
-  case holds its own recorded peak of it while it runs, so a few large cases never run together
-  beyond what is free. `UsageSampler` (execute/usage.py, re-exported here) records the peaks: it
+  nvidia-smi. Each GPU's free memory is also its budget in the ledger (`plan_ledger`): each
+  case holds its own recorded peak of its GPU's while it runs, so a few large cases never run
+  together beyond what that GPU has free. `UsageSampler` (execute/usage.py, re-exported here) records the peaks: it
   polls NVML (else nvidia-smi) for the memory each case's processes hold (attributed by session:
   every case runs in its own).
 - the ledger (execute/ledger.py, built here by `plan_ledger`): each GPU the run books (--gpus,
@@ -75,15 +75,9 @@ class SlotBound:
 
     slots: int
     why: str
-    gpu_free_mib: float | None = None  # the GPUs' free memory in all: the pool's GPU budget
-    gpu_load: float | None = None  # the GPU load the pool lets run at once (None: no GPU)
-    gpu_load_why: str = ""
 
     def line(self) -> str:
-        text = f"slots: {self.slots} ({self.why})"
-        if self.gpu_load is not None:
-            text += f"; gpu load: {self.gpu_load:g} ({self.gpu_load_why})"
-        return text
+        return f"slots: {self.slots} ({self.why})"
 
 
 def host_memory_mib() -> int | None:
@@ -155,31 +149,13 @@ def choose_slots(
     jobs: int | None = None,
     gpu_peak_mib: float | None = None,
     resources: Resources | None = None,
-    budget: bool = False,
-    gpu_busy: float | None = None,
 ) -> SlotBound:
     """The slot count for a run on `host`: `jobs` (--jobs) when given, else the smallest of the
-    cpu, mem and gpu bounds. `resources`: what the host offers (None: read it now). `budget`:
-    also the GPUs' free memory for the pool's GPU budget (read even with `jobs`) and the GPU load
-    bound (GPU_CAPACITY; `gpu_busy`: the median busy share on record, which a case the history
-    does not know adds)."""
-    if jobs and not budget:  # nothing to read (no nvidia-smi call on the start-up path)
+    cpu, mem and gpu bounds. `resources`: what the host offers (None: read it now). What each
+    GPU and the CPUs hold is the ledger's (`plan_ledger`)."""
+    if jobs:  # nothing to read
         return SlotBound(slots=jobs, why="--jobs")
     have = resources or Resources.read(host)
-    gpu_budget = float(sum(have.gpu_free_mib)) if host.gpus and have.gpu_free_mib else None
-    load: dict[str, Any] = {}
-    if budget and host.gpus:
-        unknown = f"median {gpu_busy:.2f} on record" if gpu_busy is not None else "none on record"
-        load = {
-            "gpu_load": GPU_CAPACITY,
-            "gpu_load_why": (
-                "the running cases' summed GPU busy shares stay within one GPU, where unpinned "
-                f"cases run; a case holds its recorded share, an unknown one "
-                f"{gpu_busy if gpu_busy is not None else DEFAULT_GPU_LOAD:.3g} ({unknown})"
-            ),
-        }
-    if jobs:
-        return SlotBound(slots=jobs, why="--jobs", gpu_free_mib=gpu_budget, **load)
     cores = have.cores
     parts: list[tuple[str, int]] = []
     per_core = 2 if host.gpus else 1
@@ -202,7 +178,7 @@ def choose_slots(
             parts.append((f"gpu {total:.0f}GiB total/{per_case / _GIB:.1f}GiB {source}={n}", n))
     slots = max(1, min(n for _, n in parts))
     why = ", ".join(text for text, _ in parts)
-    return SlotBound(slots=slots, why=why, gpu_free_mib=gpu_budget, **load)
+    return SlotBound(slots=slots, why=why)
 
 
 def gpu_indices(host: HostFacts, wanted: Sequence[int] | None = None) -> tuple[int, ...]:
