@@ -111,7 +111,8 @@ class _Gpu:
 
 @dataclass
 class Ledger:
-    """`slots` slots, `cpus` CPUs (None: not booked), and `gpus` each on its own."""
+    """`slots` slots, `cpus` CPUs (None: not booked), and `gpus` each on its own. Not locked:
+    the pool books and releases under its own lock."""
 
     slots: int
     gpus: Sequence[GpuBudget] = ()
