@@ -99,6 +99,10 @@ class Selectors:
         return " ".join(f"--{axis} {','.join(vals)}" for axis, vals in self.values.items())
 
 
+#: A case's limit without --timeout (execute/limits.py derives every other limit from it).
+DEFAULT_TIMEOUT_S: Final = 600.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class ValidateConfig:
     """Everything `validate` needs, checked once from the command line."""
@@ -122,7 +126,8 @@ class ValidateConfig:
     installer: str = "auto"
     backend_deps: bool = True  # install the backend wheel's own deps (nvidia-cublas)
     jobs: int | None = None
-    timeout_s: float = 600.0
+    gpus: tuple[int, ...] | None = None  # --gpus: the GPUs the pool books (None: all it sees)
+    timeout_s: float = DEFAULT_TIMEOUT_S  # --timeout; every limit: execute/limits.py
     #: --capture-cap: bytes of output kept per case process (execute/launch.py; 0: all)
     capture_cap: int = 2 * 1024 * 1024
     reruns: int = 0
@@ -155,6 +160,8 @@ class ValidateConfig:
                 value = value.to_dict()
             elif item.name in _PATHS:
                 value = str(value) if value is not None else None
+            elif item.name == "gpus" and value is not None:
+                value = list(value)
             elif isinstance(value, tuple):
                 value = [str(v) for v in value]
             out[item.name] = value
@@ -175,6 +182,8 @@ class ValidateConfig:
                 value = Path(value) if value is not None else None
             elif name == "cases":
                 value = tuple(Path(v) for v in value)
+            elif name == "gpus" and value is not None:
+                value = tuple(int(v) for v in value)
             elif name == "flaky" and value not in FLAKY_POLICIES:
                 msg = f"config: flaky {value!r}: expected one of {', '.join(FLAKY_POLICIES)}"
                 raise ConfigError(msg)

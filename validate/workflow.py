@@ -34,7 +34,7 @@ from validate.execute.pool import Pool
 from validate.execute.progress import pool_progress
 from validate.execute.records import now_stamp, record_all
 from validate.execute.runner import run_pool, usage_sampler
-from validate.execute.slots import choose_slots
+from validate.execute.slots import plan_ledger
 from validate.judge.known_issues import KnownIssue, apply_known_issues, load_known_issues
 from validate.model.axes import AXES
 from validate.model.matrix import Cell, load_matrix
@@ -224,14 +224,8 @@ def run_cells(
     """
     executor = executor or EXECUTORS[config.executor]()
     history = History.load(cache_root(config.cache_dir) / "durations.json")
-    bound = choose_slots(
-        host,
-        jobs=config.jobs,
-        gpu_peak_mib=history.typical_gpu_mib(),
-        budget=True,
-        gpu_busy=history.typical_gpu_busy(),
-    )
-    log.info("%s", bound.line())
+    bound, ledger = plan_ledger(host, jobs=config.jobs, gpus=config.gpus, history=history)
+    log.info("%s", "; ".join([bound.line(), *ledger.lines()]))
     sampler = usage_sampler(host.has_gpu)
     context = RunContext(
         config=config,
@@ -252,12 +246,7 @@ def run_cells(
                 record_all(store, cell, mine, Outcome.SKIP, skip, run_id)
         work = [(step, parts) for step in steps.steps if (parts := _step_parts(step, cases, only))]
         with pool_progress() as on_change:
-            pool = Pool(
-                bound.slots,
-                gpu_mib=bound.gpu_free_mib,
-                gpu_load=bound.gpu_load,
-                on_change=on_change,
-            )
+            pool = Pool(bound.slots, ledger=ledger, on_change=on_change)
             counted = [(c, len(part.cells)) for _, step_parts in work for part, c in step_parts]
             pool.expect(sum(len(c) * n for c, n in counted), _expected_s(history, counted))
             feeder = threading.Thread(

@@ -65,6 +65,9 @@ def test_suffixes_are_unique_and_the_fallback_is_registered() -> None:
 #: The modules that once held kind-specific branches; they ask the registry now.
 _KIND_FREE = (
     "execute/runner.py",
+    "execute/units.py",
+    "execute/jobs.py",
+    "execute/local.py",
     "execute/classify.py",
     "execute/forkserver.py",
     "execute/resources/fork_server.py",
@@ -128,6 +131,9 @@ class ShellKind:
         return Outcome.ERROR, f"sh exited with status {run.returncode}"
 
     def exception(self, report: Mapping[str, Any]) -> Mapping[str, Any]:  # noqa: ARG002
+        return {}
+
+    def units(self, run: ExecResult) -> Mapping[str, Any]:  # noqa: ARG002
         return {}
 
     def owns(self, case_path: str, case: str) -> bool:  # noqa: ARG002

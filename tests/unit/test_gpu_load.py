@@ -23,7 +23,7 @@ from validate.execute.slots import (
     CaseUsage,
     Resources,
     UsageSampler,
-    choose_slots,
+    plan_ledger,
 )
 from validate.plan.host import GpuInfo, HostFacts
 from validate.plan.shard import read_durations
@@ -62,15 +62,16 @@ def test_busy_shares_are_kept_and_a_saturated_measure_never_lowers_one(tmp_path:
     assert History.load(path).busy_estimate("heavy.ipynb") == 0.4
 
 
-def test_the_slot_line_states_the_gpu_load_bound_and_its_reason() -> None:
+def test_the_start_line_states_each_gpus_budget_and_the_cpus() -> None:
     have = Resources(cores=16, mem_mib=128 * 1024, gpu_free_mib=(140000,))
-    bound = choose_slots(GPU_HOST, resources=have, budget=True, gpu_busy=0.18)
-    assert bound.gpu_load == 1.0
-    assert "gpu load: 1 (" in bound.line()
-    assert "unknown one 0.18 (median 0.18 on record)" in bound.line()
-    none_yet = choose_slots(GPU_HOST, resources=have, budget=True)
-    assert f"unknown one {DEFAULT_GPU_LOAD:g} (none on record)" in none_yet.line()
-    assert choose_slots(HostFacts(), resources=have, budget=True).gpu_load is None  # no GPU
+    host = HostFacts(gpus=GPU_HOST.gpus, driver_version="580.65.06")
+    bound, ledger = plan_ledger(host, resources=have)
+    assert [g.load for g in ledger.gpus] == [1.0]  # one GPU's busy share, its own
+    assert ledger.lines()[0] == "gpu 0: 136.7 GiB free, busy share 1"
+    assert ledger.lines()[1].startswith("cpu: ")
+    _, none = plan_ledger(HostFacts(), resources=have)
+    assert none.lines()[0].startswith("cpu: ")  # no GPU: no GPU line
+    assert bound.slots >= 1
 
 
 def _concurrency_probe(pool: Pool, jobs: list[Job]) -> dict[str, set[str]]:

@@ -10,7 +10,13 @@ import pytest  # noqa: TC002 - pytest's fixture annotations
 
 from validate.execute import slots
 from validate.execute.history import GPU_KEY, History
-from validate.execute.slots import GPU_PER_CASE_MIB, Resources, choose_slots, host_memory_mib
+from validate.execute.slots import (
+    GPU_PER_CASE_MIB,
+    Resources,
+    choose_slots,
+    host_memory_mib,
+    plan_ledger,
+)
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, read_results
 from validate.plan.host import GpuInfo, HostFacts
@@ -46,7 +52,6 @@ def test_gpu_host_is_bounded_by_free_gpu_memory_per_case() -> None:
     measured = choose_slots(GPU_HOST, resources=have, gpu_peak_mib=8 * 1024)
     assert measured.slots == 5
     assert "8.0GiB median peak=5" in measured.why
-    assert measured.gpu_free_mib == 40 * 1024  # the pool's GPU budget
     roomy = choose_slots(
         GPU_HOST, resources=Resources(cores=16, mem_mib=250 * 1024, gpu_free_mib=(139 * 1024,))
     )
@@ -59,10 +64,14 @@ def test_gpu_host_is_bounded_by_free_gpu_memory_per_case() -> None:
 
 def test_jobs_overrides_and_this_host_is_read() -> None:
     assert choose_slots(GPU_HOST, jobs=3).line() == "slots: 3 (--jobs)"
+    two = HostFacts(gpus=(H200, H200), driver_version="580.1")
     have = Resources(cores=2, mem_mib=None, gpu_free_mib=(1000, 2000))
-    assert choose_slots(GPU_HOST, jobs=3, resources=have).gpu_free_mib is None  # not asked for
-    assert choose_slots(GPU_HOST, jobs=3, resources=have, budget=True).gpu_free_mib == 3000
-    assert choose_slots(HostFacts(), jobs=3, resources=have, budget=True).gpu_free_mib is None
+    bound, ledger = plan_ledger(two, jobs=3, resources=have)
+    assert bound.slots == 3
+    # each GPU's own free memory is its budget (once the free memory of both was one budget)
+    assert [(i, mib) for i, mib, _, _ in ledger.booked()] == [(0, 0.0), (1, 0.0)]
+    assert [g.free_mib for g in ledger.gpus] == [1000.0, 2000.0]
+    assert plan_ledger(HostFacts(), jobs=3, resources=have)[1].gpus == []  # no GPU: none
     here = choose_slots(HostFacts())
     assert here.slots >= 1
     assert here.why.startswith("cpu ")

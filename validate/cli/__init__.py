@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from validate import __version__
+from validate.config import DEFAULT_TIMEOUT_S
 from validate.errors import ConfigError, ValidateError
 from validate.log import setup_logging
 from validate.textsafe import SafeStream
@@ -246,6 +247,18 @@ def writable_file(flag: str, path: Path) -> Path:
     return path
 
 
+def gpu_list(text: str) -> tuple[int, ...]:
+    """--gpus: comma-separated GPU indices (0,2)."""
+    try:
+        out = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or any(i < 0 for i in out):
+        msg = f"expected GPU indices such as 0,2, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return out
+
+
 def add_run_options(group: argparse._ActionsContainer) -> None:
     """How cases run, shared by `run` and `validate` (and the commands built on validate)."""
     group.add_argument(
@@ -257,16 +270,25 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
         "else 4 GiB; the bound and why are logged at start)",
     )
     group.add_argument(
+        "--gpus",
+        type=gpu_list,
+        metavar="I,J",
+        help="the GPUs cases run on, by index as nvidia-smi numbers them, e.g. 0,2 (default: "
+        "those CUDA_VISIBLE_DEVICES names, else all); each GPU's memory and busy share are "
+        "booked on their own, and each case runs on the one it was booked on",
+    )
+    group.add_argument(
         "--timeout",
         type=positive(float, 0.1),
-        default=600.0,
+        default=DEFAULT_TIMEOUT_S,
         metavar="S",
         help="per-case limit in seconds (notebooks: per cell, +30s start-up); the whole process "
         "group is killed. A case the duration history knows never gets less than 3x the "
         "duration of its last run that ended on its own (not by a timeout). A case that times "
         "out while it shared its GPU or the host's CPUs beyond its need, or fails while it "
         "shared its GPU, runs once more alone before it is judged. A pytest suite's "
-        "start-up and collection (--tests) get 3x this, at least 60s (default: 600)",
+        "start-up and collection (--tests) get 3x this, at least 60s (default: "
+        f"{DEFAULT_TIMEOUT_S:g})",
     )
     group.add_argument(
         "--capture-cap",

@@ -25,7 +25,7 @@ from validate.execute.collection import Suite
 from validate.execute.progress import pool_progress, progress
 from validate.execute.records import now_stamp
 from validate.execute.runner import FAILING, RunOptions, run_cases
-from validate.execute.slots import choose_slots
+from validate.execute.slots import plan_ledger
 from validate.execute.suite import run_suite
 from validate.model.results import CaseResult, write_json
 from validate.model.runs import (
@@ -154,9 +154,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             check_resumed_pins(args.results, _pins(stored), _pins(_meta(python, cell, suite)))
     if args.results is not None:
         writable_dir("--results", args.results)
-    bound = choose_slots(host, jobs=args.jobs)
-    if args.jobs is None:
-        logging.getLogger("validate").info("%s", bound.line())
+    bound, ledger = plan_ledger(host, jobs=args.jobs, gpus=args.gpus)
+    logging.getLogger("validate").info("%s", "; ".join([bound.line(), *ledger.lines()]))
     jobs = bound.slots
     target = ExecTarget(
         python=python,
@@ -184,11 +183,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if suite is not None:
             what = "tests"
             with pool_progress() as on_change:
-                results = run_suite(suite, target, options, run.store, on_change=on_change)
+                results = run_suite(
+                    suite, target, options, run.store, on_change=on_change, ledger=ledger
+                )
         else:
             what = "cases"
             with progress(len(cases), failing=FAILING) as report:
-                results = run_cases(cases, target, options, run.store, on_result=report)
+                results = run_cases(
+                    cases, target, options, run.store, on_result=report, ledger=ledger
+                )
         run.store.seal()  # every case has ended: the folder's lines verify wherever it is read
         write_json(meta_path, {**meta, "finished_at": now_stamp()})
     bad = [r for r in results if r.outcome in FAILING]

@@ -272,6 +272,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         installer=args.installer,
         backend_deps=args.backend_deps,
         jobs=args.jobs,
+        gpus=args.gpus,
         timeout_s=args.timeout,
         capture_cap=int(args.capture_cap * 1024 * 1024),
         reruns=args.reruns,

@@ -9,10 +9,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.config import DEFAULT_TIMEOUT_S
 from validate.execute.cases.kinds import KINDS
 from validate.execute.cases.script import RESULT_FILE_ENV
 from validate.execute.classify import ExecResult, classify
 from validate.execute.launch import DEFAULT_CAPTURE_CAP, leftover_note
+from validate.execute.limits import process_limit
 from validate.execute.resources.capture import verify_pins
 from validate.execute.resources.guard import LEFTOVERS_ENV, PARENT_ENV
 from validate.execute.supervise import SUPERVISOR
@@ -44,7 +46,7 @@ _TAIL_BYTES: Final = 8192
 class RunOptions:
     """How to run: limits, parallelism, reruns and where evidence goes."""
 
-    timeout_s: float = 600
+    timeout_s: float = DEFAULT_TIMEOUT_S
     jobs: int = 1
     reruns: int = 0
     results_dir: Path
@@ -132,7 +134,7 @@ def run_attempt(
     for stale in (report_path, result_file, leftovers):
         stale.unlink(missing_ok=True)
     kind = KINDS[case.kind]
-    limit = options.timeout_s + kind.grace_s
+    limit = process_limit(options.timeout_s, case.kind)
     env = _case_env(target, result_file, folder if api_logs else None)
     env[LEFTOVERS_ENV] = str(leftovers)  # resources/guard.py names what it killed after the case
     start = time.monotonic()

@@ -30,6 +30,7 @@ from validate.execute.cases import SHIPPED_CASES
 from validate.execute.classify import ExecResult
 from validate.execute.incontainer import CONFIG_FILE, payload
 from validate.execute.launch import placement_now
+from validate.execute.limits import container_limit
 from validate.execute.pool import Job
 from validate.execute.records import record_all
 from validate.log import step as log_step
@@ -64,9 +65,9 @@ CONTAINER_UID: Final = 1000
 _RESULTS: Final = "/results"
 _CASES: Final = PurePosixPath("/cases")
 _SAMPLES: Final = "/samples"
+_TESTS: Final = PurePosixPath("/tests")  # a --tests suite's root, read-only
 _TAIL_CHARS: Final = 4000
 _REASON_LINES: Final = 12  # of the build log's tail, in an error result's reason
-_GRACE_S: Final = 300  # container start and the runner's own start-up, on top of the cases
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +108,7 @@ def _user() -> str:
 
 def _case_roots(config: ValidateConfig) -> tuple[Path, ...]:
     """The case files/folders on the host: the config's, else the shipped ones (not with samples)."""
-    return tuple(config.cases) or (() if config.samples else (SHIPPED_CASES,))
+    return tuple(config.cases) or (() if config.samples or config.tests else (SHIPPED_CASES,))
 
 
 def _case_mounts(config: ValidateConfig) -> tuple[dict[str, dict[str, str]], list[Path]]:
@@ -130,6 +131,7 @@ def container_config(config: ValidateConfig) -> ValidateConfig:
         config,
         cases=tuple(case_paths),
         samples=Path(_SAMPLES) if config.samples is not None else None,
+        tests=Path(_TESTS / config.tests.name) if config.tests is not None else None,
         results_dir=Path(_RESULTS),
         backend_store=None,  # a host folder: the cell's backend is in its image already
         jobs=config.jobs or os.cpu_count() or 1,
@@ -155,6 +157,8 @@ def container_kwargs(
     binds[str(results_dir.resolve())] = {"bind": _RESULTS, "mode": "rw"}
     if config.samples is not None:
         binds[str(config.samples.resolve())] = {"bind": _SAMPLES, "mode": "ro"}
+    if config.tests is not None:  # the suite runs inside as on the host (execute/jobs.py)
+        binds[str(config.tests.resolve())] = {"bind": str(_TESTS / config.tests.name), "mode": "ro"}
     command = ["python", "-m", "validate", "run", "--config", f"{_RESULTS}/{CONFIG_FILE}"]
     # the pool job's placement (execute/launch.py `placed`: the ledger's GPUs and CPUs) maps to
     # the container's devices and cpuset, as the launcher applies it to a process
@@ -258,9 +262,6 @@ class DockerExecutor:
             flag = f"--env {config.env_mode}" if config.env_mode != "isolated" else "--with"
             msg = f"--executor docker: {flag} is not supported (a cell's image holds its pins)"
             raise ConfigError(msg)
-        if config.tests is not None:
-            msg = "--executor docker: --tests is not supported yet (use --executor local)"
-            raise ConfigError(msg)
 
     @property
     def gpu(self) -> bool:
@@ -333,7 +334,7 @@ class DockerExecutor:
             config = dataclasses.replace(config, case_names=names)
         slots = max(1, min(run.slots, len(cases)))
         config = dataclasses.replace(config, jobs=slots)
-        limit = config.timeout_s * max(1, len(cases)) * (config.reruns + 1) + _GRACE_S
+        limit = container_limit(config.timeout_s, len(cases), config.reruns)
         estimates = [run.history.estimate(c.name) for c in cases] if run.history else [None]
         known = [e for e in estimates if e is not None]
         estimate = (
@@ -360,6 +361,11 @@ class DockerExecutor:
         limit: float,
     ) -> tuple[Job, ...]:
         cell_dir = run.results_dir / "cells" / cell.id
+        placed = (
+            placement_now()
+        )  # the GPU the ledger booked the cell on: the container sees it only
+        if placed.gpus is not None:
+            target = dataclasses.replace(target, gpus=placed.gpus)
         title = f"cell {cell.id}: {cell.label} in {target.image} ({len(cases)} cases)"
         with log_step(title):
             try:

@@ -18,8 +18,9 @@ from validate.config import ValidateConfig
 from validate.env.target import ExecTarget
 from validate.errors import ConfigError
 from validate.execute.cases import cases_for
-from validate.execute.runner import FAILING, RunOptions, run_cases
-from validate.execute.slots import choose_slots
+from validate.execute.jobs import run_jobs, run_options
+from validate.execute.runner import FAILING
+from validate.execute.slots import plan_ledger
 from validate.model.runs import open_run
 from validate.plan.host import detect_host
 
@@ -65,18 +66,12 @@ def run_payload(path: Path) -> int:
         host_arch=host.arch,
         has_gpu=host.has_gpu,
     )
+    # the GPUs the executor made visible (the cell's placement), each booked on its own
+    bound, ledger = plan_ledger(host, jobs=config.jobs)
     with open_run(config.results_dir, run_id=run_id or None) as run:  # the cell's folder
-        options = RunOptions(
-            timeout_s=config.timeout_s,
-            capture_cap=config.capture_cap,
-            jobs=choose_slots(host, jobs=config.jobs).slots,
-            reruns=config.reruns,
-            results_dir=run.folder,
-            resume=config.resume,
-            api_logs=config.api_logs,
-            run_id=run.id,
-        )
-        results: list[CaseResult] = run_cases(cases, target, options, run.store)
+        options = run_options(config, results_dir=run.folder, run_id=run.id, slots=bound.slots)
+        # every kind, suites too: the same step from cases to jobs as on the host
+        results: list[CaseResult] = run_jobs(cases, target, options, run.store, ledger=ledger)
         run.store.seal()  # every case has ended: the folder's lines verify wherever it is read
     bad = sum(r.outcome in FAILING for r in results)
     print(f"{len(results)} cases, {bad} failing; results in {run.store.path}", file=sys.stderr)

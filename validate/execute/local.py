@@ -14,12 +14,10 @@ from typing import TYPE_CHECKING, Final
 from validate.env.sources import BackendSource, FrontendSource, short_version
 from validate.env.venvs import EnvSpec, cache_root, ensure_env
 from validate.errors import EnvBuildError
-from validate.execute.cases.kinds import KINDS
-from validate.execute.collection import Suite
 from validate.execute.history import History
+from validate.execute.jobs import cell_jobs, run_options
 from validate.execute.records import record_all
-from validate.execute.runner import CaseBatch, RunOptions
-from validate.execute.suite import SuiteRun, pytest_requirement
+from validate.execute.suite import pytest_requirement
 from validate.log import step as log_step
 from validate.model.matrix import env_pins
 from validate.model.outcome import Outcome
@@ -145,46 +143,36 @@ class LocalExecutor:
         one runs."""
         config = run.config
         history_path = cache_root(config.cache_dir) / "durations.json"
-        options = RunOptions(
-            timeout_s=config.timeout_s,
-            capture_cap=config.capture_cap,
-            jobs=run.slots,
-            reruns=config.reruns,
+        # resume on: the store may already hold this run's results (resume or skip records)
+        options = run_options(
+            config,
             results_dir=run.results_dir,
-            resume=True,  # the store may already hold this run's results (resume or skip records)
-            api_logs=config.api_logs,
             run_id=run.run_id,
+            slots=run.slots,
             history=history_path,
+            resume=True,
         )
         history = run.history if run.history is not None else History.load(history_path)
         no_gpu = gpu_skip_reason(run.host)
-        suites = [c for c in cases if KINDS[c.kind].batched]
-        files = [c for c in cases if not KINDS[c.kind].batched]
         jobs: list[Job] = []
         for cell in step.cells:
             if no_gpu and cell is not step.first:
                 reason = f"{no_gpu}: pins checked in cell {step.first.id} (same environment)"
                 record_all(run.store, cell, cases, Outcome.SKIP, reason, run.run_id)
                 continue
-            for case in suites:  # a suite (the one batched kind): one job per share of its tests
-                suite = Suite(root=case.path, select=case.args)
-                on_cell = target.for_cell(cell, run.host)
-                jobs += SuiteRun(
-                    suite, on_cell, options, run.store, slots=run.slots, history=history
-                ).jobs()
-            if not files:
-                continue
-            batch = CaseBatch(
-                files,
+            work = cell_jobs(
+                cases,
                 target.for_cell(cell, run.host),
                 options,
                 run.store,
                 history=history,
+                slots=run.slots,
                 sampler=run.sampler,
                 on_result=_cell_done(cell),
             )
-            log.info("cell %s: %s (%d cases queued)", cell.id, cell.label, len(batch.todo))
-            jobs += batch.jobs()
+            if work.batch is not None:
+                log.info("cell %s: %s (%d cases queued)", cell.id, cell.label, work.queued)
+            jobs += work.jobs()
         return jobs
 
 

@@ -21,10 +21,14 @@ class Placement:
     cpus: frozenset[int] | None = None
 
     def env(self) -> dict[str, str]:
-        """Environment entries that pin a process to its GPUs (empty: inherit)."""
+        """Environment entries that pin a process to its GPUs (empty: inherit). The indices are
+        nvidia-smi's (NVML's), so CUDA is told to number the GPUs the same way (DOMAIN.md §12)."""
         if self.gpus is None:
             return {}
-        return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.gpus)}
+        return {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.gpus),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        }
 
     def describe(self) -> str:
         """For logs and notes: ``gpu 2, cpus 0-7`` (what is left alone is not named)."""

@@ -4,18 +4,19 @@ Jobs come from every cell (`Pool.submit`, from any thread, while the pool runs: 
 submits a cell's jobs as soon as its environment is ready) and start longest first by their
 estimate (the duration history across cells; a job without one counts as longest, ties keep
 submission order). A job may return follow-up jobs (a failing case's API-log re-run and its
-`--reruns`); they go into the same queue. A job holds `slots` slots while it runs (a case one,
-a docker cell's container as many as it runs at once) and, where the pool has a GPU-memory
-budget (the free memory of the GPUs at start), its `gpu_mib` of it (a case's recorded peak).
-It also holds its `gpu_load` (its recorded GPU busy share, execute/slots.py) of the pool's GPU
-load bound, so the summed expected load of the running jobs stays within the GPU's capacity:
-heavy cases spread across the run instead of starting together. An `exclusive` job (a case that
-must have the GPU to itself, or a contended case's alone re-run) holds every slot and the whole
-GPU load: it runs with nothing beside it; such jobs queue after all others (and `defer` jobs
-after them, so that the exclusive jobs run back to back). `beside()` tells a
-job's thread how many jobs ran beside it so far and their summed load (the runner's contention
-rule). The queue's order is kept: a job that does not fit yet waits, and those behind it wait
-too (no job starves). Nothing here knows about results: jobs store their own (the store is thread-safe).
+`--reruns`); they go into the same queue. What a job holds while it runs is the ledger's
+(execute/ledger.py, the pool's one account of resources): `slots` slots (a case one, a docker
+cell's container as many as it runs at once), its `cpu` share of the host's CPUs, and on one GPU
+its `gpu_mib` of that GPU's free memory and its `gpu_load` (its recorded GPU busy share) of that
+GPU's capacity; the booking's placement (applied in the job's thread by `launch.placed`) is the
+GPU its processes are pinned to. A `gpu_exclusive` job (a case that must have its GPU to itself) holds
+one whole GPU while the others run other jobs. An `exclusive` job (a contended case's alone
+re-run) holds everything: it runs with nothing beside it. Both queue after all other jobs (and
+`defer` jobs after them, so that the exclusive jobs run back to back).
+`beside()` tells a job's thread how many jobs ran beside it so far and the summed load of those
+on its GPU (the runner's contention rule). The queue's order is kept: a job that does not fit
+yet waits, and those behind it wait too (no job starves). Nothing here knows about results: jobs
+store their own (the store is thread-safe).
 `stop()` (an interrupt) freezes the count: the jobs running then are cut, not done.
 
 Critical path: a job whose estimate is at least the work left per slot (the estimates of the
@@ -38,11 +39,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from validate.execute.launch import placed
+from validate.execute.ledger import GpuBudget, Ledger, Need
 from validate.execute.placement import UNPLACED
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
+    from validate.execute.ledger import Booking
     from validate.execute.placement import Placement
 
 __all__ = ["YIELD_NICE", "Beside", "Job", "Pool", "PoolStats", "beside", "watch", "yield_nice"]
@@ -99,7 +102,12 @@ class Job:
     cases: int = 1  # cases it stands for in the progress (a re-run 0, a docker cell its cases)
     gpu_mib: float = 0.0  # GPU memory it holds while it runs (its recorded peak, or an estimate)
     gpu_load: float = 0.0  # GPU busy share it holds while it runs (recorded, or an estimate)
+    #: CPU share it holds while it runs (CPU seconds per wall second, recorded); None: the
+    #: ledger's default (the median on record)
+    cpu: float | None = None
     exclusive: bool = False  # runs with no other job beside it (holds every slot and all load)
+    #: has its GPU to itself (a case declared exclusive); the other GPUs run other jobs
+    gpu_exclusive: bool = False
     #: queued after the exclusive jobs too (the re-runs of a case judged by its alone re-run: run
     #: between two exclusive jobs, each would hold the next one back)
     defer: bool = False
@@ -109,8 +117,9 @@ class Job:
     #: set by the pool it is queued in: a `live` job calls it when its count moved, so the
     #: progress line (plain: at most every 30 s) moves while no job starts or ends
     moved: Callable[[], None] | None = None
-    #: the GPUs and CPUs its processes run on (execute/placement.py; the ledger chooses it,
-    #: the launcher applies it to every process the job starts)
+    #: where its processes run, if the job names it itself (a test's CPU pin); UNPLACED: where
+    #: the ledger booked it (execute/ledger.py). The launcher applies it to every process the
+    #: job starts (`launch.placed`)
     placement: Placement = UNPLACED
 
 
@@ -131,11 +140,9 @@ class PoolStats:
 class _Running:
     job: Job
     started: float
-    taken: int
-    gpu: float
+    booking: Booking
     critical: bool = False
     nice: int = 0
-    load: float = 0.0
     capacity: float | None = None
     beside: int = 0  # the most other jobs that ran at once beside it
     beside_load: float = 0.0  # the largest summed GPU load of those
@@ -165,18 +172,27 @@ class Pool:
         *,
         gpu_mib: float | None = None,
         gpu_load: float | None = None,
+        ledger: Ledger | None = None,
         on_change: Callable[[PoolStats], None] | None = None,
         yield_nice: int | None = None,
     ) -> None:
-        self.slots = max(1, slots)
+        """`ledger`: the account of each GPU and of the host (execute/ledger.py); without one,
+        `gpu_mib` and `gpu_load` are one unplaced GPU's budget (None: not accounted) and the
+        CPUs are not booked."""
+        if ledger is None:
+            budget = GpuBudget(
+                index=None,
+                free_mib=gpu_mib,
+                load=gpu_load if gpu_load is not None else float("inf"),
+            )
+            gpus = [budget] if gpu_mib is not None or gpu_load is not None else []
+            ledger = Ledger(slots, gpus=gpus)
+        self.ledger = ledger
+        self.slots = ledger.slots
         self.yield_nice = YIELD_NICE if yield_nice is None else yield_nice  # 0: never yield
-        self.gpu_mib = gpu_mib  # the GPU-memory budget; None: not accounted
-        self._gpu_free = gpu_mib or 0.0
-        self.gpu_load = gpu_load  # the GPU-load bound; None: not accounted
         self._on_change = on_change
         self._cond = threading.Condition()
         self._state = _State()
-        self._free = self.slots
         self._seq = itertools.count()
 
     # --- feeding ------------------------------------------------------------------------------
@@ -213,18 +229,21 @@ class Pool:
         """Queue `job`: longest estimate first (unknown first), exclusive jobs after all others,
         deferred ones after those."""
         key = -(job.estimate_s if job.estimate_s is not None else float("inf"))
-        tier = 2 if job.defer else int(job.exclusive)
+        tier = 2 if job.defer else int(job.exclusive or job.gpu_exclusive)
         job.moved = self._changed
         heapq.heappush(self._state.queue, (tier, key, next(self._seq), job))
 
-    def _need(self, job: Job) -> tuple[int, float, float]:
-        """The slots, GPU memory and GPU load `job` holds while it runs (an exclusive job: all;
-        a job larger than a whole budget runs when that budget is all its own)."""
-        if job.exclusive:
-            return self.slots, self.gpu_mib or 0.0, self.gpu_load or 0.0
-        gpu = 0.0 if self.gpu_mib is None else min(job.gpu_mib, self.gpu_mib)
-        load = 0.0 if self.gpu_load is None else min(job.gpu_load, self.gpu_load)
-        return min(job.slots, self.slots), gpu, load
+    @staticmethod
+    def _need(job: Job) -> Need:
+        """What `job` asks the ledger for while it runs."""
+        return Need(
+            slots=job.slots,
+            gpu_mib=job.gpu_mib,
+            gpu_load=job.gpu_load,
+            cpu=job.cpu,
+            exclusive=job.exclusive,
+            gpu_exclusive=job.gpu_exclusive,
+        )
 
     def close(self) -> None:
         """No job will be submitted from outside any more (follow-ups still are)."""
@@ -265,24 +284,22 @@ class Pool:
                         return
                     if state.queue:
                         job = state.queue[0][3]
-                        need, gpu, load = self._need(job)
-                        fits = self._load_fits(load)
-                        if need <= self._free and gpu <= self._gpu_free and fits:
+                        booking = self.ledger.book(self._need(job), self._live())
+                        if booking is not None:
                             heapq.heappop(state.queue)
                             break
                     elif not state.open and not state.running:
                         return
                     self._cond.wait()
-                self._free -= need
-                self._gpu_free -= gpu
                 ident = next(self._seq)
                 now = time.monotonic()
                 critical = self._critical(job, now)
                 yields = any(item.critical for item in state.running.values())
                 nice = self.yield_nice if yields and not critical else 0
-                state.running[ident] = _Running(
-                    job, now, need, gpu, critical, nice, load, self.gpu_load
-                )
+                capacity = self.ledger.capacity(booking)
+                if capacity == float("inf"):
+                    capacity = None
+                state.running[ident] = _Running(job, now, booking, critical, nice, capacity)
                 self._count_beside()
                 told = critical and bool(state.queue or state.pending)  # others will run beside
             if told:
@@ -299,26 +316,35 @@ class Pool:
             thread.start()
             self._changed()
 
-    def _load_fits(self, load: float) -> bool:
-        """Whether `load` more fits within the GPU load bound now: each running job counts as
-        the larger of what it was expected to add and what it is measured to use now (`watch`:
-        a job the history did not know shows its real weight once its kernels run)."""
-        if self.gpu_load is None:
-            return True
-        used = 0.0
+    def _live(self) -> dict[int, float]:
+        """GPU position -> the busy share its running jobs are measured to use now beyond what
+        they booked (`watch`: a job the history did not know shows its real weight once its
+        kernels run); the ledger counts the larger of the two."""
+        extra: dict[int, float] = {}
         for item in self._state.running.values():
-            live = item.live() if item.live is not None else None
-            used += max(item.load, live or 0.0)
-        return used + load <= self.gpu_load + 1e-9  # float sums: a little slack
+            gpu = item.booking.gpu
+            if item.live is None or gpu is None:
+                continue
+            more = (item.live() or 0.0) - item.booking.gpu_load
+            if more > 0:
+                extra[gpu] = extra.get(gpu, 0.0) + more
+        return extra
 
     def _count_beside(self) -> None:
-        """Every running job has now had the others beside it (for `beside()`)."""
-        running = self._state.running.values()
-        total = sum(item.load for item in running)
+        """Every running job has now had the others beside it (for `beside()`): all of them,
+        and the summed GPU load of those on its own GPU."""
+        running = list(self._state.running.values())
+        per_gpu: dict[int | None, float] = {}
+        for item in running:
+            gpu = item.booking.gpu
+            per_gpu[gpu] = per_gpu.get(gpu, 0.0) + item.booking.gpu_load
         others = len(running) - 1
         for item in running:
             item.beside = max(item.beside, others)
-            item.beside_load = max(item.beside_load, total - item.load)
+            if item.booking.exclusive:
+                continue
+            mine = per_gpu.get(item.booking.gpu, 0.0) - item.booking.gpu_load
+            item.beside_load = max(item.beside_load, mine)
 
     def _critical(self, job: Job, now: float) -> bool:
         """Whether `job` (just taken off the queue) is on the critical path: its estimate is at
@@ -327,10 +353,10 @@ class Pool:
         if job.estimate_s is None or self.yield_nice <= 0:
             return False
         default = self._default_s()
-        work = job.estimate_s * self._need(job)[0]
+        work = job.estimate_s * self.ledger.slots_of(self._need(job))
         for *_, other in self._state.queue:
             seconds = other.estimate_s if other.estimate_s is not None else default
-            work += seconds * self._need(other)[0]
+            work += seconds * self.ledger.slots_of(self._need(other))
         work += self._left_outside_queue(now, default)[0]
         return job.estimate_s >= work / self.slots
 
@@ -347,7 +373,7 @@ class Pool:
         for item in state.running.values():
             estimate = item.job.estimate_s if item.job.estimate_s is not None else default
             rest = max(0.0, estimate - (now - item.started))
-            work += rest * item.taken
+            work += rest * item.booking.slots
             longest = max(longest, rest)
         if state.pending:  # cells still preparing their environment
             work += state.pending_s if state.pending_s is not None else default * state.pending
@@ -361,15 +387,15 @@ class Pool:
         follow: Sequence[Job] = ()
         error: BaseException | None = None
         try:
-            with placed(job.placement):  # every process the job starts runs there (launch.py)
+            where = job.placement if job.placement != UNPLACED else running.booking.placement
+            with placed(where):  # every process the job starts runs there (launch.py)
                 follow = job.run()
         except BaseException as exc:  # noqa: BLE001 - raised again in the dispatching thread
             error = exc
         with self._cond:
             state = self._state
             del state.running[ident]
-            self._free += running.taken
-            self._gpu_free += running.gpu
+            self.ledger.release(running.booking)
             if state.stopped:  # cut: counted by stop(), and nothing follows
                 follow = ()
             else:

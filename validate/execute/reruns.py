@@ -111,18 +111,26 @@ class CaseRun:
         self._usage: dict[int, CaseUsage | None] = {}
         self._gpu_mib = 0.0
         self._gpu_load = 0.0
+        self._cpu: float | None = None
         self._judged = 1  # the attempt judged first: 2 once a contended first one ran again alone
         self._note = ""  # the contention the first attempt met, when it ran again alone
 
-    def job(self, estimate_s: float | None, gpu_mib: float = 0.0, gpu_load: float = 0.0) -> Job:
-        self._gpu_mib, self._gpu_load = gpu_mib, gpu_load  # its re-runs hold as much
+    def job(
+        self,
+        estimate_s: float | None,
+        gpu_mib: float = 0.0,
+        gpu_load: float = 0.0,
+        cpu: float | None = None,
+    ) -> Job:
+        self._gpu_mib, self._gpu_load, self._cpu = gpu_mib, gpu_load, cpu  # its re-runs too
         return Job(
             name=self.case.name,
             run=self.first,
             estimate_s=estimate_s,
             gpu_mib=gpu_mib,
             gpu_load=gpu_load,
-            exclusive=self.case.requirements.exclusive,
+            cpu=cpu,
+            gpu_exclusive=self.case.requirements.exclusive,  # its GPU to itself (no GPU: alone)
         )
 
     def _attempt(self, n: int, *, api_logs: bool) -> ExecResult:
@@ -224,6 +232,7 @@ class CaseRun:
                 cases=0,
                 gpu_mib=self._gpu_mib,
                 gpu_load=self._gpu_load,
+                cpu=self._cpu,
                 defer=defer,
             )
             for n in range(base + 1, base + 1 + extra)

@@ -16,7 +16,6 @@ policy: contention re-run alone, API-log re-run, --reruns and flaky).
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 from validate.errors import ResultsLost
 from validate.execute.attempt import RunOptions
 from validate.execute.history import History
+from validate.execute.limits import case_timeout
 from validate.execute.pool import Job, Pool
 from validate.execute.reruns import CaseRun, run_case
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
@@ -35,12 +35,12 @@ if TYPE_CHECKING:
 
     from validate.env.target import ExecTarget
     from validate.execute.cases import Case
+    from validate.execute.ledger import Ledger
     from validate.execute.slots import CaseUsage, UsageSampler
     from validate.model.results import CaseResult, ResultStore
 
 __all__ = [
     "FAILING",
-    "TIMEOUT_FLOOR",
     "CaseBatch",
     "RunOptions",
     "run_case",
@@ -53,8 +53,6 @@ log = logging.getLogger(__name__)
 
 #: Outcomes that make `run` exit 1 (the blocking ones, before any known-issue check).
 FAILING: Final = frozenset(o for o, p in POLICY.items() if p.blocking)
-#: A case with a recorded duration never gets a timeout below this multiple of it (`--timeout`).
-TIMEOUT_FLOOR: Final = 3.0
 
 
 class CaseBatch:
@@ -101,12 +99,11 @@ class CaseBatch:
                 busy = self.history.busy_estimate(case.name)
                 load = busy if busy is not None else default_gpu_load(self.history)
             estimate = self.history.estimate(case.name)
-            options = self.options
+            cpu = self.history.cpu_estimate(case.name)  # None: the ledger's default (median)
             took = self.history.finished_estimate(case.name)  # a run that ended on its own
-            if took is not None and took * TIMEOUT_FLOOR > options.timeout_s:
-                options = replace(options, timeout_s=float(math.ceil(took * TIMEOUT_FLOOR)))
+            options = replace(self.options, timeout_s=case_timeout(self.options.timeout_s, took))
             run = CaseRun(case, self.target, options, self._finish, self._sampler, self.store)
-            jobs.append(run.job(estimate, gpu, load))
+            jobs.append(run.job(estimate, gpu, load, cpu))
         return jobs
 
     def _finish(self, result: CaseResult, usage: CaseUsage | None, alone: bool) -> None:
@@ -121,6 +118,7 @@ class CaseBatch:
                 gpu_busy=usage.gpu_busy if usage is not None else None,
                 saturated=usage is not None and usage.saturated() and not alone,
                 timed_out=result.outcome is Outcome.TIMEOUT,
+                cpu_share=usage.cpu_share if usage is not None else None,
             )
         with self._lock:
             self.results.append(result)
@@ -173,12 +171,15 @@ def run_cases(
     store: ResultStore,
     *,
     on_result: Callable[[CaseResult, int, int], None] | None = None,
+    ledger: Ledger | None = None,
 ) -> list[CaseResult]:
     """Run every case in a pool of `options.jobs` slots (one process group each), storing each
-    result as it finishes; returns them in the given order (with the kept ones on resume)."""
+    result as it finishes; returns them in the given order (with the kept ones on resume).
+    `ledger`: the account of each GPU and the CPUs (execute/slots.plan_ledger); None: one
+    unplaced GPU's busy share where the target has a GPU, no CPU booked."""
     sampler = usage_sampler(target.has_gpu)
     batch = CaseBatch(cases, target, options, store, sampler=sampler, on_result=on_result)
-    pool = Pool(options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None)
+    pool = Pool(options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None, ledger=ledger)
     pool.submit(batch.jobs())
     pool.close()
     try:

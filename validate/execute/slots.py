@@ -10,16 +10,18 @@
 - gpu: the free memory of each GPU now, divided by the typical (median) peak of the cases in the
   duration history (execute/history.py; 4 GiB when none is recorded: a CUDA context plus a
   sample's tensors), summed over the GPUs. Read with NVML (pynvml) where it imports, else with
-  nvidia-smi. The free memory is also the pool's GPU budget (`SlotBound.gpu_free_mib`): each
-  case holds its own recorded peak of it while it runs, so a few large cases never run together
-  beyond what is free. `UsageSampler` (execute/usage.py, re-exported here) records the peaks: it
+  nvidia-smi. Each GPU's free memory is also its budget in the ledger (`plan_ledger`): each
+  case holds its own recorded peak of its GPU's while it runs, so a few large cases never run
+  together beyond what that GPU has free. `UsageSampler` (execute/usage.py, re-exported here) records the peaks: it
   polls NVML (else nvidia-smi) for the memory each case's processes hold (attributed by session:
   every case runs in its own).
-- gpu load (not a slot count): GPU compute is a resource of the pool too. Each case holds its
-  recorded GPU busy share (the mean fraction of the GPU's time its kernels ran, NVML's
-  per-process SM utilization, `UsageSampler`) while it runs, and the running cases' shares stay
-  within GPU_CAPACITY, so heavy cases spread across the run instead of starting together. A case
-  declared ``exclusive`` runs with nothing else beside it.
+- the ledger (execute/ledger.py, built here by `plan_ledger`): each GPU the run books (--gpus,
+  else the caller's CUDA_VISIBLE_DEVICES, else all) on its own, with its free memory now and
+  one GPU's busy share (GPU_CAPACITY), and the host's CPUs: each case holds its recorded peak
+  and busy share on the one GPU it is placed on, and its recorded CPU share of the CPUs (the
+  median on record when it has none), so heavy cases spread across the GPUs and the run, and
+  CPU-bound cases never oversubscribe the CPUs. A case declared ``exclusive`` runs with nothing
+  else beside it.
 """
 
 from __future__ import annotations
@@ -30,9 +32,15 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.errors import ConfigError
+from validate.execute.ledger import CPU_LEDGER_ENV, GPU_CAPACITY, GpuBudget, Ledger, host_cpus
 from validate.execute.usage import GPU_SATURATED, CaseUsage, UsageSampler, smi_csv
+from validate.plan.host import declared_gpus
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from validate.execute.history import History
     from validate.plan.host import HostFacts
 
 __all__ = [
@@ -45,16 +53,15 @@ __all__ = [
     "UsageSampler",
     "choose_slots",
     "free_gpu_mib",
+    "gpu_indices",
     "host_memory_mib",
+    "plan_ledger",
 ]
 
 log = logging.getLogger(__name__)
 
 MEM_PER_CASE_MIB: Final = 2 * 1024
 GPU_PER_CASE_MIB: Final = 4 * 1024  # default estimate when the history has no peak
-#: The GPU load the pool lets run at once: the summed busy shares of the running cases. One GPU:
-#: cases are not pinned to a device, so every case starts on the first visible GPU.
-GPU_CAPACITY: Final = 1.0
 #: The busy share a case adds when the history has none on record at all: twenty such cases share
 #: a GPU at once. Once its kernels run, the pool counts what it is measured to use if that is
 #: more (pool.watch), so a heavy case the history does not know still stops the next ones.
@@ -68,15 +75,9 @@ class SlotBound:
 
     slots: int
     why: str
-    gpu_free_mib: float | None = None  # the GPUs' free memory in all: the pool's GPU budget
-    gpu_load: float | None = None  # the GPU load the pool lets run at once (None: no GPU)
-    gpu_load_why: str = ""
 
     def line(self) -> str:
-        text = f"slots: {self.slots} ({self.why})"
-        if self.gpu_load is not None:
-            text += f"; gpu load: {self.gpu_load:g} ({self.gpu_load_why})"
-        return text
+        return f"slots: {self.slots} ({self.why})"
 
 
 def host_memory_mib() -> int | None:
@@ -98,7 +99,11 @@ def _nvml() -> Any:
 
 
 def free_gpu_mib() -> list[int] | None:
-    """Free memory of each visible GPU in MiB (NVML, else nvidia-smi); None when neither answers."""
+    """Free memory of each GPU in MiB, in host order (NVML, else nvidia-smi; a test's declared
+    topology, plan/host.py DECLARED_GPUS_ENV, before both); None when none answers."""
+    declared = declared_gpus()
+    if declared is not None:
+        return [mib for _, mib in declared]
     nvml = _nvml()
     if nvml is not None:
         try:
@@ -144,31 +149,13 @@ def choose_slots(
     jobs: int | None = None,
     gpu_peak_mib: float | None = None,
     resources: Resources | None = None,
-    budget: bool = False,
-    gpu_busy: float | None = None,
 ) -> SlotBound:
     """The slot count for a run on `host`: `jobs` (--jobs) when given, else the smallest of the
-    cpu, mem and gpu bounds. `resources`: what the host offers (None: read it now). `budget`:
-    also the GPUs' free memory for the pool's GPU budget (read even with `jobs`) and the GPU load
-    bound (GPU_CAPACITY; `gpu_busy`: the median busy share on record, which a case the history
-    does not know adds)."""
-    if jobs and not budget:  # nothing to read (no nvidia-smi call on the start-up path)
+    cpu, mem and gpu bounds. `resources`: what the host offers (None: read it now). What each
+    GPU and the CPUs hold is the ledger's (`plan_ledger`)."""
+    if jobs:  # nothing to read
         return SlotBound(slots=jobs, why="--jobs")
     have = resources or Resources.read(host)
-    gpu_budget = float(sum(have.gpu_free_mib)) if host.gpus and have.gpu_free_mib else None
-    load: dict[str, Any] = {}
-    if budget and host.gpus:
-        unknown = f"median {gpu_busy:.2f} on record" if gpu_busy is not None else "none on record"
-        load = {
-            "gpu_load": GPU_CAPACITY,
-            "gpu_load_why": (
-                "the running cases' summed GPU busy shares stay within one GPU, where unpinned "
-                f"cases run; a case holds its recorded share, an unknown one "
-                f"{gpu_busy if gpu_busy is not None else DEFAULT_GPU_LOAD:.3g} ({unknown})"
-            ),
-        }
-    if jobs:
-        return SlotBound(slots=jobs, why="--jobs", gpu_free_mib=gpu_budget, **load)
     cores = have.cores
     parts: list[tuple[str, int]] = []
     per_core = 2 if host.gpus else 1
@@ -191,4 +178,71 @@ def choose_slots(
             parts.append((f"gpu {total:.0f}GiB total/{per_case / _GIB:.1f}GiB {source}={n}", n))
     slots = max(1, min(n for _, n in parts))
     why = ", ".join(text for text, _ in parts)
-    return SlotBound(slots=slots, why=why, gpu_free_mib=gpu_budget, **load)
+    return SlotBound(slots=slots, why=why)
+
+
+def gpu_indices(host: HostFacts, wanted: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The GPUs (host numbering) a run books: `wanted` (--gpus), else those the caller's own
+    ``CUDA_VISIBLE_DEVICES`` names (a Slurm task's, a CI job's), else every GPU on the host.
+    A --gpus index the host does not have is bad input."""
+    count = len(host.gpus)
+    if wanted:
+        missing = sorted(i for i in wanted if not 0 <= i < count)
+        if missing:
+            msg = (
+                f"--gpus {','.join(map(str, wanted))}: no GPU {', '.join(map(str, missing))} "
+                f"on this host (it has {count}: 0-{count - 1})"
+                if count
+                else f"--gpus {','.join(map(str, wanted))}: this host has no GPU"
+            )
+            raise ConfigError(msg)
+        return tuple(dict.fromkeys(wanted))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        try:
+            named = [int(part) for part in visible.split(",") if part.strip()]
+        except ValueError:  # UUIDs or MIG names: leave the caller's choice alone, book all
+            named = []
+        if named and all(0 <= i < count for i in named):
+            return tuple(dict.fromkeys(named))
+    return tuple(range(count))
+
+
+def plan_ledger(
+    host: HostFacts,
+    *,
+    jobs: int | None = None,
+    gpus: Sequence[int] | None = None,
+    history: History | None = None,
+    resources: Resources | None = None,
+) -> tuple[SlotBound, Ledger]:
+    """The slot count and the pool's ledger for a run on `host`: each chosen GPU (`gpu_indices`)
+    with its free memory now and one GPU's busy share, and the host's CPUs (CPU shares booked
+    unless CPU_LEDGER_ENV=0; a case the history does not know holds the median on record)."""
+    have = resources or Resources.read(host)
+    chosen = gpu_indices(host, gpus) if host.has_gpu or gpus else ()
+    free = have.gpu_free_mib
+    per_gpu: list[float | None] = [
+        float(free[i]) if free is not None and i < len(free) else None for i in chosen
+    ]
+    mine = Resources(
+        cores=have.cores,
+        mem_mib=have.mem_mib,
+        gpu_free_mib=tuple(int(f) for f in per_gpu if f is not None) or None,
+    )
+    peak = history.typical_gpu_mib() if history is not None else None
+    bound = choose_slots(host, jobs=jobs, gpu_peak_mib=peak, resources=mine)
+    cpus: float | None = float(host_cpus())
+    if os.environ.get(CPU_LEDGER_ENV, "1").strip() == "0":
+        cpus = None
+    share = history.typical_cpu_share() if history is not None else None
+    ledger = Ledger(
+        bound.slots,
+        gpus=[
+            GpuBudget(index=i, free_mib=f, load=GPU_CAPACITY)
+            for i, f in zip(chosen, per_gpu, strict=True)
+        ],
+        cpus=cpus,
+        default_cpu=share,
+    )
+    return bound, ledger

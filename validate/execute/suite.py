@@ -30,7 +30,6 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-import math
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -52,9 +51,10 @@ from validate.execute.collection import (
 )
 from validate.execute.deaths import TOOL_KILLED, alone_job, find_deaths
 from validate.execute.history import History
+from validate.execute.limits import case_timeout
 from validate.execute.pool import Job, Pool
 from validate.execute.resources.shares import split
-from validate.execute.runner import TIMEOUT_FLOOR, default_gpu_load, run_pool
+from validate.execute.runner import default_gpu_load, run_pool
 from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
 from validate.execute.supervise import SUPERVISOR
 from validate.model.outcome import POLICY, Outcome
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from validate.env.target import ExecTarget
+    from validate.execute.ledger import Ledger
     from validate.execute.runner import RunOptions
     from validate.model.results import ResultStore
 
@@ -74,8 +75,6 @@ log = logging.getLogger(__name__)
 
 #: The backend a cell pins, for the case process to report against (as runner.py sets it).
 EXPECT_BACKEND_ENV: Final = "CUDNN_MATRIX_EXPECT_BACKEND"
-#: The least start-up limit (SuiteRun._limit: TIMEOUT_FLOOR x --timeout, at least this).
-_STARTUP_S: Final = 60.0
 
 
 @functools.cache
@@ -196,15 +195,12 @@ class SuiteRun:
     def _limit(self, test_id: str) -> float:
         """A test's time limit: --timeout, raised to TIMEOUT_FLOOR times its last finished run.
         The start-up ("": imports, the collection of the selection, any wait between tests)
-        gets TIMEOUT_FLOOR x --timeout, at least _STARTUP_S: 40,000 ids take long to collect,
-        and a hung collection ends at a limit the user set (1,800 s at the default)."""
+        gets limits.case_timeout(startup=True): TIMEOUT_FLOOR x --timeout, at least
+        limits.STARTUP_S. A per-test limit says nothing about how long 40,000 ids take to
+        collect, and a hung collection still ends at a limit the user set."""
         if not test_id:
-            return max(self.options.timeout_s * TIMEOUT_FLOOR, _STARTUP_S)
-        took = self.history.finished_estimate(test_id)
-        limit = self.options.timeout_s
-        if took is not None and took * TIMEOUT_FLOOR > limit:
-            limit = float(math.ceil(took * TIMEOUT_FLOOR))
-        return limit
+            return case_timeout(self.options.timeout_s, None, startup=True)
+        return case_timeout(self.options.timeout_s, self.history.finished_estimate(test_id))
 
     def _batch(
         self,
@@ -506,12 +502,17 @@ def run_suite(
     store: ResultStore,
     *,
     on_change: Callable[..., None] | None = None,
+    ledger: Ledger | None = None,
 ) -> list[CaseResult]:
-    """The `run --tests` path: the suite in a pool of `options.jobs` slots of its own."""
+    """The `run --tests` path: the suite in a pool of `options.jobs` slots of its own (`ledger`:
+    as `runner.run_cases`)."""
     history = History.load(options.history)
     run = SuiteRun(suite, target, options, store, slots=options.jobs, history=history)
     pool = Pool(
-        options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None, on_change=on_change
+        options.jobs,
+        gpu_load=GPU_CAPACITY if target.has_gpu else None,
+        ledger=ledger,
+        on_change=on_change,
     )
     pool.submit(run.jobs())
     pool.close()

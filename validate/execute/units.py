@@ -1,8 +1,7 @@
 """The timed units of one finished case process, start-up excluded (issue 29: speed evidence).
 
-A notebook's code cells as nbclient timed them in the kernel (resources/run_notebook.py), a
-script's own `CUDNN_MATRIX_TIME` sections (execute/cases/script.py) else its whole run in the
-bootstrap. The runner keeps them in `CaseResult.units`; judge/speed.py compares them across cells.
+Each kind says what its process timed (`CaseKindSpec.units`: a notebook's code cells, a script's
+`CUDNN_MATRIX_TIME` sections else its whole run); a kind added later gets its units the same way. The runner keeps them in `CaseResult.units`; judge/speed.py compares them across cells.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from validate.execute.cases.script import WHOLE_SCRIPT, time_lines
+from validate.execute.cases.kinds import KINDS
 
 if TYPE_CHECKING:
     from validate.execute.classify import ExecResult
@@ -19,17 +18,9 @@ __all__ = ["units_of"]
 
 
 def units_of(run: ExecResult) -> dict[str, float]:
-    """{unit: seconds} of one attempt; {} where it timed nothing (a crash before its report)."""
-    report = run.report or {}
-    found: dict[str, float] = {}
-    if run.kind == "notebook":
-        raw = report.get("units")
-        found = dict(raw) if isinstance(raw, dict) else {}
-    elif run.kind == "script":
-        found = time_lines(run.log_path) if run.log_path is not None else {}
-        whole = report.get("run_s")
-        if not found and whole is not None:
-            found = {WHOLE_SCRIPT: whole}
+    """{unit: seconds} of one attempt, as its kind timed them (`CaseKindSpec.units`); {} where
+    it timed nothing (a crash before its report)."""
+    found = KINDS[run.kind].units(run) if run.kind in KINDS else {}
     return {
         str(unit): float(value)
         for unit, value in found.items()

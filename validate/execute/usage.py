@@ -13,11 +13,12 @@ import os
 import shutil
 import subprocess
 import threading
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 __all__ = ["GPU_SATURATED", "CaseUsage", "UsageSampler", "smi_csv"]
 
@@ -45,12 +46,16 @@ class CaseUsage:
     utilization; where the driver does not give it per process, the device's utilization split
     evenly among the cases holding GPU memory). `gpu_device`: the mean utilization of the GPU
     by everyone while it ran; `cpu_host`: the mean fraction of the host's CPU time busy while it
-    ran (/proc/stat). Together they say whether the case shared a saturated resource."""
+    ran (/proc/stat). Together they say whether the case shared a saturated resource.
+    `cpu_share`: the CPU its own process tree asks for, per wall second (its session's
+    processes, up to its last poll; the time they ran or were ready to run, `_tree_ticks`, so a
+    CPU-bound case reads near 1 also on busy CPUs): what the ledger books of the host's CPUs."""
 
     peak_mib: float | None = None
     gpu_busy: float | None = None
     gpu_device: float | None = None
     cpu_host: float | None = None
+    cpu_share: float | None = None
     polls: int = 0
 
     @property
@@ -85,6 +90,9 @@ class _Acc:
     device_polls: int = 0
     cpu: float = 0.0
     cpu_polls: int = 0
+    ticks: dict[int, int] = field(default_factory=dict)  # pid -> its CPU ticks (user + system)
+    born: int | None = None  # the earliest start of its processes (ticks since boot)
+    seen_at: int | None = None  # the last poll that saw its processes (ticks since boot)
 
 
 class UsageSampler:
@@ -155,10 +163,22 @@ class UsageSampler:
             live = self._sessions()
             if not live:
                 continue
-            device = self._device_busy(handles) if self.measures_gpu else None
+            devices = self._devices_busy(handles) if self.measures_gpu else []
+            known = [d for d in devices if d is not None]
+            device = sum(known) / len(known) if known else None
             busy = self._process_busy(handles) if self._nvml is not None else None
-            processes = self._processes(handles) if self.measures_gpu else ()
-            self.record(processes, busy, device, cpu, live)
+            where: dict[int, int] = {}
+            processes = self._processes(handles, where) if self.measures_gpu else ()
+            self.record(
+                processes,
+                busy,
+                device,
+                cpu,
+                live,
+                trees=_tree_ticks(live),
+                devices=devices,
+                where=where,
+            )
 
     def _cpu_busy(self) -> float | None:
         now = _cpu_times()
@@ -167,22 +187,22 @@ class UsageSampler:
             return None
         return max(0.0, min(1.0, (now[0] - last[0]) / (now[1] - last[1])))
 
-    def _device_busy(self, handles: list[Any]) -> float | None:
-        """The mean utilization of the GPUs now (0..1)."""
-        values: list[float] = []
+    def _devices_busy(self, handles: list[Any]) -> list[float | None]:
+        """The utilization of each GPU now (0..1; None where it did not answer), host order."""
+        values: list[float | None] = []
         if self._nvml is not None:
             for handle in handles:
                 try:
                     values.append(self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0)
                 except self._nvml.NVMLError:
-                    continue
+                    values.append(None)
         elif self._smi is not None:
             for line in smi_csv(self._smi, "--query-gpu=utilization.gpu", timeout=10) or ():
                 try:
                     values.append(float(line.split()[0]) / 100.0)
                 except (ValueError, IndexError):
-                    continue
-        return sum(values) / len(values) if values else None
+                    values.append(None)
+        return values
 
     def _process_busy(self, handles: list[Any]) -> list[tuple[int, float]] | None:
         """(pid, SM busy 0..1) of the processes that ran kernels since the last poll; None where
@@ -205,16 +225,18 @@ class UsageSampler:
                 found[sample.pid] = max(found.get(sample.pid, 0.0), sample.smUtil / 100.0)
         return list(found.items())
 
-    def _processes(self, handles: list[Any]) -> list[tuple[int, float]]:
-        """(pid, MiB) of every process holding GPU memory now."""
+    def _processes(self, handles: list[Any], where: dict[int, int]) -> list[tuple[int, float]]:
+        """(pid, MiB) of every process holding GPU memory now; `where` gets pid -> the GPU it
+        holds it on (NVML only)."""
         found: list[tuple[int, float]] = []
         if self._nvml is not None:
-            for handle in handles:
+            for index, handle in enumerate(handles):
                 try:
                     procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
                 except self._nvml.NVMLError:
                     continue
                 found += [(p.pid, (p.usedGpuMemory or 0) / (1024 * 1024)) for p in procs]
+                where.update((p.pid, index) for p in procs)
             return found
         assert self._smi is not None
         for line in smi_csv(self._smi, "--query-compute-apps=pid,used_memory", timeout=10) or ():
@@ -232,16 +254,40 @@ class UsageSampler:
         device: float | None = None,
         cpu: float | None = None,
         live: Mapping[int, int] | None = None,
+        *,
+        trees: tuple[int, list[tuple[int, int, int, int]]] | None = None,
+        devices: Sequence[float | None] | None = None,
+        where: Mapping[int, int] | None = None,
     ) -> None:
         """One poll: `processes` (pid, MiB held) summed per case (by the process's session),
         peaks kept; `busy` (pid, SM busy 0..1) summed per case (None: not given per process,
         then `device` is split among the cases holding memory); `device` the GPU's and `cpu` the
         host's utilization now, counted for every live case. `live`: the sessions the poll
-        already read (None: read them now)."""
+        already read (None: read them now). `trees`: (now, [(pid, session, CPU ticks, start)])
+        of the live sessions' processes, in ticks since boot (`_tree_ticks`). `devices`: each
+        GPU's utilization now, and `where`: pid -> the GPU it holds memory on; a case placed on
+        a GPU (execute/ledger.py) counts that GPU's utilization, not the mean of all, and
+        without per-process figures it gets its share of that GPU's."""
         live = self._sessions() if live is None else live
         cases = set(live.values())
         used = _per_case(processes, live)
+        gpus = _gpus_of(where or {}, live)
+        per_gpu = list(devices or [])
+
+        def util(gpu: int) -> float | None:
+            return per_gpu[gpu] if gpu < len(per_gpu) else None
+
+        own: dict[int, float] = {}  # case -> the utilization of the GPUs it is on
+        for case, held in gpus.items():
+            known = [u for g in held if (u := util(g)) is not None]
+            if known:
+                own[case] = sum(known) / len(known)
         shares = _per_case(busy, live) if busy is not None else None
+        if shares is None and own:  # each GPU's utilization split among the cases on it
+            on = Counter(g for held in gpus.values() for g in held)
+            shares = {
+                case: sum((util(g) or 0.0) / on[g] for g in held) for case, held in gpus.items()
+            }
         if shares is None and device is not None:
             holders = [case for case, mib in used.items() if mib]
             shares = {case: device / len(holders) for case in holders}
@@ -259,12 +305,23 @@ class UsageSampler:
                     acc.busy_polls += 1
                     old = acc.recent
                     acc.recent = share if old is None else old + _RECENT_WEIGHT * (share - old)
-                if device is not None:
-                    acc.device += device
+                mine = own.get(case, device)
+                if mine is not None:
+                    acc.device += mine
                     acc.device_polls += 1
                 if cpu is not None:
                     acc.cpu += cpu
                     acc.cpu_polls += 1
+            if trees is not None:
+                now, procs = trees
+                for pid, session, ticks, born in procs:
+                    tree = live.get(session)
+                    if tree is None or tree not in self._acc:
+                        continue
+                    acc = self._acc[tree]
+                    acc.ticks[pid] = max(acc.ticks.get(pid, 0), ticks)
+                    acc.born = born if acc.born is None else min(acc.born, born)
+                    acc.seen_at = now
 
     def recent(self, case: int) -> float | None:
         """The case's GPU busy share over its last few polls (None: none measured yet): what the
@@ -285,6 +342,7 @@ class UsageSampler:
             gpu_busy=acc.busy / acc.busy_polls if acc.busy_polls else None,
             gpu_device=acc.device / acc.device_polls if acc.device_polls else None,
             cpu_host=acc.cpu / acc.cpu_polls if acc.cpu_polls else None,
+            cpu_share=_share(acc),
             polls=acc.polls,
         )
 
@@ -335,6 +393,19 @@ def _per_case(samples: Iterable[tuple[int, float]], live: Mapping[int, int]) -> 
     return out
 
 
+def _gpus_of(where: Mapping[int, int], live: Mapping[int, int]) -> dict[int, set[int]]:
+    """Case -> the GPUs its processes hold memory on (pid -> GPU, by the process's session)."""
+    out: dict[int, set[int]] = {}
+    for pid, gpu in where.items():
+        try:
+            case = live.get(os.getsid(pid))
+        except OSError:
+            continue
+        if case is not None:
+            out.setdefault(case, set()).add(gpu)
+    return out
+
+
 def _cpu_times() -> tuple[int, int] | None:
     """(busy, total) jiffies of the host from /proc/stat; None where unreadable."""
     try:
@@ -351,3 +422,50 @@ def _cpu_times() -> tuple[int, int] | None:
     idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
     total = sum(values)
     return total - idle, total
+
+
+_CLK_TCK: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _share(acc: _Acc) -> float | None:
+    """CPU seconds per wall second of the case's tree, from its start to its last poll."""
+    if acc.born is None or acc.seen_at is None or acc.seen_at <= acc.born:
+        return None
+    return sum(acc.ticks.values()) / (acc.seen_at - acc.born)
+
+
+def _tree_ticks(live: Mapping[int, int]) -> tuple[int, list[tuple[int, int, int, int]]] | None:
+    """(now, [(pid, session, CPU demand, start)]) for the processes of the live sessions, in
+    ticks since boot; None where /proc is not readable. A process's demand is the larger of its
+    CPU time (/proc/<pid>/stat: user + system, every thread) and the time its main thread ran or
+    waited to run (/proc/<pid>/schedstat): on CPUs shared with others a CPU-bound process gets
+    only its slice, and its CPU time alone would book it as less than it needs."""
+    try:
+        with open("/proc/uptime", encoding="ascii") as fh:  # noqa: PTH123 - hot path, no Path
+            now = int(float(fh.read().split()[0]) * _CLK_TCK)
+        entries = os.listdir("/proc")  # noqa: PTH208 - hot path (every poll), no Path
+    except (OSError, ValueError, IndexError):
+        return None
+    found: list[tuple[int, int, int, int]] = []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:  # noqa: PTH123 - hot path, no Path
+                data = fh.read()
+            rest = data[data.rfind(b")") + 2 :].split()
+            session = int(rest[3])
+            if session not in live:  # fields 6 (session), 14-15 (utime, stime), 22 (starttime)
+                continue
+            ticks = int(rest[11]) + int(rest[12])
+            born = int(rest[19])
+        except (OSError, ValueError, IndexError):
+            continue
+        try:
+            with open(f"/proc/{name}/schedstat", "rb") as fh:  # noqa: PTH123 - hot path
+                ran_ns, waited_ns = (int(v) for v in fh.read().split()[:2])
+            ticks = max(ticks, (ran_ns + waited_ns) * _CLK_TCK // 1_000_000_000)
+        except (OSError, ValueError):
+            pass  # no schedstat (CONFIG_SCHED_INFO off): the CPU time alone
+        found.append((int(name), session, ticks, born))
+    return now, found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -20,9 +21,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CUDA_MIN_DRIVER",
+    "DECLARED_GPUS_ENV",
     "GpuInfo",
     "HostFacts",
     "cell_skip_reason",
+    "declared_gpus",
     "detect_host",
     "gpu_skip_reason",
     "parse_nvidia_smi",
@@ -35,6 +38,8 @@ log = logging.getLogger(__name__)
 #: Oldest driver per CUDA major (CUDA compatibility guide; cuDNN 9.17 support matrix, DOMAIN §3).
 CUDA_MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 _ANY = frozenset({"", "*", "any", "host"})
+#: Tests only: a declared GPU topology in place of NVML's (`declared_gpus`).
+DECLARED_GPUS_ENV = "CUDNN_MATRIX_DECLARED_GPUS"
 _CUDA_RE = re.compile(r"CUDA Version:\s*([0-9.]+)")
 
 
@@ -167,9 +172,44 @@ def _from_nvidia_smi() -> HostFacts | None:
     return parse_nvidia_smi(proc.stdout, banner.stdout)
 
 
+def declared_gpus() -> list[tuple[str, int]] | None:
+    """The GPU topology a test declares in DECLARED_GPUS_ENV, as (sm, free MiB) per GPU in host
+    order, e.g. ``sm90:16384,sm90:8192``; None when it declares none (the NVML boundary is read).
+    Only tests set it: this host has no GPU, and the ledger's placement is tested on 4 declared
+    ones."""
+    text = os.environ.get(DECLARED_GPUS_ENV, "").strip()
+    if not text:
+        return None
+    out: list[tuple[str, int]] = []
+    for part in text.split(","):
+        sm, _, mib = part.strip().rpartition(":")
+        try:
+            out.append((sm or "sm90", int(mib)))
+        except ValueError:
+            msg = f"{DECLARED_GPUS_ENV}={text!r}: expected [smXY:]MIB,... (got {part!r})"
+            raise ConfigError(msg) from None
+    return out
+
+
+def _declared() -> HostFacts | None:
+    gpus = declared_gpus()
+    if gpus is None:
+        return None
+    return HostFacts(
+        gpus=tuple(
+            GpuInfo(name=f"declared GPU {i}", sm=sm, memory_mib=mib)
+            for i, (sm, mib) in enumerate(gpus)
+        ),
+        driver_version="580.65.06",
+        cuda_driver_version="13.0",
+        source="declared",
+    )
+
+
 def detect_host() -> HostFacts:
-    """GPUs and driver via NVML (pynvml), else nvidia-smi, else a host with no driver."""
-    return _from_nvml() or _from_nvidia_smi() or HostFacts()
+    """GPUs and driver via NVML (pynvml), else nvidia-smi, else a host with no driver (a test's
+    declared topology, DECLARED_GPUS_ENV, before all)."""
+    return _declared() or _from_nvml() or _from_nvidia_smi() or HostFacts()
 
 
 def gpu_skip_reason(host: HostFacts) -> str | None:

@@ -79,6 +79,11 @@ class CaseKindSpec(Protocol):
         """Where its report keeps the exception that ended the case ({} when none)."""
         ...
 
+    def units(self, run: ExecResult) -> Mapping[str, Any]:
+        """{unit: seconds} its process timed, start-up excluded (execute/units.py keeps the
+        finite, non-negative ones for the speed evidence); {} where it times none."""
+        ...
+
     def owns(self, case_path: str, case: str) -> bool:
         """Whether a stored result (its case file and name; results do not store the kind) is
         one of this kind's."""

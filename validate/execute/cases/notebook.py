@@ -87,6 +87,11 @@ class NotebookKind:
     def owns(self, case_path: str, case: str) -> bool:  # noqa: ARG002
         return case_path.endswith(".ipynb")
 
+    def units(self, run: ExecResult) -> Mapping[str, Any]:
+        """Its code cells as nbclient timed them in the kernel (resources/run_notebook.py)."""
+        raw = (run.report or {}).get("units")
+        return raw if isinstance(raw, dict) else {}
+
     def repro_line(self, case_path: str, case: str) -> str:  # noqa: ARG002
         return f"jupyter execute {shlex.quote(case_path)}"
 

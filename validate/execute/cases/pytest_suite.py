@@ -76,6 +76,10 @@ class PytestKind:
         """A test's result (its name is a node id, `file.py::test[...]`) or a whole suite's."""
         return "::" in case or case.startswith(SUITE_PREFIX)
 
+    def units(self, run: ExecResult) -> Mapping[str, Any]:  # noqa: ARG002 - the protocol's
+        """None: a test's duration is its result's; no units inside it are timed."""
+        return {}
+
     def repro_line(self, case_path: str, case: str) -> str:
         """pytest on the one node id, from the suite's root (the case path less the id's file)."""
         file = case.split("::", 1)[0]

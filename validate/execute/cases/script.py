@@ -163,6 +163,14 @@ class ScriptKind:
     def owns(self, case_path: str, case: str) -> bool:  # noqa: ARG002
         return case_path.endswith(".py")
 
+    def units(self, run: ExecResult) -> Mapping[str, Any]:
+        """Its own `CUDNN_MATRIX_TIME` sections, else its whole run in the bootstrap."""
+        found: dict[str, Any] = time_lines(run.log_path) if run.log_path is not None else {}
+        whole = (run.report or {}).get("run_s")
+        if not found and whole is not None:
+            found = {WHOLE_SCRIPT: whole}
+        return found
+
     def repro_line(self, case_path: str, case: str) -> str:
         return f"python {shlex.quote(case_path or case)}"
 

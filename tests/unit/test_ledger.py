@@ -1,0 +1,341 @@
+"""The ledger: each GPU booked on its own, the host's CPUs booked by each case's CPU share.
+
+This host has no GPU: the topology is declared at the NVML boundary (plan/host.py
+DECLARED_GPUS_ENV, read where NVML would be) and is the only fake here. The cases are real
+scripts run through the real CLI (`run`, and `validate --env current`); each writes the
+CUDA_VISIBLE_DEVICES it was started with and when it ran, so the test reads the placement and
+the overlap from what the processes saw."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+#: 4 GPUs of different free memory; a case without a recorded peak holds 4 GiB of its GPU.
+FOUR = "sm90:16384,sm90:8192,sm90:4096,sm90:4096"
+HOLDS = {"0": 4, "1": 2, "2": 1, "3": 1}  # cases of 4 GiB each GPU can hold at once
+VALIDATE = ["--cudnn", "9.24.0.43", "--frontend", "1.27.0", "--cuda", "13.0", "--driver", "580"]
+VALIDATE += ["--arch", "sm90", "--env", "current", "--no-api-logs", "--timeout", "60"]
+
+#: Writes what it saw: the GPUs it was placed on, and when it started and ended.
+SEEN = textwrap.dedent(
+    """\
+    import json, os, pathlib, time
+    start = time.time()
+    SPIN
+    time.sleep(SLEEP)
+    print("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+    out = pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem
+    out.write_text(json.dumps({
+        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "start": start,
+        "end": time.time(),
+    }))
+    """
+)
+_SPIN = "t = time.time() + SECONDS\nwhile time.time() < t: pass"
+
+
+def _cases(folder: Path, n: int, *, sleep: float = 1.5, spin: float = 0.0) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "seen").mkdir()
+    body = SEEN.replace("SLEEP", str(sleep))
+    body = body.replace("SPIN", _SPIN.replace("SECONDS", str(spin)) if spin else "")
+    for i in range(n):
+        (folder / f"case{i:02d}.py").write_text(body)
+    return folder
+
+
+def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "validate", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=full,
+    )
+
+
+def _seen(folder: Path) -> list[dict[str, object]]:
+    return [json.loads(p.read_text()) for p in sorted((folder / "seen").iterdir())]
+
+
+def _most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most spans that overlap at one time."""
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_a_declared_four_gpu_topology_spreads_cases_and_books_no_gpu_beyond_its_memory(
+    tmp_path: Path,
+) -> None:
+    cases = _cases(tmp_path / "cases", 12)
+    proc = _cli(
+        "run", str(cases), "--jobs", "12", "--results", str(tmp_path / "run"),
+        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    # the start line: each GPU's budget, and the CPUs'
+    start = next(line for line in proc.stderr.splitlines() if "slots:" in line)
+    for text in ("gpu 0: 16.0 GiB free", "gpu 1: 8.0 GiB free", "gpu 3: 4.0 GiB free", "cpu: "):
+        assert text in start, start
+    seen = _seen(cases)
+    assert len(seen) == 12
+    by_gpu: dict[str, list[tuple[float, float]]] = {}
+    for s in seen:
+        by_gpu.setdefault(str(s["gpus"]), []).append((float(s["start"]), float(s["end"])))  # type: ignore[arg-type]
+    assert set(by_gpu) == {"0", "1", "2", "3"}, by_gpu.keys()  # one GPU each, all four used
+    for gpu, spans in by_gpu.items():  # never more 4 GiB cases at once than its memory holds
+        assert _most_at_once(spans) <= HOLDS[gpu], (gpu, spans)
+    # what the case's own log shows: the one GPU it was booked on
+    logs = sorted((tmp_path / "run" / "cases").rglob("output.log"))
+    assert {log.read_text().strip().splitlines()[-1] for log in logs} == {
+        f"CUDA_VISIBLE_DEVICES={g}" for g in "0123"
+    }
+
+
+def test_gpus_chooses_the_devices_validate_books(tmp_path: Path) -> None:
+    cases = _cases(tmp_path / "cases", 6, sleep=0.5)
+    proc = _cli(
+        "validate", *VALIDATE, "--cases", str(cases), "--gpus", "1,3", "--jobs", "6",
+        "--results", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache"),
+        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR},
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr  # the pins are not installed here: `error`
+    assert {s["gpus"] for s in _seen(cases)} == {"1", "3"}
+    start = next(line for line in proc.stderr.splitlines() if "slots:" in line)
+    assert "gpu 1: 8.0 GiB free" in start
+    assert "gpu 0:" not in start
+
+
+def test_the_callers_cuda_visible_devices_are_the_gpus_booked(tmp_path: Path) -> None:
+    """A Slurm task or CI job that was given GPUs 2 and 3 books those, each on its own."""
+    cases = _cases(tmp_path / "cases", 4, sleep=0.5)
+    proc = _cli(
+        "run", str(cases), "--jobs", "4", "--results", str(tmp_path / "run"),
+        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR, "CUDA_VISIBLE_DEVICES": "2,3"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert {s["gpus"] for s in _seen(cases)} == {"2", "3"}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "topology", "shown"),
+    [
+        ("1,7", FOUR, "no GPU 7 on this host (it has 4: 0-3)"),
+        ("0", "", "this host has no GPU"),
+    ],
+)
+def test_gpus_naming_a_gpu_the_host_lacks_is_one_line_exit_2(
+    gpus: str, topology: str, shown: str, tmp_path: Path
+) -> None:
+    (tmp_path / "c.py").write_text("print('hi')\n")
+    proc = _cli(
+        "run", str(tmp_path / "c.py"), "--gpus", gpus, "--results", str(tmp_path / "run"),
+        env={"CUDNN_MATRIX_DECLARED_GPUS": topology},
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert shown in proc.stderr
+
+
+def test_cpu_shares_are_recorded_and_hold_cases_to_the_cpus(tmp_path: Path) -> None:
+    """A run records each case's CPU share (CPU seconds per wall second of its tree): a case
+    that keeps a core busy near 1, one that sleeps near 0. Shares on record that fill every CPU
+    hold those cases to one at a time, where the slots alone run them together (as they do
+    with the CPU ledger off)."""
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "seen").mkdir()
+    (first / "spin.py").write_text(
+        SEEN.replace("SPIN", _SPIN.replace("SECONDS", "2.5")).replace("SLEEP", "0")
+    )
+    (first / "nap.py").write_text(SEEN.replace("SPIN", "").replace("SLEEP", "2.5"))
+    cache = tmp_path / "cache"
+    proc = _cli(
+        "validate", *VALIDATE, "--cases", str(first), "--jobs", "1",
+        "--results", str(tmp_path / "first-run"), "--cache-dir", str(cache),
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    shares = json.loads((cache / "durations.json").read_text())["#cpu_share"]
+    assert shares["spin.py"] > 0.7, shares  # also where other work shares the CPUs
+    assert shares["nap.py"] < 0.2, shares
+
+    from validate.execute.ledger import host_cpus
+
+    seeded = {"#cpu_share": {f"case{i:02d}.py": float(host_cpus()) for i in range(3)}}
+    spans = {}
+    for name, env in (("booked", {}), ("unbooked", {"CUDNN_MATRIX_CPU_LEDGER": "0"})):
+        crowd = _cases(tmp_path / name, 3, sleep=1.0)
+        (tmp_path / f"{name}-cache").mkdir()
+        (tmp_path / f"{name}-cache" / "durations.json").write_text(json.dumps(seeded))
+        proc = _cli(
+            "validate", *VALIDATE, "--cases", str(crowd), "--jobs", "3",
+            "--results", str(tmp_path / f"{name}-run"),
+            "--cache-dir", str(tmp_path / f"{name}-cache"), env=env,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        spans[name] = [(float(s["start"]), float(s["end"])) for s in _seen(crowd)]  # type: ignore[arg-type]
+        assert len(spans[name]) == 3
+    assert _most_at_once(spans["booked"]) == 1, spans  # each holds every CPU: one at a time
+    assert _most_at_once(spans["unbooked"]) > 1, spans  # the slots alone: together
+
+
+def test_each_gpu_is_booked_on_its_own() -> None:
+    from validate.execute.ledger import GpuBudget, Ledger, Need
+
+    ledger = Ledger(
+        16,
+        gpus=[GpuBudget(index=i, free_mib=mib) for i, mib in enumerate((8192, 4096, 2048))],
+    )
+    bookings = []
+    while (got := ledger.book(Need(gpu_mib=2048, gpu_load=0.1))) is not None:
+        bookings.append(got)
+    placed = [b.placement.gpus or () for b in bookings]
+    assert sorted(placed) == [(0,)] * 4 + [(1,)] * 2 + [(2,)]  # 8, 4 and 2 GiB: 4, 2 and 1
+    assert placed[:3] == [(0,), (1,), (2,)]  # spread first: the fewest jobs, then most memory
+    for index, mib, _load, _jobs in ledger.booked():
+        assert index is not None
+        assert mib <= (8192, 4096, 2048)[index]
+    # the busy share is booked per GPU too: 1.0 a GPU
+    loaded = Ledger(4, gpus=[GpuBudget(index=0), GpuBudget(index=1)])
+    first, second = loaded.book(Need(gpu_load=0.7)), loaded.book(Need(gpu_load=0.7))
+    assert first is not None
+    assert second is not None
+    assert {first.placement.gpus, second.placement.gpus} == {(0,), (1,)}
+    assert loaded.book(Need(gpu_load=0.7)) is None
+    loaded.release(first)
+    assert loaded.book(Need(gpu_load=0.7)) is not None
+
+
+def test_exclusive_holds_everything_and_a_case_larger_than_any_gpu_runs_on_the_largest() -> None:
+    from validate.execute.ledger import GpuBudget, Ledger, Need
+
+    ledger = Ledger(4, gpus=[GpuBudget(index=0, free_mib=4096), GpuBudget(index=5, free_mib=8192)])
+    big = ledger.book(Need(gpu_mib=50_000))
+    assert big is not None
+    assert big.placement.gpus == (5,)
+    assert ledger.book(Need(gpu_mib=50_000)) is None  # the largest GPU is its own
+    ledger.release(big)
+    other = ledger.book(Need(gpu_mib=1024))
+    assert other is not None
+    assert ledger.book(Need(exclusive=True)) is None  # something runs
+    ledger.release(other)
+    alone = ledger.book(Need(exclusive=True))
+    assert alone is not None
+    assert alone.placement.gpus == (0, 5)
+    assert ledger.book(Need()) is None
+    ledger.release(alone)
+    assert ledger.book(Need()) is not None
+
+
+def test_cpu_shares_stay_within_the_cpus() -> None:
+    from validate.execute.ledger import Ledger, Need
+
+    ledger = Ledger(8, cpus=2.0, default_cpu=0.5)
+    held = [ledger.book(Need(cpu=0.9)), ledger.book(Need(cpu=0.9))]
+    assert all(held)
+    assert ledger.book(Need(cpu=0.9)) is None  # 2.7 of 2 CPUs
+    assert ledger.book(Need()) is None  # the default share, 0.5: 2.3 of 2
+    tiny = ledger.book(Need(cpu=0.1))
+    assert tiny is not None
+    greedy = Ledger(8, cpus=2.0)
+    assert greedy.default_cpu == pytest.approx(0.25)  # no history: the CPUs over the slots
+    assert greedy.book(Need(cpu=16.0)) is not None  # more than every CPU: when all are free
+    assert greedy.book(Need(cpu=0.01)) is None
+
+
+def test_a_suites_shares_run_on_the_gpus_they_were_booked_on(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    (suite / "seen").mkdir(parents=True)
+    body = textwrap.dedent(
+        """\
+        import os, pathlib
+
+        def test_NAME():
+            seen = pathlib.Path(__file__).parent / "seen" / "NAME"
+            seen.write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+        """
+    )
+    for name in ("a", "b", "c", "d"):
+        (suite / f"test_{name}.py").write_text(body.replace("NAME", name))
+    proc = _cli(
+        "run", "--tests", str(suite), "--jobs", "2", "--results", str(tmp_path / "run"),
+        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    seen = {p.name: p.read_text() for p in (suite / "seen").iterdir()}
+    assert set(seen) == {"a", "b", "c", "d"}
+    assert set(seen.values()) <= {"0", "1", "2", "3"}, seen  # one booked GPU each share
+
+
+def test_a_case_that_needs_its_gpu_alone_holds_one_gpu_not_the_host() -> None:
+    from validate.execute.ledger import GpuBudget, Ledger, Need
+
+    ledger = Ledger(8, gpus=[GpuBudget(index=i, free_mib=8192) for i in range(3)])
+    busy = ledger.book(Need(gpu_mib=1024, gpu_load=0.1))
+    assert busy is not None
+    assert busy.placement.gpus == (0,)
+    alone = ledger.book(Need(gpu_mib=1024, gpu_exclusive=True))
+    assert alone is not None
+    assert alone.placement.gpus == (1,)  # an empty GPU, not the busy one
+    nobody = Need(slots=1)  # no memory, no load: fits anywhere but the held GPU
+    placed = [ledger.book(nobody) for _ in range(4)]
+    assert all(b is not None and b.placement.gpus != (1,) for b in placed)
+    ledger.release(alone)
+    after = ledger.book(Need(gpu_mib=1024, gpu_load=0.1))
+    assert after is not None
+    assert after.placement.gpus == (1,)  # given back
+    # without GPUs, a case that wants its GPU alone runs alone
+    host = Ledger(4)
+    first = host.book(Need(gpu_exclusive=True))
+    assert first is not None
+    assert first.exclusive
+    assert host.book(Need()) is None
+
+
+def test_a_placed_case_is_judged_by_its_own_gpus_utilization() -> None:
+    """On 4 GPUs, one saturated: the case on it saw a saturated GPU, the case on an idle one did
+    not (the mean of the four, 0.27, hid both). The readings are declared (this host has no
+    NVML); the cases are real processes, attributed by their sessions."""
+    from validate.execute.usage import UsageSampler
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
+    hot = subprocess.Popen(sleep, start_new_session=True)
+    cool = subprocess.Popen(sleep, start_new_session=True)
+    try:
+        sampler = UsageSampler(lambda: {hot.pid: hot.pid, cool.pid: cool.pid})
+        devices = [0.05, 0.97, 0.05, 0.0]
+        where = {hot.pid: 1, cool.pid: 2}
+        held = [(hot.pid, 900.0), (cool.pid, 900.0)]
+        for _ in range(2):
+            sampler.record(held, None, 0.27, None, devices=devices, where=where)
+        hot_use, cool_use = sampler.usage(hot.pid), sampler.usage(cool.pid)
+        assert hot_use is not None
+        assert cool_use is not None
+        assert hot_use.gpu_device == pytest.approx(0.97)
+        assert hot_use.saturated()
+        assert hot_use.gpu_busy == pytest.approx(0.97)  # alone on its GPU: all of it is its own
+        assert cool_use.gpu_device == pytest.approx(0.05)
+        assert not cool_use.saturated()
+    finally:
+        for proc in (hot, cool):
+            proc.kill()
+            proc.wait()

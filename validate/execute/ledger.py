@@ -1,0 +1,290 @@
+"""The pool's one account of resources: each GPU on its own, and the host on its own.
+
+A job asks with a `Need` (slots, GPU memory, GPU busy share, CPU share, exclusive); `Ledger.book`
+answers with a `Booking`, which carries the job's `Placement` (the GPU it runs on), or None:
+wait. `release` gives the booking back when the job ends.
+
+- Each GPU has its own budget: its free memory when the run started, and a busy-share capacity
+  of GPU_CAPACITY (1.0: one GPU's time). A job is booked on one GPU, the one with the fewest
+  jobs where it fits (then the most memory left, then the lowest index), so cases spread over
+  the GPUs and no GPU is booked beyond its own memory. A job larger than every GPU's budget
+  runs when the largest GPU is all its own.
+- The host: slots (how many cases at once, execute/slots.py) and the CPU budget (the CPUs this
+  process may run on). A job holds its CPU share (the CPU its process tree asks for per wall
+  second: the time it ran or was ready to run, execute/usage.py, kept in execute/history.py); the running jobs' shares stay within the CPUs. A share larger than
+  every CPU runs when the CPUs are all its own. `default_cpu`: what a job without a figure holds
+  (the median on record, else the CPUs shared evenly among the slots, so that the slot count is
+  what binds until a history says more).
+- A GPU-exclusive job (a case that must have its GPU to itself) holds one whole GPU, which no
+  other job shares; the other GPUs and the CPUs stay booked as usual (without GPUs: as exclusive).
+- An exclusive job (a contended case's alone re-run) holds everything: every slot, every CPU,
+  every GPU (its placement names all).
+
+Without GPUs (`gpus=()`) placements leave ``CUDA_VISIBLE_DEVICES`` alone; a GPU budget without
+an index (`GpuBudget(index=None)`, the pool's old single budget) books memory and load but
+places nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from validate.execute.placement import UNPLACED, Placement
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = [
+    "CPU_LEDGER_ENV",
+    "GPU_CAPACITY",
+    "Booking",
+    "GpuBudget",
+    "Ledger",
+    "Need",
+    "host_cpus",
+]
+
+log = logging.getLogger(__name__)
+
+#: The busy share one GPU can hold: the summed shares of the cases running on it stay within it.
+GPU_CAPACITY: Final = 1.0
+#: Set to 0 to book no CPU (bench/cpu_ledger_bench.py compares a run with and without).
+CPU_LEDGER_ENV: Final = "CUDNN_MATRIX_CPU_LEDGER"
+_SLACK: Final = 1e-9  # float sums
+
+
+def host_cpus() -> int:
+    """The CPUs this process may run on (its affinity; a cgroup's quota is not read)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Need:
+    """What a job holds while it runs. `cpu` None: the ledger's default share per slot."""
+
+    slots: int = 1
+    gpu_mib: float = 0.0
+    gpu_load: float = 0.0
+    cpu: float | None = None
+    exclusive: bool = False
+    gpu_exclusive: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBudget:
+    """One GPU's budget: its index (host numbering; None: not placed) and free memory (None: its
+    memory is not accounted)."""
+
+    index: int | None
+    free_mib: float | None = None
+    load: float = GPU_CAPACITY
+
+
+@dataclass(frozen=True, kw_only=True)
+class Booking:
+    """What one job holds, and where it runs."""
+
+    slots: int
+    cpu: float
+    gpu: int | None  # position in the ledger's GPUs (None: none; an exclusive job holds all)
+    gpu_mib: float
+    gpu_load: float
+    exclusive: bool
+    placement: Placement = UNPLACED
+    gpu_exclusive: bool = False
+
+
+@dataclass
+class _Gpu:
+    budget: GpuBudget
+    mib: float = 0.0
+    load: float = 0.0
+    jobs: int = 0
+    alone: bool = False  # held by a GPU-exclusive job
+
+
+@dataclass
+class Ledger:
+    """`slots` slots, `cpus` CPUs (None: not booked), and `gpus` each on its own. Not locked:
+    the pool books and releases under its own lock."""
+
+    slots: int
+    gpus: Sequence[GpuBudget] = ()
+    cpus: float | None = None
+    default_cpu: float | None = None  # None: cpus / slots
+    _free: int = field(init=False)
+    _cpu_used: float = field(init=False, default=0.0)
+    _books: list[_Gpu] = field(init=False)
+    _exclusive: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.slots = max(1, self.slots)
+        self._free = self.slots
+        self._books = [_Gpu(budget) for budget in self.gpus]
+        if self.default_cpu is None and self.cpus is not None:
+            self.default_cpu = min(1.0, self.cpus / self.slots)
+
+    # --- asking -------------------------------------------------------------------------------
+
+    def cpu_of(self, need: Need) -> float:
+        """The CPU share `need` holds (0 where the CPUs are not booked)."""
+        if self.cpus is None:
+            return 0.0
+        if need.exclusive:
+            return self.cpus
+        share = need.cpu if need.cpu is not None else (self.default_cpu or 0.0) * need.slots
+        return min(share, self.cpus)
+
+    def slots_of(self, need: Need) -> int:
+        return self.slots if self._whole(need) else min(need.slots, self.slots)
+
+    def _whole(self, need: Need) -> bool:
+        """Whether `need` holds everything: exclusive, or GPU-exclusive where no GPU is booked."""
+        return need.exclusive or (need.gpu_exclusive and not self._books)
+
+    def book(self, need: Need, live: Mapping[int, float] | None = None) -> Booking | None:
+        """A booking for `need` now, or None: it does not fit yet. `live`: GPU position -> the
+        busy share the running jobs there are measured to use beyond what they booked."""
+        if self._exclusive:
+            return None
+        if self._whole(need) and not need.exclusive:
+            need = Need(slots=need.slots, cpu=need.cpu, exclusive=True)
+        slots, cpu = self.slots_of(need), self.cpu_of(need)
+        if slots > self._free or (
+            self.cpus is not None and self._cpu_used + cpu > self.cpus + _SLACK
+        ):
+            return None
+        if need.exclusive:
+            if self._free < self.slots or any(book.jobs for book in self._books):
+                return None
+            self._take(slots, cpu)
+            self._exclusive = True
+            indices = tuple(b.budget.index for b in self._books if b.budget.index is not None)
+            placement = Placement(gpus=indices) if indices else UNPLACED
+            for book in self._books:
+                book.jobs += 1
+                book.mib = book.budget.free_mib or 0.0
+                book.load = book.budget.load
+            return Booking(
+                slots=slots,
+                cpu=cpu,
+                gpu=None,
+                gpu_mib=0.0,
+                gpu_load=0.0,
+                exclusive=True,
+                placement=placement,
+            )
+        if not self._books:
+            self._take(slots, cpu)
+            return Booking(
+                slots=slots, cpu=cpu, gpu=None, gpu_mib=0.0, gpu_load=0.0, exclusive=False
+            )
+        choice = self._choose(need, live or {})
+        if choice is None:
+            return None
+        pos, mib, load = choice
+        book = self._books[pos]
+        if need.gpu_exclusive:  # the whole GPU: what is left of its memory and busy share
+            mib = (book.budget.free_mib or 0.0) - book.mib
+            load = book.budget.load - book.load if book.budget.load != float("inf") else load
+            book.alone = True
+        book.jobs += 1
+        book.mib += mib
+        book.load += load
+        self._take(slots, cpu)
+        index = book.budget.index
+        return Booking(
+            slots=slots,
+            cpu=cpu,
+            gpu=pos,
+            gpu_mib=mib,
+            gpu_load=load,
+            exclusive=False,
+            placement=Placement(gpus=(index,)) if index is not None else UNPLACED,
+            gpu_exclusive=need.gpu_exclusive,
+        )
+
+    def _take(self, slots: int, cpu: float) -> None:
+        self._free -= slots
+        self._cpu_used += cpu
+
+    def _choose(self, need: Need, live: Mapping[int, float]) -> tuple[int, float, float] | None:
+        """(position, memory, load) of the GPU `need` goes to: where it fits, the fewest jobs,
+        then the most memory left, then the lowest position."""
+        budgets = [b.budget.free_mib for b in self._books if b.budget.free_mib is not None]
+        largest = max(budgets, default=None)
+        best: tuple[tuple[int, float, int], int, float, float] | None = None
+        for pos, book in enumerate(self._books):
+            if book.alone or (need.gpu_exclusive and book.jobs):
+                continue
+            free = book.budget.free_mib
+            mib = need.gpu_mib if free is None or largest is None else min(need.gpu_mib, largest)
+            load = min(need.gpu_load, book.budget.load)
+            if free is not None and book.mib + mib > free + _SLACK:
+                continue
+            if book.load + live.get(pos, 0.0) + load > book.budget.load + _SLACK:
+                continue
+            left = (free - book.mib - mib) if free is not None else 0.0
+            rank = (book.jobs, -left, pos)
+            if best is None or rank < best[0]:
+                best = (rank, pos, mib, load)
+        return None if best is None else best[1:]
+
+    def release(self, booking: Booking) -> None:
+        self._free += booking.slots
+        self._cpu_used = max(0.0, self._cpu_used - booking.cpu)
+        if booking.exclusive:
+            self._exclusive = False
+            for book in self._books:
+                book.jobs -= 1
+                book.mib = book.load = 0.0
+            return
+        if booking.gpu is not None:
+            book = self._books[booking.gpu]
+            book.alone = book.alone and not booking.gpu_exclusive
+            book.jobs -= 1
+            book.mib = max(0.0, book.mib - booking.gpu_mib)
+            book.load = max(0.0, book.load - booking.gpu_load)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def capacity(self, booking: Booking) -> float | None:
+        """The busy-share capacity of the GPU `booking` runs on (None: none booked)."""
+        if booking.gpu is None:
+            return self.gpus[0].load if booking.exclusive and self.gpus else None
+        return self._books[booking.gpu].budget.load
+
+    @property
+    def cpu_used(self) -> float:
+        return self._cpu_used
+
+    def booked(self) -> list[tuple[int | None, float, float, int]]:
+        """(index, memory, load, jobs) booked on each GPU now."""
+        return [(b.budget.index, b.mib, b.load, b.jobs) for b in self._books]
+
+    def lines(self) -> list[str]:
+        """The budgets, one line each, for the run's start: each GPU's, then the CPUs'."""
+        out = []
+        for book in self._books:
+            budget = book.budget
+            name = "gpu" if budget.index is None else f"gpu {budget.index}"
+            mem = (
+                "memory not accounted"
+                if budget.free_mib is None
+                else f"{budget.free_mib / 1024:.1f} GiB free"
+            )
+            out.append(f"{name}: {mem}, busy share {budget.load:g}")
+        if self.cpus is None:
+            out.append("cpu: not booked")
+        else:
+            out.append(
+                f"cpu: {self.cpus:g} CPUs; a case holds its CPU share on record, an unknown one"
+                f" {self.default_cpu or 0.0:.2f}"
+            )
+        return out
