@@ -101,6 +101,8 @@ class Selectors:
 
 #: A case's limit without --timeout (execute/limits.py derives every other limit from it).
 DEFAULT_TIMEOUT_S: Final = 600.0
+#: --speed-budget: seconds of alone re-runs the speed stage may spend (validate/remeasure.py)
+DEFAULT_SPEED_BUDGET_S: Final = 600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +149,7 @@ class ValidateConfig:
     slower_ratio: float = 1.5
     slower_min_s: float = 1.0
     speed_repeats: int = 3
-    speed_budget_s: float = 600.0
+    speed_budget_s: float = DEFAULT_SPEED_BUDGET_S
     #: What env.versions.resolve_versions found (run.json's `versions`); None: not resolved yet
     versions: Mapping[str, Any] | None = None
 

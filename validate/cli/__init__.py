@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from validate import __version__
-from validate.config import DEFAULT_TIMEOUT_S
+from validate.config import DEFAULT_SPEED_BUDGET_S, DEFAULT_TIMEOUT_S
 from validate.errors import ConfigError, ValidateError
 from validate.log import setup_logging
 from validate.textsafe import SafeStream
@@ -377,7 +377,7 @@ def add_speed_options(group: argparse._ActionsContainer, *, repeats: bool) -> No
         group.add_argument(
             "--speed-budget",
             type=positive(float, 0.0),
-            default=600.0,
+            default=DEFAULT_SPEED_BUDGET_S,
             metavar="S",
             help="speed: re-run alone only the candidates whose re-runs fit S seconds (by the "
             "main run's times), the largest ratios first; a re-run past S is not started. Those "
