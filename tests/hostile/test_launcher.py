@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from proctags import kill_tagged, tagged, tagged_env
+from proctags import default_sigint, kill_tagged, tagged, tagged_env
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -332,6 +332,7 @@ def test_an_interrupted_test_is_no_suspect_on_resume(
         env={**env, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
     )
     deadline = time.monotonic() + 120
     started = b'"id": "test_sleep.py::test_sleeps"'

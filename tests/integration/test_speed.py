@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import nbformat
 import pytest
+from proctags import default_sigint
 from usercli import cli, installed_tool
 
 from validate.env.target import ExecTarget
@@ -251,6 +252,7 @@ def test_resume_continues_the_speed_stage(
         env={**os.environ, **SPEED},
         start_new_session=True,
         cwd=envs,
+        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
     ) as proc:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:

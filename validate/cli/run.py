@@ -155,7 +155,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.results is not None:
         writable_dir("--results", args.results)
     bound, ledger = plan_ledger(host, jobs=args.jobs, gpus=args.gpus)
-    logging.getLogger("validate").info("%s", "; ".join([bound.line(), *ledger.lines()]))
     jobs = bound.slots
     target = ExecTarget(
         python=python,
@@ -165,6 +164,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cell=dict(cell.pins),
     )
     with open_run(args.results) as run:  # without --results: a fresh folder
+        # the start line once the folder is this run's (a refused one gets one line, the error)
+        logging.getLogger("validate").info("%s", "; ".join([bound.line(), *ledger.lines()]))
         meta_path = run.folder / RUN_META
         meta = {"run_id": run.id, **_meta(python, cell, suite), "host": host.to_dict()}
         if args.resume and meta_path.is_file():
