@@ -27,10 +27,15 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 
 
 def _install(session: nox.Session, *groups: str) -> None:
+    """The package as users install it (`pip install .`, not editable: issue #36, an editable
+    install hid a wheel that lacked two packages), plus the named dependency groups. Built again
+    from the checkout on every install, in a reused venv too (pip reinstalls a local folder; uv is
+    told so with --reinstall-package); `nox -R` skips the install and runs the previous build."""
     deps: list[str] = []
     for group in groups:
         deps.extend(nox.project.dependency_groups(PYPROJECT, group))
-    session.install("-e", ".", *deps)
+    fresh = ["--reinstall-package", "cudnn-matrix"] if session.venv_backend == "uv" else []
+    session.install(*fresh, ".", *deps)
 
 
 @nox.session

@@ -2,23 +2,38 @@
 SIGTERM leaves no folder in the cache, and one killed outright (SIGKILL) leaves one that the next
 build and `envs prune` remove, saying how much they freed, while a build in progress is kept.
 
-Real builds: `validate --env current --with six==...` builds a real venv (uv or pip, from PyPI or
-the uv cache) of a few seconds; the tool runs in its own session and is signalled as a terminal's
-Ctrl-C, a cancelled CI job or `kill -9` would signal it.
+Real builds, in flight by construction: `validate --env current --with heldpkg==...` builds a real
+venv with the real installer (uv or pip) from a simple index served here by python's http.server
+(the shared wheelhouse's tooling, and heldpkg, a wheel written here). The index holds its answer
+for heldpkg's wheel until the test opens the gate, so when the test signals the tool, the request
+has arrived and the build is still installing (a warm cache once finished the build before the
+signal landed). The tool runs in its own session and is signalled as a terminal's Ctrl-C, a
+cancelled CI job or `kill -9` would signal it.
 """
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
-import sys
+import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from testwheels import make_wheel
+from usercli import cli, installed_tool, own_cache
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import BinaryIO
 
 pytestmark = pytest.mark.slow
 
@@ -28,28 +43,89 @@ CELL = ["--cudnn", "9.24.0.43", "--frontend", "1.27.0", "--cuda", "13.0", "--dri
 CELL += ["--arch", "sm90", "--env", "current", "--frontend-source", "current"]
 
 
-def _env(cwd: Path) -> dict[str, str]:
-    path = os.environ.get("PYTHONPATH")
-    return {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
-        "CUDNN_MATRIX_CACHE": str(cwd / "cache"),
-    }
+class HeldIndex:
+    """A simple index whose answer for heldpkg's wheel waits until `release()`."""
+
+    def __init__(self, version: str) -> None:
+        self.url = ""  # http://127.0.0.1:PORT/simple/ once the server is listening
+        self.version = version  # new for each index: no installer cache has this wheel
+        self.arrived = threading.Event()  # a request for the wheel came in (cleared by the test)
+        self.gate = threading.Event()  # set: the wheel is served
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def env(self, cwd: Path) -> dict[str, str]:
+        """The tool's environment (usercli.own_cache) with both installers reading this index."""
+        env = {k: v for k, v in own_cache(cwd).items() if not k.startswith(("PIP_", "UV_"))}
+        return env | {
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_INDEX_URL": self.url,
+            "PIP_NO_CACHE_DIR": "1",
+            "UV_NO_CONFIG": "1",
+            "UV_DEFAULT_INDEX": self.url,
+            "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(cwd / "uv-cache")),
+        }
 
 
-def _validate(cwd: Path, extra: str, results: str) -> subprocess.Popen[str]:
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    """Serves the index folder; heldpkg's wheel only once the gate is open."""
+
+    def __init__(self, *args: Any, held: HeldIndex, **kwargs: Any) -> None:
+        self.held = held
+        super().__init__(*args, **kwargs)
+
+    def copyfile(self, source: BinaryIO, outputfile: BinaryIO) -> None:  # type: ignore[override]
+        if self.path.endswith(".whl") and "/heldpkg/" in self.path:
+            self.held.arrived.set()
+            self.held.gate.wait(timeout=600)
+        try:
+            super().copyfile(source, outputfile)
+        except (BrokenPipeError, ConnectionResetError):  # its installer was signalled meanwhile
+            return
+
+    def log_message(self, *args: Any) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def index(wheelhouse: Path, tmp_path: Path) -> Iterator[HeldIndex]:
+    """simple/<project>/: the shared wheelhouse's wheels (links) and heldpkg, held."""
+    root = tmp_path / "index"
+    for wheel in wheelhouse.glob("*.whl"):
+        folder = root / "simple" / canonicalize_name(parse_wheel_filename(wheel.name)[0])
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / wheel.name).symlink_to(wheel)
+    version = f"1.0.{secrets.randbelow(10**9)}"
+    make_wheel(root / "simple" / "heldpkg", "heldpkg", version, files={"heldpkg/__init__.py": b""})
+    held = HeldIndex(version)
+    handler = functools.partial(_Handler, held=held, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    held.url = f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield held
+    finally:
+        held.release()
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _validate(cwd: Path, index: HeldIndex, results: str) -> subprocess.Popen[str]:
     """A real validate run whose cell needs a new environment (the tool's interpreter plus
-    `six==extra`), started in a session of its own."""
+    heldpkg), started in a session of its own."""
     cases = cwd / "cases"
     if not cases.is_dir():
         cases.mkdir()
         shutil.copy(SCRIPTS / "pass_script.py", cases)
-    argv = [sys.executable, "-m", "validate", "validate", *CELL, "--with", f"six=={extra}"]
+    argv = [*installed_tool(), "validate", *CELL, "--with", f"heldpkg=={index.version}"]
     argv += ["--cases", str(cases), "--results", results]
     return subprocess.Popen(
         argv,
         cwd=cwd,
-        env=_env(cwd),
+        env=index.env(cwd),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -57,51 +133,41 @@ def _validate(cwd: Path, extra: str, results: str) -> subprocess.Popen[str]:
     )
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args],
-        cwd=cwd,
-        env=_env(cwd),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+def _cli(cwd: Path, index: HeldIndex, *args: str) -> subprocess.CompletedProcess[str]:
+    return cli(*args, cwd=cwd, env=index.env(cwd), timeout=300)
 
 
-def _building(envs: Path, proc: subprocess.Popen[str], timeout: float = 240) -> Path:
-    """The build folder of a build in progress, once its venv has started to fill."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if envs.is_dir():
-            for path in envs.iterdir():
-                if path.name.startswith(".") and path.is_dir() and (path / "env" / "bin").is_dir():
-                    return path
+def _building(envs: Path, proc: subprocess.Popen[str], index: HeldIndex) -> Path:
+    """The build folder of a build in flight: its installer waits for heldpkg's wheel."""
+    deadline = time.monotonic() + 240
+    while not index.arrived.wait(timeout=0.05):
         if proc.poll() is not None:
             out, err = proc.communicate()
-            pytest.fail(f"the build ended before it could be interrupted: {out}{err}")
-        time.sleep(0.02)
-    proc.kill()
-    pytest.fail("no build folder appeared")
+            pytest.fail(f"the build ended before it asked for heldpkg: {out}{err}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            pytest.fail("the build never asked for heldpkg")
+    index.arrived.clear()
+    (partial,) = [p for p in envs.iterdir() if p.name.startswith(".") and p.is_dir()]
+    assert (partial / "env" / "bin" / "python").exists()
+    assert proc.poll() is None
+    return partial
 
 
 def _folders(envs: Path) -> list[str]:
     return sorted(p.name for p in envs.iterdir() if p.is_dir()) if envs.is_dir() else []
 
 
-@pytest.mark.skip(
-    reason="races a warm uv cache: in CI the build ended before the signal landed (exit 1, "
-    "folder kept); needs a build that waits to be interrupted"
-)
 @pytest.mark.parametrize(
     ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"]
 )
 def test_an_interrupted_build_leaves_no_folder(
-    tmp_path: Path, sig: signal.Signals, code: int
+    index: HeldIndex, tmp_path: Path, sig: signal.Signals, code: int
 ) -> None:
     envs = tmp_path / "cache" / "envs"
-    proc = _validate(tmp_path, "1.16.0", "run")
-    partial = _building(envs, proc)
+    proc = _validate(tmp_path, index, "run")
+    partial = _building(envs, proc, index)  # its installer waits for heldpkg
     os.killpg(proc.pid, sig)  # the whole session, as a terminal or a CI runner signals it
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
@@ -109,18 +175,20 @@ def test_an_interrupted_build_leaves_no_folder(
     assert _folders(envs) == [], err  # no build folder, no half-renamed environment
 
 
-def test_a_killed_build_is_removed_by_prune_and_by_the_next_build(tmp_path: Path) -> None:
+def test_a_killed_build_is_removed_by_prune_and_by_the_next_build(
+    index: HeldIndex, tmp_path: Path
+) -> None:
     envs = tmp_path / "cache" / "envs"
     # killed outright: nothing of the tool runs, the folder stays (as issue 36 found, 129 MB each)
-    proc = _validate(tmp_path, "1.16.0", "r1")
-    partial = _building(envs, proc)
+    proc = _validate(tmp_path, index, "r1")
+    partial = _building(envs, proc, index)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert partial.is_dir()
-    listed = _cli(tmp_path, "envs", "list")
+    listed = _cli(tmp_path, index, "envs", "list")
     assert listed.returncode == 0, listed.stderr
     assert "1 half-built environment folder(s)" in listed.stdout, listed.stdout
-    pruned = _cli(tmp_path, "envs", "prune")
+    pruned = _cli(tmp_path, index, "envs", "prune")
     assert pruned.returncode == 0, pruned.stderr
     assert re.search(
         r"removed 1 half-built environment folder\(s\) left by interrupted builds, "
@@ -129,12 +197,13 @@ def test_a_killed_build_is_removed_by_prune_and_by_the_next_build(tmp_path: Path
     ), pruned.stdout
     assert not partial.exists()
     # killed again; the next build of any environment removes it, and says so
-    proc = _validate(tmp_path, "1.16.0", "r2")
-    partial = _building(envs, proc)
+    proc = _validate(tmp_path, index, "r2")
+    partial = _building(envs, proc, index)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert partial.is_dir()
-    proc = _validate(tmp_path, "1.16.0", "r3")
+    index.release()
+    proc = _validate(tmp_path, index, "r3")
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err  # the case is an `error` (no backend here), the env built
     assert "removed 1 half-built environment folder(s) left by interrupted builds" in err, err
@@ -143,15 +212,16 @@ def test_a_killed_build_is_removed_by_prune_and_by_the_next_build(tmp_path: Path
     assert (envs / built / ".complete").is_file()
 
 
-def test_prune_keeps_a_build_in_progress(tmp_path: Path) -> None:
+def test_prune_keeps_a_build_in_progress(index: HeldIndex, tmp_path: Path) -> None:
     envs = tmp_path / "cache" / "envs"
-    proc = _validate(tmp_path, "1.15.0", "run")
-    partial = _building(envs, proc)
-    pruned = _cli(tmp_path, "envs", "prune", "--all")
+    proc = _validate(tmp_path, index, "run")
+    partial = _building(envs, proc, index)
+    pruned = _cli(tmp_path, index, "envs", "prune", "--all")
     assert pruned.returncode == 0, pruned.stderr
     assert "half-built" not in pruned.stdout, pruned.stdout
-    if proc.poll() is None:  # still building when prune ended: its folder is there
-        assert partial.is_dir()
+    assert proc.poll() is None  # still waiting for heldpkg: its folder is there
+    assert partial.is_dir()
+    index.release()
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err  # built; its case an `error` for want of the backend
     assert "environment" in err

@@ -1,9 +1,11 @@
 """The README's commands work as written: after its set-up line (`pip install nox uv` in a fresh
 venv), every `nox -s` session it names exists, and every `nox -s cli -- COMMAND` it shows answers
-`--help`. Real nox, real uv, a fresh venv; marked slow (it installs the package once)."""
+`--help`, from the package installed not editable. Real nox, real uv, a fresh venv; marked slow
+(it installs the package once)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -53,6 +55,10 @@ def test_every_readme_command_works_after_the_setup(tmp_path: Path) -> None:
         [*nox, "-s", "cli", "--", "--help"], capture_output=True, text=True, check=False
     )
     assert first.returncode == 0, first.stdout + first.stderr
+    # the session's package is installed as a user installs it (`pip install .`), not editable
+    site = tmp_path / "nox" / "cli" / "lib"
+    (direct_url,) = site.glob("python*/site-packages/cudnn_matrix-*.dist-info/direct_url.json")
+    assert not json.loads(direct_url.read_text())["dir_info"].get("editable"), direct_url
     tool = tmp_path / "nox" / "cli" / "bin" / "cudnn-matrix"  # what `nox -s cli --` runs
     commands = sorted(
         set(re.findall(r"nox -s cli -- ([a-z][\w-]*(?: (?:list|prune|build|suggest))?)", text))
