@@ -15,7 +15,15 @@
 #            cell environment and the `jupyter execute` loop install (nbclient, nbformat,
 #            ipykernel, nvidia-ml-py and their dependencies); torch and CUDA are the machine's;
 #   cut/     empty (gpu_kit_unpack.py zips unzipped cutlass wheels from here; none are needed);
-#   samples/ samples/python of the frontend checkout at its HEAD, and COMMIT.
+#   samples/ samples/python of the frontend checkout at FRONTEND_REF (default HEAD), and COMMIT;
+#   frontend/test/python  the same commit's pytest suite (bench/gpu_suite.sh's KIT/frontend/test/python),
+#            and frontend/COMMIT.
+# EXTRA_WHEELS (default looseversion==1.3.0: the suite's conftest imports it, the frontend wheel
+# does not require it; `validate --tests ... --with looseversion==1.3.0` installs it from wh/).
+# STORE_FROM=DIR: a backend already unpacked in DIR/<backend> (an earlier kit's tree/store) is
+# hard-linked from there instead of downloaded again.
+# The tar is made with --sort=name, so the backends lie in version order: zstd's 2 GiB window
+# (--long=31) then spans neighbouring releases, which share most of their bytes.
 # KIT_DIR/carry/pNN/piece.NN: the tree as one tar, `zstd -6 --long=31`, split into PIECE_MIB
 # (default 56) MiB pieces,
 # one folder each (a device call carries one folder, so KIT_DIR is an ignored folder of the
@@ -42,6 +50,9 @@ PLATFORM=(--only-binary=:all: --python-version 3.12 --implementation cp
 
 for backend in "$@"; do
   if [ -f "$TREE/store/$backend/lib/libcudnn.so.9" ]; then continue; fi
+  if [ -n "${STORE_FROM:-}" ] && [ -f "$STORE_FROM/$backend/lib/libcudnn.so.9" ]; then
+    cp -al "$STORE_FROM/$backend" "$TREE/store/$backend"; continue
+  fi
   python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d "$DL" "nvidia-cudnn-cu13==$backend"
   wheel=$(ls "$DL"/nvidia_cudnn_cu13-"$backend"-*.whl)
   rm -rf "$DL/unzip" && mkdir -p "$DL/unzip"
@@ -52,22 +63,29 @@ for backend in "$@"; do
 done
 
 python3 -m pip download -q "${PLATFORM[@]}" -d "$TREE/wh" nbclient nbformat ipykernel nvidia-ml-py
+for extra in ${EXTRA_WHEELS-looseversion==1.3.0}; do
+  python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d "$TREE/wh" "$extra"
+done
 # one resolve per frontend: two pins of one package in one `pip download` cannot both hold
 for fe in ${FRONTENDS//,/ }; do
   python3 -m pip download -q "${PLATFORM[@]}" -d "$TREE/wh" "nvidia-cudnn-frontend==$fe"
 done
 
-rm -rf "$TREE/samples" && mkdir -p "$TREE/samples"
-git --git-dir="$GIT" archive HEAD samples/python | tar -x -C "$TREE/samples"
-git --git-dir="$GIT" rev-parse --short HEAD >"$TREE/samples/COMMIT"
+REF=${FRONTEND_REF:-HEAD}
+rm -rf "$TREE/samples" "$TREE/frontend" && mkdir -p "$TREE/samples" "$TREE/frontend"
+git --git-dir="$GIT" archive "$REF" samples/python | tar -x -C "$TREE/samples"
+git --git-dir="$GIT" rev-parse --short "$REF" >"$TREE/samples/COMMIT"
+git --git-dir="$GIT" archive "$REF" test/python | tar -x -C "$TREE/frontend"
+cp "$TREE/samples/COMMIT" "$TREE/frontend/COMMIT"
 
 rm -rf "$KIT/carry" && mkdir -p "$KIT/carry/zs"
 # the unpacker's zstandard module, for the machine's Python 3.12
 python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d "$KIT/carry/zs" zstandard
-tar -C "$TREE" -cf - . | zstd -q -6 -T2 --long=31 | split -b "${PIECE_MIB}M" -d -a 2 - "$KIT/carry/piece."
+tar --sort=name -C "$TREE" -cf - . | zstd -q -6 -T2 --long=31 | split -b "${PIECE_MIB}M" -d -a 2 - "$KIT/carry/piece."
 cat "$KIT"/carry/piece.* | sha256sum | cut -d' ' -f1 >"$KIT/SHA256"
 for piece in "$KIT"/carry/piece.*; do  # p00, p01, ...
   folder="$KIT/carry/p${piece##*.}"; mkdir -p "$folder"; mv "$piece" "$folder/"
 done
 echo "kit: $(du -sh "$TREE" | cut -f1) unpacked, $(ls -d "$KIT"/carry/p* | wc -l) pieces of $PIECE_MIB MiB," \
-  "sha256 $(cat "$KIT/SHA256"); store: $(ls "$TREE/store" | tr '\n' ' '); wheels: $(ls "$TREE/wh" | wc -l)"
+  "sha256 $(cat "$KIT/SHA256"); store: $(ls "$TREE/store" | tr '\n' ' '); wheels: $(ls "$TREE/wh" | wc -l);" \
+  "frontend suite: $(find "$TREE/frontend/test/python" -name 'test_*.py' | wc -l) test files at $(cat "$TREE/frontend/COMMIT")"
