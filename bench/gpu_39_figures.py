@@ -65,14 +65,16 @@ def _walk(root: Path) -> list[Path]:
 
 
 def _tool_runs(root: Path) -> list[tuple[Path, list[dict[str, Any]]]]:
-    runs = []
+    runs: list[tuple[Path, list[dict[str, Any]]]] = []
     for folder in [root, *_walk(root)]:
         if (folder / "results.jsonl").is_file() and not (folder / "bisect.json").exists():
             text = (folder / "results.jsonl").read_text(encoding="utf-8", errors="replace")
             runs.append((folder, _parse_lines(text)))
         if (folder / "validate.tgz").is_file():
             with tarfile.open(folder / "validate.tgz") as tar:
-                member = next((m for m in tar.getmembers() if m.name.endswith("results.jsonl")), None)
+                member = next(
+                    (m for m in tar.getmembers() if m.name.endswith("results.jsonl")), None
+                )
                 fh = tar.extractfile(member) if member is not None else None
                 if fh is not None:
                     text = io.TextIOWrapper(fh, encoding="utf-8", errors="replace").read()
@@ -140,11 +142,13 @@ def _junit(path: Path) -> dict[str, str]:
 
 
 def _collect_ids(path: Path) -> set[str]:
-    return {ln.strip() for ln in path.read_text().splitlines() if "::" in ln and " " not in ln.strip()}
+    return {
+        ln.strip() for ln in path.read_text().splitlines() if "::" in ln and " " not in ln.strip()
+    }
 
 
 def _pytest_sides(root: Path) -> list[dict[str, Any]]:
-    sides = []
+    sides: list[dict[str, Any]] = []
     for folder in [root, *_walk(root)]:
         junit, collect = folder / "junit.xml", folder / "collect.txt"
         if junit.is_file():
@@ -159,7 +163,7 @@ def _pytest_sides(root: Path) -> list[dict[str, Any]]:
 
 
 def item2(root: Path) -> dict[str, Any]:
-    runs = []
+    runs: list[dict[str, Any]] = []
     for folder, rows in _tool_runs(root):
         if rows and all(str(r["case"]).endswith(".ipynb") for r in rows):
             continue  # a notebook run (item 3's), not a suite's
@@ -179,7 +183,12 @@ def item2(root: Path) -> dict[str, Any]:
     for side in _pytest_sides(root):
         # the tool run of the same backend nearest the pytest side (same parent tree)
         cands = [r for r in runs if side["backend"] is None or r["backends"] == [side["backend"]]]
-        cands.sort(key=lambda r: (not str(root / r["run"]).startswith(str(side["folder"].parent)), r["run"]))
+        cands.sort(
+            key=lambda r: (
+                not str(root / r["run"]).startswith(str(side["folder"].parent)),
+                r["run"],
+            )
+        )
         if not cands:
             comparisons.append({"pytest": str(side["folder"].relative_to(root)), "tool": None})
             continue
@@ -216,16 +225,16 @@ def item2(root: Path) -> dict[str, Any]:
                 ),
             )
         else:  # ids only
-            ids = {r["case"] for r in run["_rows"]}
-            collect = side["ids"]
+            tool_ids = {str(r["case"]) for r in run["_rows"]}
+            collected: set[str] = side["ids"]
             entry.update(
-                collected=len(collect),
-                tool_ids=len(ids),
-                in_both=len(ids & collect),
-                tool_only=sorted(ids - collect)[:20],
-                tool_only_count=len(ids - collect),
-                collected_only=sorted(collect - ids)[:20],
-                collected_only_count=len(collect - ids),
+                collected=len(collected),
+                tool_ids=len(tool_ids),
+                in_both=len(tool_ids & collected),
+                tool_only=sorted(tool_ids - collected)[:20],
+                tool_only_count=len(tool_ids - collected),
+                collected_only=sorted(collected - tool_ids)[:20],
+                collected_only_count=len(collected - tool_ids),
             )
         comparisons.append(entry)
     for run in runs:
@@ -383,7 +392,9 @@ def _print(fig: dict[str, Any]) -> None:
         print("- no <backend>-r<N> folders: not measured")
     for a in fig["item3"]["alone"]:
         print(f"- {a['folder']}: {', '.join(a['cases'])}; runs {a['runs']}")
-        for unit, stats in sorted(a["units"].items(), key=lambda kv: (kv[0] != "whole case", kv[0])):
+        for unit, stats in sorted(
+            a["units"].items(), key=lambda kv: (kv[0] != "whole case", kv[0])
+        ):
             if unit != "whole case" and max((s["min_s"] or 0) for s in stats.values()) < 1.0:
                 continue  # cells under a second on every backend: noise beside the finding
             parts = [f"{b} min {s['min_s']} / median {s['median_s']} s ({s['ratio_min_to_fastest']}x)"
@@ -397,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     root = args.report.resolve()
+    if not root.is_dir():
+        print(f"{args.report}: no such folder", file=sys.stderr)
+        return 2
     fig = {
         "item2": item2(root),
         "item3": {"bisects": item3_bisect(root), "alone": item3_alone(root)},
