@@ -3,7 +3,7 @@ bench/gpu_contention_figures.py's).
 
     python bench/gpu_39_figures.py REPORT_DIR [--json FILE]
 
-Finds under REPORT_DIR (any depth; a run's `cases/`, `speed/` and `probes/` are not searched):
+Finds under REPORT_DIR, or in the `<phase>.tgz` archives at its top (any depth; a run's `cases/`, `speed/` and `probes/` are not searched):
 
 Item 2, the L0 suite through the tool beside plain pytest-xdist:
 - every tool run folder: a `results.jsonl` (or a `validate.tgz` holding one); its backend(s), its
@@ -34,6 +34,7 @@ import re
 import statistics
 import sys
 import tarfile
+import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
@@ -411,10 +412,16 @@ def main(argv: list[str] | None = None) -> int:
     if not root.is_dir():
         print(f"{args.report}: no such folder", file=sys.stderr)
         return 2
-    fig = {
-        "item2": item2(root),
-        "item3": {"bisects": item3_bisect(root), "alone": item3_alone(root)},
-    }
+    with tempfile.TemporaryDirectory() as unpacked:
+        # bench/gpu_39.sh packs a phase as REPORT_DIR/<phase>.tgz: read them as folders
+        for packed in sorted(root.glob("*.tgz")):
+            with tarfile.open(packed) as tar:
+                tar.extractall(unpacked, filter="data")
+        where = Path(unpacked) if any(root.glob("*.tgz")) else root
+        fig = {
+            "item2": item2(where),
+            "item3": {"bisects": item3_bisect(where), "alone": item3_alone(where)},
+        }
     _print(fig)
     if args.json is not None:
         args.json.write_text(json.dumps(fig, indent=1, default=str) + "\n")
