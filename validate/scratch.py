@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import threading
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -36,18 +37,30 @@ def building(folder: Path, *, keep: bool = False) -> Iterator[Path]:
         yield folder
         ok = True
     finally:
+        # removed before it leaves the registry: a folder this thread is still removing when
+        # the tool exits (`os._exit` stops this thread mid-way) is removed by `remove_all`
+        if not (ok and keep):
+            _remove(folder)
         with _GUARD:
             _LIVE.discard(folder)
-        if not (ok and keep):
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def remove_all() -> None:
-    """Remove every folder still under construction (the tool is about to exit)."""
+    """Remove every folder still under construction, or still being removed by its builder's
+    thread (the tool is about to exit, and exits without waiting for that thread)."""
     with _GUARD:
         folders = list(_LIVE)
-        _LIVE.clear()
     for folder in folders:
-        # twice: an installer still writing may have added files while the first pass ran
-        for _ in range(2):
-            shutil.rmtree(folder, ignore_errors=True)
+        _remove(folder)
+
+
+def _remove(folder: Path, *, settle_s: float = 5.0) -> None:
+    """Remove `folder`, again while it reappears or a concurrent pass left entries (an installer
+    signalled with the tool may still write for a moment; another thread may be removing the
+    same tree), for at most `settle_s` seconds."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists() or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)

@@ -155,6 +155,17 @@ def _building(envs: Path, proc: subprocess.Popen[str], index: HeldIndex) -> Path
     return partial
 
 
+def _ended(proc: subprocess.Popen[str], timeout: float) -> str:
+    """Its stderr once it exits; one that does not within `timeout` is a failure, killed with
+    its session (not left running into the next test)."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        pytest.fail(f"the tool did not exit within {timeout:.0f} s of the signal:\n{err}")
+
+
 def _folders(envs: Path) -> list[str]:
     return sorted(p.name for p in envs.iterdir() if p.is_dir()) if envs.is_dir() else []
 
@@ -169,7 +180,7 @@ def test_an_interrupted_build_leaves_no_folder(
     proc = _validate(tmp_path, index, "run")
     partial = _building(envs, proc, index)  # its installer waits for heldpkg
     os.killpg(proc.pid, sig)  # the whole session, as a terminal or a CI runner signals it
-    _, err = proc.communicate(timeout=120)
+    err = _ended(proc, timeout=120)
     assert proc.returncode == code, err
     assert not partial.exists(), _folders(envs)
     assert _folders(envs) == [], err  # no build folder, no half-renamed environment

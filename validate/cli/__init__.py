@@ -8,6 +8,7 @@ Each sub-command lives in its own module, which exposes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import os
@@ -484,7 +485,44 @@ class _Terminated(KeyboardInterrupt):
     last progress line, and leave the cases to their guard)."""
 
 
+#: After Ctrl-C or SIGTERM the tool has this long to end its cases, keep its results and exit;
+#: past it, it removes its half-built folders and exits all the same (`_arm_exit`).
+EXIT_GRACE_S: Final = 60.0
+_EXIT_ARMED = threading.Event()
+
+
+def _arm_exit(code: int) -> None:
+    """However the interrupt unwinds (a thread that holds a lock the unwinding needs, a child
+    that ignores its signal), the tool exits with `code` within EXIT_GRACE_S of the signal: no
+    run is left hanging, and no half-built folder is left behind."""
+    if _EXIT_ARMED.is_set():
+        return
+    _EXIT_ARMED.set()
+
+    def expire() -> None:
+        from validate import scratch
+
+        with contextlib.suppress(Exception):
+            print(
+                f"cudnn-matrix: still unwinding {EXIT_GRACE_S:.0f} s after the signal: exiting",
+                file=sys.__stderr__,
+                flush=True,
+            )
+        scratch.remove_all()
+        os._exit(code)
+
+    timer = threading.Timer(EXIT_GRACE_S, expire)
+    timer.daemon = True
+    timer.start()
+
+
+def _interrupt(_signum: int, _frame: object) -> NoReturn:
+    _arm_exit(130)
+    raise KeyboardInterrupt
+
+
 def _terminate(_signum: int, _frame: object) -> NoReturn:
+    _arm_exit(143)
     raise _Terminated
 
 
@@ -494,8 +532,12 @@ def _main(argv: Sequence[str] | None) -> int:
     setup_logging(args.verbose)
     before = signal.getsignal(signal.SIGTERM)
     main_thread = threading.current_thread() is threading.main_thread()
+    # an ignored SIGINT (a job started in the background) stays ignored
+    own_int = main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     if main_thread:
         signal.signal(signal.SIGTERM, _terminate)
+    if own_int:
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         rc: int = args.func(args)
     except ValidateError as exc:
@@ -515,4 +557,6 @@ def _main(argv: Sequence[str] | None) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, before)
+        if own_int:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     return rc

@@ -192,6 +192,9 @@ def _tree(root: int, needle: bytes) -> list[int] | None:
     other = TOKEN_ENV.encode() + b"="
     found: list[int] = []
     todo = [root]
+    # a pid can be read twice: the children of a tool thread that ends while the lists are read
+    # move to another of its threads
+    seen = {root}
     while todo:
         pid = todo.pop()
         if pid != root:
@@ -215,7 +218,10 @@ def _tree(root: int, needle: bytes) -> list[int] | None:
                 continue
             except OSError:
                 continue
-            todo.extend(int(k) for k in text.split())
+            for child in map(int, text.split()):
+                if child not in seen:
+                    seen.add(child)
+                    todo.append(child)
     return found
 
 

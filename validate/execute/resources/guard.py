@@ -138,6 +138,7 @@ def _kill_descendants() -> None:
     command line) in the file $CUDNN_MATRIX_LEFTOVERS_FILE, for the case's note."""
     me = os.getpid()
     named: list[str] = []
+    killed: set[int] = set()  # a killed child stays listed until it is torn down and reaped
     for _ in range(200):
         if not _reap():  # the common case: nothing left, and no /proc scan at all
             break
@@ -150,7 +151,9 @@ def _kill_descendants() -> None:
                 with open(f"/proc/{kid}/cmdline", "rb") as fh:  # noqa: PTH123 - stdlib only
                     args = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
                 os.kill(kid, signal.SIGKILL)
-                named.append(f"{kid} {args[:200]}")
+                if kid not in killed:
+                    killed.add(kid)
+                    named.append(f"{kid} {args[:200]}")
             except OSError:
                 pass
         time.sleep(0.005)
