@@ -28,9 +28,12 @@
 #   one .tgz per phase (cases/ folders left out of any .tgz over 15 MiB, and said so).
 set -uo pipefail
 W=${W39:-/tmp/w39}; KIT=${KIT39:-/tmp/kit}; TOOL=${TOOL39:-/tmp/tool}  # overridable for a dry run
+# L0_SELECT= (set and empty): the whole L0, the suite's own selection. L0_CELLS: the backends
+# `validate --tests` runs, in turn (default 9.24.0.43 9.25.1.1); PYTEST_CELL: the one plain
+# `pytest -n 16` runs (default 9.24.0.43).
 # L0 without its three slowest files (98 % of the test time of the H200's whole-L0 run,
 # reports/gpu/2026-12-04-h200-l0): 4,999 of its 41,612 ids
-L0_SELECT=${L0_SELECT:-"-m L0 --ignore=test_mhas.py --ignore=test_mhas_v2.py --ignore=test_matmul_fuzzer.py"}
+L0_SELECT=${L0_SELECT-"-m L0 --ignore=test_mhas.py --ignore=test_mhas_v2.py --ignore=test_matmul_fuzzer.py"}
 COMMON=(--env current --backend-store "$KIT/store" --cuda 13.0 --driver 580 --arch sm90
   --wheelhouse "$KIT/wh" --frontend 1.27.0 --timeout 300)
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
@@ -41,10 +44,13 @@ prepare() {
   rm -rf "$TOOL" "$W"; mkdir -p "$TOOL" "$W"
   tar --exclude=./.carry2 --exclude=./.carry --exclude=./.whl --exclude=./.gl --exclude=./reports \
     -cf - . | tar -xf - -C "$TOOL"
-  cp -a .carry2/bench/. "$TOOL/bench/"
+  [ -d .carry2/bench ] && cp -a .carry2/bench/. "$TOOL/bench/"
   local head dirty; head=$(git -C "$TOOL" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  # the device copy's git metadata can be older than its files (it once named f89c32c for 81ee555):
+  # .carry/TOOL_COMMIT, written here before the calls (the commit and its tracked changes), wins
   dirty=$(git -C "$TOOL" status --porcelain -uno 2>/dev/null | grep -v ' bench/' | wc -l)
   echo "$head (tracked files changed outside bench/: $dirty); bench/ from $(cat .carry2/bench/ORIGIN 2>/dev/null || echo '?')" >"$W/tool_commit"
+  [ -f .carry/TOOL_COMMIT ] && cp .carry/TOOL_COMMIT "$W/tool_commit"
   bash "$TOOL/bench/gpu_pool_prepare.sh" "$pieces" "$sha" "$zs" "$KIT" || return 1
   rm -rf "$pieces"  # the joined kit is unpacked; free the disk
   {
@@ -78,10 +84,10 @@ phase_bisect() {
 phase_l0() {
   local d=$W/l0; mkdir -p "$d"
   export TOOL_COMMIT; TOOL_COMMIT=$(cat "$W/tool_commit")
-  for cell in 9.24.0.43 9.25.1.1; do
+  for cell in ${L0_CELLS:-9.24.0.43 9.25.1.1}; do
     NAME=l0-$cell CUDNN=$cell L0_SELECT="$L0_SELECT" bash "$TOOL/bench/gpu_suite.sh" l0 "$KIT" "$d"
   done
-  NAME=pytest-9.24.0.43 CUDNN=9.24.0.43 L0_SELECT="$L0_SELECT" \
+  NAME=pytest-${PYTEST_CELL:-9.24.0.43} CUDNN=${PYTEST_CELL:-9.24.0.43} L0_SELECT="$L0_SELECT" \
     bash "$TOOL/bench/gpu_suite.sh" pytestl0 "$KIT" "$d"
 }
 
