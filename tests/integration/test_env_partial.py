@@ -21,6 +21,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -113,6 +114,12 @@ def index(wheelhouse: Path, tmp_path: Path) -> Iterator[HeldIndex]:
         thread.join()
 
 
+_SIGINT_DEFAULT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 def _validate(cwd: Path, index: HeldIndex, results: str) -> subprocess.Popen[str]:
     """A real validate run whose cell needs a new environment (the tool's interpreter plus
     heldpkg), started in a session of its own."""
@@ -120,7 +127,10 @@ def _validate(cwd: Path, index: HeldIndex, results: str) -> subprocess.Popen[str
     if not cases.is_dir():
         cases.mkdir()
         shutil.copy(SCRIPTS / "pass_script.py", cases)
-    argv = [*installed_tool(), "validate", *CELL, "--with", f"heldpkg=={index.version}"]
+    # SIGINT as a terminal's foreground job has it: a shell that started the suite in the
+    # background hands its children SIGINT ignored (and the tool rightly keeps it ignored)
+    argv = [sys.executable, "-c", _SIGINT_DEFAULT, *installed_tool()]
+    argv += ["validate", *CELL, "--with", f"heldpkg=={index.version}"]
     argv += ["--cases", str(cases), "--results", results]
     return subprocess.Popen(
         argv,
