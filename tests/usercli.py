@@ -5,7 +5,14 @@ names, with the environment the test gives (issue #36: each test file had its ow
 `pip install` put there: the tool a user types), or `python -m validate` where that interpreter
 has no such script. A test that must run another installation (a wheel in a venv of its own)
 passes that installation's script as `tool`. `cwd` has no default: where a command starts is part
-of what a test says, and the checkout is the one folder a user never starts from.
+of what a test says, and the checkout is the one folder a user never starts from; nor does the
+environment point PYTHONPATH at the checkout (an editable checkout hid a wheel without two of its
+packages).
+
+`start()` is `cli()` for a test that must hold the process (a signal, an interrupt, a pipe it
+reads as it goes), and `command()` the command line for one that hands it to a shell or a terminal
+of its own (`on_a_terminal`). No test file builds the tool's command line itself
+(tests/unit/test_usercli_only.py): this is the one place that says how a user starts the tool.
 """
 
 from __future__ import annotations
@@ -17,19 +24,24 @@ import subprocess
 import sys
 import termios
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import IO
 
-__all__ = ["cli", "fetch_pip", "installed_tool", "on_a_terminal", "own_cache"]
+__all__ = ["cli", "command", "fetch_pip", "installed_tool", "on_a_terminal", "own_cache", "start"]
 
 
 def installed_tool() -> list[str]:
     """argv that starts the tool installed for this interpreter."""
     script = Path(sys.executable).parent / "cudnn-matrix"
     return [str(script)] if script.is_file() else [sys.executable, "-m", "validate"]
+
+
+def command(*args: str, tool: Sequence[str] | None = None) -> list[str]:
+    """The command line `cudnn-matrix ARGS` (`tool`: another installation's script)."""
+    return [*(tool or installed_tool()), *args]
 
 
 def cli(
@@ -41,13 +53,27 @@ def cli(
 ) -> subprocess.CompletedProcess[str]:
     """`cudnn-matrix ARGS` started in `cwd`; `env` is the whole environment (None: this one's)."""
     return subprocess.run(
-        [*(tool or installed_tool()), *args],
+        command(*args, tool=tool),
         cwd=cwd,
         env=None if env is None else dict(env),
         capture_output=True,
         text=True,
         check=False,
         timeout=timeout,
+    )
+
+
+def start(
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    tool: Sequence[str] | None = None,
+    **popen_kwargs: Any,
+) -> subprocess.Popen[Any]:
+    """`cudnn-matrix ARGS` started in `cwd` and left running: the same command line as `cli()`;
+    `env` is the whole environment (None: this one's), `popen_kwargs` go to subprocess.Popen."""
+    return subprocess.Popen(
+        command(*args, tool=tool), cwd=cwd, env=None if env is None else dict(env), **popen_kwargs
     )
 
 
