@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from testwheels import make_wheel
-from usercli import cli, installed_tool, own_cache
+from usercli import cli, own_cache, start
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -120,10 +120,10 @@ def _validate(cwd: Path, index: HeldIndex, results: str) -> subprocess.Popen[str
     if not cases.is_dir():
         cases.mkdir()
         shutil.copy(SCRIPTS / "pass_script.py", cases)
-    argv = [*installed_tool(), "validate", *CELL, "--with", f"heldpkg=={index.version}"]
+    argv = ["validate", *CELL, "--with", f"heldpkg=={index.version}"]
     argv += ["--cases", str(cases), "--results", results]
-    return subprocess.Popen(
-        argv,
+    return start(
+        *argv,
         cwd=cwd,
         env=index.env(cwd),
         stdout=subprocess.PIPE,
