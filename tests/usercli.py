@@ -9,6 +9,9 @@ of what a test says, and the checkout is the one folder a user never starts from
 environment point PYTHONPATH at the checkout (an editable checkout hid a wheel without two of its
 packages).
 
+`elsewhere()` is a folder outside the checkout for a test with no tmp_path whose command writes
+nothing (`plan`, a refused flag).
+
 `start()` is `cli()` for a test that must hold the process (a signal, an interrupt, a pipe it
 reads as it goes), and `command()` the command line for one that hands it to a shell or a terminal
 of its own (`on_a_terminal`). No test file builds the tool's command line itself
@@ -17,11 +20,15 @@ of its own (`on_a_terminal`). No test file builds the tool's command line itself
 
 from __future__ import annotations
 
+import atexit
 import fcntl
+import functools
 import os
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,13 +37,31 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import IO
 
-__all__ = ["cli", "command", "fetch_pip", "installed_tool", "on_a_terminal", "own_cache", "start"]
+__all__ = [
+    "cli",
+    "command",
+    "elsewhere",
+    "fetch_pip",
+    "installed_tool",
+    "on_a_terminal",
+    "own_cache",
+    "start",
+]
 
 
 def installed_tool() -> list[str]:
     """argv that starts the tool installed for this interpreter."""
     script = Path(sys.executable).parent / "cudnn-matrix"
     return [str(script)] if script.is_file() else [sys.executable, "-m", "validate"]
+
+
+@functools.cache
+def elsewhere() -> Path:
+    """An empty folder outside the checkout, one per test session (removed at its end): where a
+    command that names only absolute paths and writes nothing starts."""
+    folder = Path(tempfile.mkdtemp(prefix="cudnn-matrix-elsewhere-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def command(*args: str, tool: Sequence[str] | None = None) -> list[str]:
