@@ -1,7 +1,8 @@
 """The tests start the tool one way: through tests/usercli.py (issue #36 item 9). No other test
-file spells `-m validate` or builds the tool's command line from `installed_tool()`: a test that
-started `python -m validate` from the checkout (cwd and PYTHONPATH at it) ran the checkout's
-package, and so hid a wheel that crashed for every user who installed it.
+file spells `-m validate` or builds the tool's command line from `installed_tool()`, and none
+starts it in the checkout (`cwd=REPO`): a test that started `python -m validate` from the
+checkout (cwd and PYTHONPATH at it) ran the checkout's package, and so hid a wheel that crashed
+for every user who installed it.
 
 Read from the test files' syntax trees, not their text: a docstring that says `python -m
 validate` is prose, a string or a list that holds it is a command line.
@@ -20,6 +21,10 @@ TESTS = Path(__file__).resolve().parents[1]
 HELPER = TESTS / "usercli.py"
 #: `-m validate` as a command: a shell string, an f-string's text, a `--tool` value
 _SPELLED = re.compile(r"(?:^|\s)-m\s+validate(?:\.__main__)?(?:\s|$)")
+#: What the tests call the checkout's root folder (`Path(__file__).resolve().parents[2]`).
+_CHECKOUT = {"REPO", "ROOT"}
+#: usercli's ways to start the tool, each with a `cwd`
+_STARTS = {"cli", "start", "on_a_terminal"}
 #: Files that may spell it, how often, and why: no test of these runs it.
 ALLOWED = {
     # the command the docker executor puts in the container (validate/execute/docker.py), held
@@ -64,9 +69,16 @@ def _is(node: ast.expr, *values: str) -> bool:
     return isinstance(node, ast.Constant) and node.value in values
 
 
+def _name(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.attr if isinstance(node, ast.Attribute) else ""
+
+
 def offences(source: str) -> list[str]:
     """Where `source` starts the tool itself: `"-m", "validate"` in a sequence, `-m validate` in
-    a string that is no docstring, a call of `installed_tool()`."""
+    a string that is no docstring, a call of `installed_tool()`, usercli's `cli`, `start` or
+    `on_a_terminal` with `cwd=REPO` (or ROOT)."""
     tree = ast.parse(source)
     found = []
     for line, items in _sequences(tree):
@@ -82,11 +94,12 @@ def offences(source: str) -> list[str]:
             and _SPELLED.search(node.value)
         ):
             found.append(f"line {node.lineno}: {node.value.strip()!r}")
-        elif isinstance(node, ast.Call) and (
-            (isinstance(node.func, ast.Name) and node.func.id == "installed_tool")
-            or (isinstance(node.func, ast.Attribute) and node.func.attr == "installed_tool")
-        ):
+        elif isinstance(node, ast.Call) and _name(node.func) == "installed_tool":
             found.append(f"line {node.lineno}: installed_tool() (use cli, start or command)")
+        elif isinstance(node, ast.Call) and _name(node.func) in _STARTS:
+            for kw in node.keywords:
+                if kw.arg == "cwd" and _name(kw.value) in _CHECKOUT:
+                    found.append(f"line {node.lineno}: cwd={_name(kw.value)}, the checkout")
     return sorted(set(found))
 
 
@@ -118,6 +131,9 @@ def test_the_allowed_files_are_still_there() -> None:
         'subprocess.run(["sh", "-c", "python3 -m validate plan"])',
         "argv = [*installed_tool(), 'validate']",
         "argv = usercli.installed_tool() + ['report']",
+        'cli("plan", cwd=REPO)',
+        'usercli.start("run", "cases", cwd=ROOT, stdout=PIPE)',
+        "on_a_terminal(command('report'), width=80, cwd=REPO)",
     ],
 )
 def test_each_way_of_spelling_it_is_found(source: str) -> None:
@@ -133,6 +149,8 @@ def test_each_way_of_spelling_it_is_found(source: str) -> None:
         'subprocess.run([sys.executable, "-m", "pip", "download"])',
         'subprocess.run([sys.executable, "-m", "validate_other"])',
         'subprocess.run([sys.executable, "-c", "import validate"])',
+        'subprocess.run(["git", "status"], cwd=REPO)',
+        'cli("plan", "--matrix", str(REPO / "m.toml"), cwd=tmp_path)',
     ],
 )
 def test_what_is_not_starting_the_tool_is_left_alone(source: str) -> None:
