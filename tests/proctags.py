@@ -13,8 +13,10 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from usercli import start
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator
 
 TAG_VAR = "CUDNN_MATRIX_TEST_TAG"
 
@@ -72,18 +74,13 @@ def default_sigint() -> None:
 
 @contextlib.contextmanager
 def tagged_tool(
-    argv: Sequence[str], *, output: int = subprocess.PIPE
+    *args: str, cwd: Path, output: int = subprocess.PIPE
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """The tool started with a new tag, as from a terminal (SIGINT as by default); on leaving,
-    whatever a failed assertion left behind is killed: the tool and every tagged process."""
+    """`cudnn-matrix ARGS` (usercli.start) started in `cwd` with a new tag, as from a terminal
+    (SIGINT as by default); on leaving, whatever a failed assertion left behind is killed: the
+    tool and every tagged process."""
     tag, env = tagged_env()
-    tool = subprocess.Popen(
-        argv,
-        stdout=output,
-        stderr=output,
-        env=env,
-        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
-    )
+    tool = start(*args, cwd=cwd, env=env, stdout=output, stderr=output, preexec_fn=default_sigint)
     try:
         yield tool, tag
     finally:

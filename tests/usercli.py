@@ -5,31 +5,68 @@ names, with the environment the test gives (issue #36: each test file had its ow
 `pip install` put there: the tool a user types), or `python -m validate` where that interpreter
 has no such script. A test that must run another installation (a wheel in a venv of its own)
 passes that installation's script as `tool`. `cwd` has no default: where a command starts is part
-of what a test says, and the checkout is the one folder a user never starts from.
+of what a test says, and the checkout is the one folder a user never starts from; nor does the
+environment point PYTHONPATH at the checkout (an editable checkout hid a wheel without two of its
+packages).
+
+`elsewhere()` is a folder outside the checkout for a test with no tmp_path whose command writes
+nothing (`plan`, a refused flag).
+
+`start()` is `cli()` for a test that must hold the process (a signal, an interrupt, a pipe it
+reads as it goes), and `command()` the command line for one that hands it to a shell or a terminal
+of its own (`on_a_terminal`). No test file builds the tool's command line itself
+(tests/unit/test_usercli_only.py): this is the one place that says how a user starts the tool.
 """
 
 from __future__ import annotations
 
+import atexit
 import fcntl
+import functools
 import os
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import IO
 
-__all__ = ["cli", "fetch_pip", "installed_tool", "on_a_terminal", "own_cache"]
+__all__ = [
+    "cli",
+    "command",
+    "elsewhere",
+    "fetch_pip",
+    "installed_tool",
+    "on_a_terminal",
+    "own_cache",
+    "start",
+]
 
 
 def installed_tool() -> list[str]:
     """argv that starts the tool installed for this interpreter."""
     script = Path(sys.executable).parent / "cudnn-matrix"
     return [str(script)] if script.is_file() else [sys.executable, "-m", "validate"]
+
+
+@functools.cache
+def elsewhere() -> Path:
+    """An empty folder outside the checkout, one per test session (removed at its end): where a
+    command that names only absolute paths and writes nothing starts."""
+    folder = Path(tempfile.mkdtemp(prefix="cudnn-matrix-elsewhere-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def command(*args: str, tool: Sequence[str] | None = None) -> list[str]:
+    """The command line `cudnn-matrix ARGS` (`tool`: another installation's script)."""
+    return [*(tool or installed_tool()), *args]
 
 
 def cli(
@@ -41,7 +78,7 @@ def cli(
 ) -> subprocess.CompletedProcess[str]:
     """`cudnn-matrix ARGS` started in `cwd`; `env` is the whole environment (None: this one's)."""
     return subprocess.run(
-        [*(tool or installed_tool()), *args],
+        command(*args, tool=tool),
         cwd=cwd,
         env=None if env is None else dict(env),
         capture_output=True,
@@ -49,6 +86,29 @@ def cli(
         check=False,
         timeout=timeout,
     )
+
+
+def start(
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    tool: Sequence[str] | None = None,
+    **popen_kwargs: Any,
+) -> subprocess.Popen[Any]:
+    """`cudnn-matrix ARGS` started in `cwd` and left running: the same command line as `cli()`,
+    with SIGINT as a terminal's foreground job has it (a shell that started the tests in the
+    background hands its children SIGINT ignored, and the tool rightly keeps it ignored: Ctrl-C
+    tests would wait for an exit nothing asked for); `env` is the whole environment (None: this
+    one's), `popen_kwargs` go to subprocess.Popen."""
+    argv = [sys.executable, "-c", _SIGINT_DEFAULT, *command(*args, tool=tool)]
+    return subprocess.Popen(argv, cwd=cwd, env=None if env is None else dict(env), **popen_kwargs)
+
+
+#: Run argv[1:] with SIGINT's default action (exec keeps it; an ignored one it would keep too).
+_SIGINT_DEFAULT: Final = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 def on_a_terminal(

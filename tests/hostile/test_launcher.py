@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from proctags import default_sigint, kill_tagged, tagged, tagged_env
+from usercli import cli, command, start
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 SUITES = Path(__file__).resolve().parents[1] / "resources" / "hostile" / "suites"
 PROCS = Path(__file__).resolve().parents[1] / "resources" / "hostile" / "procs"
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -39,20 +39,12 @@ def tag() -> Iterator[tuple[str, dict[str, str]]]:
 def _run(
     suite: str, run_dir: Path, env: dict[str, str], *flags: str, wall_s: float = 240
 ) -> tuple[subprocess.CompletedProcess[str], float]:
-    """The tool over one hostile suite; returns it and its elapsed seconds."""
-    argv = [sys.executable, "-m", "validate", "run", "--tests", str(SUITES / suite)]
-    argv += ["--jobs", "2", "--results", str(run_dir), "--no-api-logs", *flags]
-    start = time.monotonic()
-    proc = subprocess.run(
-        argv,
-        cwd=REPO,
-        env={**env, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=wall_s,
-    )
-    return proc, time.monotonic() - start
+    """The tool over one hostile suite, started in the run folder's parent; returns it and its
+    elapsed seconds."""
+    args = ["run", "--tests", str(SUITES / suite), "--jobs", "2", "--results", run_dir.name]
+    began = time.monotonic()
+    proc = cli(*args, "--no-api-logs", *flags, cwd=run_dir.parent, env=env, timeout=wall_s)
+    return proc, time.monotonic() - began
 
 
 def _results(run_dir: Path) -> list[dict[str, Any]]:
@@ -108,15 +100,12 @@ def test_a_script_cases_leftovers_are_named_in_its_note(
         shutil.copy(PROCS / script, cases / script)
     for fork in ("1", "0"):
         run_dir = tmp_path / f"run-{fork}"
-        argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
-        argv += ["--timeout", "60", "--results", str(run_dir), "--no-api-logs"]
-        proc = subprocess.run(
-            argv,
-            cwd=REPO,
-            env={**env, "PYTHONPATH": str(REPO), "CUDNN_MATRIX_FORK_SERVER": fork},
-            capture_output=True,
-            text=True,
-            check=False,
+        args = ["run", "cases", "--jobs", "2", "--timeout", "60", "--results", run_dir.name]
+        proc = cli(
+            *args,
+            "--no-api-logs",
+            cwd=tmp_path,
+            env={**env, "CUDNN_MATRIX_FORK_SERVER": fork},
             timeout=240,
         )
         got = {r["case"]: (r["outcome"], r.get("reason", "")) for r in _results(run_dir)}
@@ -190,17 +179,17 @@ def test_a_test_that_kills_the_tool_is_its_crash_after_two_resumes(
     daemon a test before it left outlives the tool, and `--resume` ends it."""
     name, env = tag
     run_dir = tmp_path / "run"
-    tool = [sys.executable, "-m", "validate", "run", "--tests", str(SUITES / "kills_tool")]
-    tool += ["--jobs", "2", "--timeout", "60", "--results", str(run_dir), "--no-api-logs"]
+    tool = ["run", "--tests", str(SUITES / "kills_tool"), "--jobs", "2", "--timeout", "60"]
+    tool += ["--results", "run", "--no-api-logs"]
     codes = []
     for attempt in range(3):  # the run, then at most two --resume
         argv = [*tool, "--resume"] if attempt else tool
         # a shell of its own around the tool: the grandparent the test may kill
-        script = f"HOSTILE_GRANDPARENT_PID=$$ {shlex.join(argv)}; echo tool-exit=$?"
+        script = f"HOSTILE_GRANDPARENT_PID=$$ {shlex.join(command(*argv))}; echo tool-exit=$?"
         shell = subprocess.run(
             ["sh", "-c", script],
-            cwd=REPO,
-            env={**env, "PYTHONPATH": str(REPO)},
+            cwd=tmp_path,
+            env=env,
             capture_output=True,
             text=True,
             check=False,
@@ -324,15 +313,17 @@ def test_an_interrupted_test_is_no_suspect_on_resume(
     abandoned, and `--resume` runs that test with the rest, not alone as a suspect."""
     name, env = tag
     run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "validate", "run", "--tests", str(SUITES / "sleeper")]
-    argv += ["--jobs", "1", "--results", str(run_dir), "--no-api-logs"]
-    tool = subprocess.Popen(
-        [*argv, "--timeout", "120"],
-        cwd=REPO,
-        env={**env, "PYTHONPATH": str(REPO)},
+    argv = ["run", "--tests", str(SUITES / "sleeper"), "--jobs", "1", "--results", "run"]
+    tool = start(
+        *argv,
+        "--no-api-logs",
+        "--timeout",
+        "120",
+        cwd=tmp_path,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
+        preexec_fn=default_sigint,
     )
     deadline = time.monotonic() + 120
     started = b'"id": "test_sleep.py::test_sleeps"'

@@ -5,12 +5,11 @@ by name in every file the tool writes."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
 
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, write_json
@@ -62,10 +61,7 @@ def _hostile_run(tmp_path: Path) -> Path:
 def test_every_format_renders_escaped_and_redacted(tmp_path: Path, fmt: str) -> None:
     run = _hostile_run(tmp_path)
     out = tmp_path / f"out.{fmt}"
-    argv = ["report", "--results", str(run), "--format", fmt, "--out", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", *argv], capture_output=True, check=False, cwd=tmp_path
-    )
+    proc = cli("report", "--results", run.name, "--format", fmt, "--out", out.name, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr  # one failure: not signed off, rendered fine
     text = out.read_bytes().decode("utf-8")  # valid UTF-8 whatever the input held
     for control in ("\x1b", "\x07", "\x00", "\x0b"):
@@ -77,7 +73,7 @@ def test_every_format_renders_escaped_and_redacted(tmp_path: Path, fmt: str) -> 
         ET.fromstring(out.read_bytes())  # still valid XML
     if fmt == "json":
         json.loads(text)
-    assert "\x1b" not in proc.stderr.decode("utf-8", "replace")
+    assert "\x1b" not in proc.stderr  # and decodes: text mode would raise on a stray byte
 
 
 def test_every_file_the_tool_wrote_is_redacted(tmp_path: Path) -> None:
@@ -96,13 +92,9 @@ def test_terminal_gets_no_escape_sequence_from_a_case(tmp_path: Path) -> None:
     case.write_text(
         "import sys\nprint('\\x1b]0;pwned\\x07\\x1b[2J', file=sys.stderr)\nsys.exit(1)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "run", str(case), "--results", str(tmp_path / "r")],
-        capture_output=True,
-        check=False,
-    )
+    proc = cli("run", case.name, "--results", "r", cwd=tmp_path)
     assert proc.returncode == 1
-    assert b"\x1b" not in proc.stdout + proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr
 
 
 def test_a_newline_in_a_case_name_keeps_its_progress_line_one_line(tmp_path: Path) -> None:
@@ -111,12 +103,7 @@ def test_a_newline_in_a_case_name_keeps_its_progress_line_one_line(tmp_path: Pat
     folder = tmp_path / "cases"
     folder.mkdir()
     (folder / "two\nlines.py").write_text("import sys\nprint(ascii(sys.argv[0]))\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "run", str(folder), "--results", str(tmp_path / "r")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = cli("run", folder.name, "--results", "r", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("[1/1]")]
     assert len(lines) == 1, proc.stderr

@@ -5,12 +5,11 @@ environment that only this test's run carries."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from proctags import kill_tagged, tagged, tagged_env
+from usercli import cli
 
 from validate.model.results import read_results
 
@@ -22,16 +21,9 @@ def test_nothing_a_case_starts_outlives_it(tmp_path: Path) -> None:
     shutil.copytree(PROCS, cases)
     tag, env = tagged_env()
     run = tmp_path / "run"
-    argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "1"]
+    argv = ["run", "cases", "--jobs", "1", "--timeout", "3", "--results", "run", "--no-api-logs"]
     try:
-        proc = subprocess.run(
-            [*argv, "--timeout", "3", "--results", str(run), "--no-api-logs"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=240,
-        )
+        proc = cli(*argv, cwd=tmp_path, env=env, timeout=240)
         outcomes = {r.case: str(r.outcome) for r in read_results(run / "results.jsonl").results}
         assert outcomes == {
             "background_child.py": "pass",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from proctags import kill_tagged, tagged, tagged_env
+from usercli import cli, start
 
 from validate.env.target import ExecTarget
 from validate.execute.collection import Suite, collect
@@ -33,23 +34,14 @@ RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 SUITE = RESOURCES / "pytest_suite"
 GPU_SUITE = RESOURCES / "pytest_gpu_suite"
 UNEVEN_SUITE = RESOURCES / "pytest_uneven_suite"  # its second share collects 40 of the 50 ids
-REPO = Path(__file__).resolve().parents[2]
 
 
-def _cli(*args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m validate ARGS` from the checkout, as a user runs it (`path`: PATH's front)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def _cli(*args: str, cwd: Path, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`cudnn-matrix ARGS` started in `cwd`, as a user runs it (`path`: PATH's front)."""
+    env = dict(os.environ)
     if path is not None:
         env["PATH"] = f"{path}:{os.environ['PATH']}"
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    return cli(*args, cwd=cwd, env=env, timeout=120)
 
 
 #: The verdict of every test of the suite that does not simply pass, and why.
@@ -85,11 +77,15 @@ PASS_AFTER = [
 TOTAL = 2000 + 19 + 2  # collected tests + the module that fails to collect + the one skipped
 
 
-def _tool(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "validate", "run", "--tests", str(SUITE), *args],
-        cwd=REPO,
-        env={**(env or os.environ), "PYTHONPATH": str(REPO)},
+def _tool(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`cudnn-matrix run --tests SUITE ARGS` started in `cwd`, its output on one pipe."""
+    return start(
+        "run",
+        "--tests",
+        str(SUITE),
+        *args,
+        cwd=cwd,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -129,7 +125,7 @@ def test_every_test_id_gets_one_verdict_with_two_jobs(tmp_path: Path) -> None:
     """--jobs 2 over the whole suite: a segfault, an abort and os._exit(70) after a CUDA error
     line are the crash of their own test (its signal or status, its last output line), the
     hang is a timeout, and the tests after each one still run and pass."""
-    proc = _tool("--jobs", "2", "--timeout", "3", "--results", str(tmp_path / "run"))
+    proc = _tool("--jobs", "2", "--timeout", "3", "--results", "run", cwd=tmp_path)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, out  # the suite has failures
     rows = _lines(tmp_path / "run")
@@ -163,7 +159,7 @@ def test_poisoned_test_replaces_the_process(tmp_path: Path) -> None:
     """One slot, the poison pair: the poisoner's process ends after it (the plugin's exit 75) and
     the victim runs in a second process."""
     proc = _tool(
-        "--tests-select", "test_poison.py", "--jobs", "1", "--results", str(tmp_path / "run")
+        "--tests-select", "test_poison.py", "--jobs", "1", "--results", "run", cwd=tmp_path
     )
     out, _ = proc.communicate(timeout=120)
     got = {r["case"]: r["outcome"] for r in _lines(tmp_path / "run")}
@@ -180,7 +176,7 @@ def test_kill_9_of_the_tool_then_resume_loses_nothing(
     pytest processes die with it, and --resume runs exactly the ids without a stored result."""
     name, env = tag
     run_dir = tmp_path / "run"
-    first = _tool("--jobs", "2", "--timeout", "60", "--results", str(run_dir), env=env)
+    first = _tool("--jobs", "2", "--timeout", "60", "--results", "run", cwd=tmp_path, env=env)
     deadline = time.monotonic() + 120
     while len(_lines(run_dir)) < 500 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -193,7 +189,8 @@ def test_kill_9_of_the_tool_then_resume_loses_nothing(
             break
         time.sleep(0.05)
     assert tagged(name, "pytest") == []
-    second = _tool("--jobs", "2", "--timeout", "3", "--results", str(run_dir), "--resume", env=env)
+    again = ["--jobs", "2", "--timeout", "3", "--results", "run", "--resume"]
+    second = _tool(*again, cwd=tmp_path, env=env)
     out, _ = second.communicate(timeout=300)
     assert second.returncode == 1, out
     after = _lines(run_dir)
@@ -222,7 +219,7 @@ def test_a_suite_that_needs_a_gpu_to_collect_is_one_skip_without_one(tmp_path: P
 def test_run_of_a_suite_that_needs_a_gpu_is_one_skip(tmp_path: Path) -> None:
     """Through `run --tests` (two shares, both unable to collect): one `skip` for the suite,
     nothing else, exit 0."""
-    proc = _cli("run", "--tests", str(GPU_SUITE), "--jobs", "2", "--results", str(tmp_path / "run"))
+    proc = _cli("run", "--tests", str(GPU_SUITE), "--jobs", "2", "--results", "run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (row,) = _lines(tmp_path / "run")
     assert (row["case"], row["outcome"]) == ("pytest:pytest_gpu_suite", "skip")
@@ -299,7 +296,9 @@ def test_ids_no_share_ran_run_after_the_shares_and_a_repeat_is_kept_only_if_wors
     workers' may), ids 40-49 fall to no share and 20-24 to two. The ids no share ran run after
     the shares; a repeat is stored only if worse (test_case[22] fails only in share 2)."""
     run = tmp_path / "run"
-    proc = _cli("run", "--tests", str(UNEVEN_SUITE), "--jobs", "2", "--results", str(run))
+    proc = _cli(
+        "run", "--tests", str(UNEVEN_SUITE), "--jobs", "2", "--results", "run", cwd=tmp_path
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # test_case[22] fails
     lines: dict[str, list[str]] = {}
     for row in _lines(run):
@@ -315,7 +314,7 @@ def test_ids_no_share_ran_run_after_the_shares_and_a_repeat_is_kept_only_if_wors
         "(pass after fail): not stored" in proc.stderr
     )
     assert "50 tests, 1 failing" in proc.stdout + proc.stderr
-    report = _cli("report", "--results", str(run), "--format", "json")
+    report = _cli("report", "--results", "run", "--format", "json", cwd=tmp_path)
     got = {r["case"]: r["outcome"] for r in json.loads(report.stdout)["results"]}
     assert len(got) == 50  # one verdict per id
     assert got["test_uneven.py::test_case[22]"] == "fail"
@@ -396,8 +395,8 @@ def test_validate_runs_the_suite_in_the_cell_environment(tmp_path: Path) -> None
         (["--tests", str(SUITE), "--case", "x.py"], "select a suite's tests with --tests-select"),
     ],
 )
-def test_bad_suite_flags_are_one_line_exit_2(args: list[str], message: str) -> None:
-    proc = _cli("validate", "--cudnn", "9.24.0.43", *args)
+def test_bad_suite_flags_are_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = _cli("validate", "--cudnn", "9.24.0.43", *args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -417,7 +416,7 @@ def test_an_interpreter_without_pytest_is_bad_input_before_the_run(
     bin_dir = tmp_path / "v" / "bin"
     interpreter = str(bin_dir / "python3") if named == "path" else "python3"
     argv = ["run", "--tests", str(SUITE), "--jobs", "2", "--interpreter", interpreter]
-    proc = _cli(*argv, "--results", str(tmp_path / "run"), path=str(bin_dir))
+    proc = _cli(*argv, "--results", "run", cwd=tmp_path, path=str(bin_dir))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert f"{bin_dir / 'python3'} has no pytest" in proc.stderr
@@ -478,8 +477,10 @@ def test_an_environment_layered_on_a_base_with_pytest_installs_none(tmp_path: Pa
     assert pytest_requirement(isolated=True, base=sys.executable) == f"pytest=={pytest.__version__}"
 
 
-def test_an_interpreter_that_is_neither_a_file_nor_a_command_is_one_line_exit_2() -> None:
-    proc = _cli("run", "--tests", str(SUITE), "--interpreter", "no-such-python-3f9")
+def test_an_interpreter_that_is_neither_a_file_nor_a_command_is_one_line_exit_2(
+    tmp_path: Path,
+) -> None:
+    proc = _cli("run", "--tests", str(SUITE), "--interpreter", "no-such-python-3f9", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert (
         proc.stderr.strip()

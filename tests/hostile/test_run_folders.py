@@ -2,7 +2,7 @@
 nothing, two runs started in the same second keep apart, secrets in the environment reach no file
 of the run, and each result is durable before the tool reports it.
 
-Through the real CLI in real processes (`python -m validate`); the default run folder is
+Through the real CLI in real processes (the installed `cudnn-matrix`); the default run folder is
 `reports/runs/` under the working directory, so each test runs the tool in its own `tmp_path`.
 """
 
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from usercli import cli
+from usercli import cli, command, start
 
 from validate.model.results import read_results
 
@@ -28,9 +28,8 @@ CELL = ["--cudnn", "9.24.0.43", "--frontend", "1.27.0", "--cuda", "13.0", "--arc
 
 
 def _env(**extra: str) -> dict[str, str]:
-    """The test's environment with the checkout importable from any working directory."""
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT), **extra}
+    """The test's environment and `extra`: the installed tool, the checkout nowhere on its path."""
+    return {**os.environ, **extra}
 
 
 def _files(folder: Path) -> list[Path]:
@@ -95,12 +94,13 @@ def test_two_runs_started_in_the_same_second_get_a_folder_each(tmp_path: Path) -
     for name in ("first", "second"):
         cases[name] = tmp_path / f"{name}.py"
         shutil.copy(SCRIPTS / "pass_script.py", cases[name])
-    argv = [sys.executable, "-m", "validate", "run", "--jobs", "1", "--no-api-logs"]
+    argv = ["run", "--jobs", "1", "--no-api-logs"]
     # start both just after a second begins: each makes its id well within that second
     time.sleep(1 - time.time() % 1)
     procs = [
-        subprocess.Popen(
-            [*argv, str(case)],
+        start(
+            *argv,
+            case.name,
             cwd=tmp_path,
             env=_env(),
             stdout=subprocess.DEVNULL,
@@ -216,12 +216,12 @@ def test_each_result_is_durable_before_it_is_reported(tmp_path: Path) -> None:
     for i in range(5):
         shutil.copy(SCRIPTS / "pass_script.py", cases / f"case{i}.py")
     run, log, state = tmp_path / "run", tmp_path / "strace.log", tmp_path / "state"
-    tool = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2", "--no-api-logs"]
+    tool = command("run", "cases", "--jobs", "2", "--no-api-logs", "--results", "run")
     done = subprocess.run(
         [
             *("strace", "-f", "-y", "-qq", "-s", "32", "-o", str(log)),
             *("-e", "trace=write,fsync,fdatasync"),
-            *(*tool, "--results", str(run)),
+            *tool,
         ],
         capture_output=True,
         text=True,

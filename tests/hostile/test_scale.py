@@ -4,16 +4,16 @@ at the limit plans (duplicates are found with a set, not by scanning a list)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
 
 from validate.datafile import MAX_DATA_BYTES
 from validate.model.matrix import MAX_AXIS_VALUES
 
 if TYPE_CHECKING:
+    import subprocess
     from pathlib import Path
 
 
@@ -27,11 +27,10 @@ def _matrix(path: Path, cudnn_values: int, *, dupe: bool = False) -> Path:
 
 
 def _plan(matrix: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", "plan", "--matrix", str(matrix), "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=False,
+    """`cudnn-matrix plan --matrix NAME` started in the matrix's folder."""
+    return cli(
+        *("plan", "--matrix", matrix.name, "--format", "json"),
+        cwd=matrix.parent,
         timeout=60,  # a hang fails here; the wall time itself is not asserted
     )
 

@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from usercli import cli, command
 
 from validate.errors import ResultsLost
 from validate.model.outcome import Outcome
@@ -60,11 +61,8 @@ def test_unusable_output_path_is_one_line_before_anything_runs(
         pytest.skip("running as root: permission bits do not stop root (the /sys case covers it)")
     target = places[place]
     argv = [a.replace("{}", str(target)) for a in COMMANDS[command]]
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", *argv],
-        capture_output=True,
-        text=True,
-        check=False,
+    proc = cli(
+        *argv,
         cwd=tmp_path,
         env={**os.environ, "CUDNN_MATRIX_CACHE": str(tmp_path / "cache")},
         timeout=120,
@@ -86,14 +84,7 @@ def _cases(folder: Path, named: dict[str, Path]) -> Path:
 
 
 def _tool(*argv: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *map(str, argv)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        timeout=240,
-    )
+    return cli(*map(str, argv), cwd=cwd, timeout=240)
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -167,7 +158,7 @@ def test_disk_full_stops_the_run_and_keeps_every_finished_result(tmp_path: Path)
         {"a_before.py": PASS, "b_fills_disk.py": IO / "fills_disk.py", "c_after.py": PASS},
     )
     argv = ("run", cases, "--jobs", "1", "--no-api-logs", "--results", "{mnt}/run")
-    proc, mnt, kept = _on_small_tmpfs(tmp_path, sys.executable, "-m", "validate", *argv)
+    proc, mnt, kept = _on_small_tmpfs(tmp_path, *command(*map(str, argv)))
     assert proc.returncode == 5, proc.stderr
     [line] = _error_lines(proc.stderr)
     assert "disk full" in line

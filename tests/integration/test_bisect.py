@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from usercli import cli
 
 pytestmark = pytest.mark.slow
 
@@ -22,14 +22,11 @@ CELL = ["--cudnn", "9.13.0.50", "--cuda", "13.0", "--driver", "580", "--arch", "
 
 
 def _bisect(wheelhouse: Path, envs: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            *(sys.executable, "-m", "validate", "bisect", "--axis", "frontend", *CELL, *args),
-            *("--wheelhouse", str(wheelhouse), "--no-backend-deps", "--cache-dir", str(envs)),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    """`cudnn-matrix bisect --axis frontend`, started in the folder that holds `envs`."""
+    return cli(
+        *("bisect", "--axis", "frontend", *CELL, *args),
+        *("--wheelhouse", str(wheelhouse), "--no-backend-deps", "--cache-dir", str(envs)),
+        cwd=envs.parent,
         timeout=600,
     )
 
@@ -152,13 +149,13 @@ def test_bisect_over_commits_builds_each_probe_from_source(
     sha = {f"c{n}": _git(repo, "rev-parse", f"c{n}") for n in range(len(orders))}
     case = ROOT / "tests" / "resources" / "bisect" / "uses_old_uid_order.py"
     folder = tmp_path / "bisect"
-    argv = [sys.executable, "-m", "validate", "bisect", "--axis", "frontend-commit"]
+    argv = ["bisect", "--axis", "frontend-commit"]
     argv += ["--good", "c0", "--bad", "c5", "--frontend-source", str(repo), *CELL]
     argv += ["--frontend", "1.26.0", "--cases", str(case), "--case", case.name]
     argv += ["--wheelhouse", str(wheelhouse), "--no-backend-deps", "--results", str(folder)]
     argv += ["--cache-dir", str(tmp_path / "envs")]
     offline = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=offline)
+    proc = cli(*argv, cwd=tmp_path, env=offline, timeout=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"first bad: {sha['c4']}" in proc.stdout
     assert f"last good: {sha['c3']}" in proc.stdout
@@ -191,11 +188,11 @@ def test_bisect_over_a_backend_store(wheelhouse: Path, tmp_path: Path) -> None:
                 (lib / name).write_bytes(archive.read(f"nvidia/cudnn/lib/{name}"))
     case = ROOT / "tests" / "resources" / "bisect" / "backend_before_9_13.py"
     folder = tmp_path / "bisect"
-    argv = [sys.executable, "-m", "validate", "bisect", "--axis", "cudnn", "--good", "9.12.0.46"]
+    argv = ["bisect", "--axis", "cudnn", "--good", "9.12.0.46"]
     argv += ["--bad", "9.13.0.50", "--frontend", "1.27.0", *CELL[2:], "--backend-store", str(store)]
     argv += ["--wheelhouse", str(wheelhouse), "--cases", str(case), "--case", case.name]
     argv += ["--results", str(folder), "--cache-dir", str(tmp_path / "envs")]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    proc = cli(*argv, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"(backend store {store})" in proc.stdout
     assert "first bad: 9.13.0.50" in proc.stdout

@@ -12,8 +12,6 @@ import io
 import json
 import os
 import re
-import subprocess
-import sys
 import tarfile
 import uuid
 from dataclasses import replace
@@ -22,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import docker
 import pytest
+from usercli import cli
 
 from validate.config import ValidateConfig
 from validate.env.builder import BuildResult, ImageBuilder, base_image_for, docker_client
@@ -33,6 +32,7 @@ from validate.model.matrix import Cell
 from validate.model.results import CaseResult, load_results
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]  # image builds take minutes
@@ -238,9 +238,9 @@ def test_build_failure_is_image_build_error_with_log_tail(
     assert not builder.image_exists(broken.tag)
 
 
-def _images_build(*args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "validate", "images", "build", "--wheelhouse", str(WHEELHOUSE)]
-    return subprocess.run([*argv, *args], capture_output=True, text=True, cwd=ROOT, check=False)
+def _images_build(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`cudnn-matrix images build --wheelhouse W ARGS` started in `cwd`."""
+    return cli("images", "build", "--wheelhouse", str(WHEELHOUSE), *args, cwd=cwd, timeout=None)
 
 
 def _select(driver: str) -> list[str]:
@@ -248,11 +248,11 @@ def _select(driver: str) -> list[str]:
     return ["--cudnn", BACKEND, "--frontend", "1.27.0", "--cuda", cell.cuda, "--driver", driver]
 
 
-def test_missing_base_is_one_line(builder: ImageBuilder) -> None:
+def test_missing_base_is_one_line(builder: ImageBuilder, tmp_path: Path) -> None:
     """No such image on the daemon and no registry to pull it from: one line naming the fix."""
     missing = "cudnn-matrix/base:no-such-image"
     assert not builder.image_exists(missing)
-    proc = _images_build(*_select("580"), "--arch", "sm90", "--base-image", missing)
+    proc = _images_build(*_select("580"), "--arch", "sm90", "--base-image", missing, cwd=tmp_path)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     *logged, line = proc.stderr.splitlines()
     assert logged == [f"pulling {missing}"]  # and one line: no docker output dumped
@@ -264,7 +264,10 @@ def test_missing_base_is_one_line(builder: ImageBuilder) -> None:
 
 
 def test_images_build_falls_back_to_the_local_base_as_validate_does(
-    builder: ImageBuilder, specs: dict[str, ImageSpec], builds: dict[str, BuildResult]
+    builder: ImageBuilder,
+    specs: dict[str, ImageSpec],
+    builds: dict[str, BuildResult],
+    tmp_path: Path,
 ) -> None:
     """No --base-image, a daemon with only the local base: the image validate builds (cached)."""
     assert builds
@@ -273,19 +276,21 @@ def test_images_build_falls_back_to_the_local_base_as_validate_does(
     if builder.image_exists(nvidia):
         pytest.skip(f"the daemon holds {nvidia}: both paths choose it, not the local base")
     assert base_image_for(cell, None, builder) == LOCAL_BASE_IMAGE  # validate's choice
-    proc = _images_build(*_select(cell.driver), "--arch", cell.arch, "--offline")
+    proc = _images_build(*_select(cell.driver), "--arch", cell.arch, "--offline", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert specs["1.27.0"].tag in proc.stdout.split()  # same pins, same base: the same tag
 
 
-def test_forward_compat_on_the_local_base_is_one_line(builder: ImageBuilder) -> None:
+def test_forward_compat_on_the_local_base_is_one_line(
+    builder: ImageBuilder, tmp_path: Path
+) -> None:
     """The Debian base has no NVIDIA CUDA apt repository: caught before any build step."""
     fc = replace(_cell("1.27.0"), driver="fc-610@580")
     spec = builder.spec_for(fc)  # the base is chosen as for any cell
     if spec.base_image != LOCAL_BASE_IMAGE:
         pytest.skip(f"the daemon holds {spec.base_image}: the cell is built on it")
     assert spec.compat == "13-0"
-    proc = _images_build(*_select(fc.driver), "--arch", fc.arch)
+    proc = _images_build(*_select(fc.driver), "--arch", fc.arch, cwd=tmp_path)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     (line,) = proc.stderr.splitlines()
     assert "needs cuda-compat-13-0 from NVIDIA's CUDA apt repository" in line
@@ -325,18 +330,17 @@ def test_cuda_apt_repository_is_read_from_the_image(
 
 
 def test_list_and_prune_remove_what_the_tests_built(
-    builder: ImageBuilder, specs: dict[str, ImageSpec], builds: dict[str, BuildResult]
+    builder: ImageBuilder,
+    specs: dict[str, ImageSpec],
+    builds: dict[str, BuildResult],
+    tmp_path: Path,
 ) -> None:
     assert builds
-    cli = [sys.executable, "-m", "validate", "images"]
-    listed = subprocess.run(
-        [*cli, "list", "--format", "json"], capture_output=True, text=True, check=False
-    )
+    listed = cli("images", "list", "--format", "json", cwd=tmp_path, timeout=None)
     assert listed.returncode == 0, listed.stderr
     tags = {row["tag"] for row in json.loads(listed.stdout)}
     assert {spec.tag for spec in specs.values()} <= tags
-    prune = [*cli, "prune", "--cudnn", BACKEND]
-    pruned = subprocess.run(prune, capture_output=True, text=True, cwd=ROOT, check=False)
+    pruned = cli("images", "prune", "--cudnn", BACKEND, cwd=tmp_path, timeout=None)
     assert pruned.returncode == 0, pruned.stderr
     for spec in specs.values():
         assert f"removed {spec.tag}" in pruned.stdout

@@ -21,7 +21,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from testwheels import make_wheel
-from usercli import cli, installed_tool, own_cache
+from usercli import cli, own_cache, start
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -114,12 +113,6 @@ def index(wheelhouse: Path, tmp_path: Path) -> Iterator[HeldIndex]:
         thread.join()
 
 
-_SIGINT_DEFAULT = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.argv[1], sys.argv[1:])"
-)
-
-
 def _validate(cwd: Path, index: HeldIndex, results: str) -> subprocess.Popen[str]:
     """A real validate run whose cell needs a new environment (the tool's interpreter plus
     heldpkg), started in a session of its own."""
@@ -127,13 +120,10 @@ def _validate(cwd: Path, index: HeldIndex, results: str) -> subprocess.Popen[str
     if not cases.is_dir():
         cases.mkdir()
         shutil.copy(SCRIPTS / "pass_script.py", cases)
-    # SIGINT as a terminal's foreground job has it: a shell that started the suite in the
-    # background hands its children SIGINT ignored (and the tool rightly keeps it ignored)
-    argv = [sys.executable, "-c", _SIGINT_DEFAULT, *installed_tool()]
-    argv += ["validate", *CELL, "--with", f"heldpkg=={index.version}"]
+    argv = ["validate", *CELL, "--with", f"heldpkg=={index.version}"]
     argv += ["--cases", str(cases), "--results", results]
-    return subprocess.Popen(
-        argv,
+    return start(
+        *argv,
         cwd=cwd,
         env=index.env(cwd),
         stdout=subprocess.PIPE,

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from usercli import cli
+from usercli import cli, command
 
 pytestmark = [pytest.mark.slow, pytest.mark.gitlab]
 
@@ -52,7 +52,7 @@ def _project(tmp_path: Path, name: str, job_args: str) -> Path:
     (project / "matrix.toml").write_text(MATRIX.read_text())
     (project / "runners.toml").write_text(RUNNERS)
     emit = ["plan", "--matrix", "matrix.toml", "--runners", "runners.toml", "--emit", "gitlab"]
-    tool = f"{sys.executable} -m validate"
+    tool = shlex.join(command())  # what each job runs: the tool installed for this interpreter
     emit += ["--shards", "2", "--tool", tool, "--job-args", job_args, "--out", "child.yml"]
     proc = cli(*emit, cwd=project)
     assert proc.returncode == 0, proc.stderr

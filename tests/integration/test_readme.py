@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from usercli import cli
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -65,12 +66,7 @@ def test_every_readme_command_works_after_the_setup(tmp_path: Path) -> None:
     )
     assert commands, "the README shows no `nox -s cli -- COMMAND`"
     for command in commands:
-        proc = subprocess.run(
-            [str(tool), *shlex.split(command), "--help"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        proc = cli(*shlex.split(command), "--help", cwd=tmp_path, tool=[str(tool)], timeout=None)
         assert proc.returncode == 0, f"`nox -s cli -- {command} --help`: {proc.stderr}"
 
 

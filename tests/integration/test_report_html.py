@@ -16,7 +16,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import time
 import zlib
 from collections import Counter
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from usercli import cli
 
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult
@@ -324,9 +324,9 @@ def test_top_of_the_page_in_a_1400_window(tmp_path: Path, runs: tuple[str, ...])
     in the first viewport (above the grid), the grid fits the width, footnotes are whole and the
     case matrix is collapsed."""
     page = tmp_path / "compat.html"
-    argv = [sys.executable, "-m", "validate", "report", "--format", "html", "--out", str(page)]
-    argv += [a for run in runs for a in ("--results", run)]
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    argv = ["report", "--format", "html", "--out", page.name]
+    argv += [a for run in runs for a in ("--results", str(REPO / run))]
+    proc = cli(*argv, cwd=tmp_path, timeout=None)
     assert proc.returncode in (0, 1), proc.stderr
     verdict_line = next(line for line in proc.stderr.splitlines() if "SIGNED OFF" in line)
     browser, png = _load(page, tmp_path, width=1400)
@@ -458,9 +458,9 @@ def test_every_mark_draws_and_every_reference_is_defined(
     draws as the empty .notdef box (⏱ did), every [n]/[sN] a grid cell shows is defined on the
     page, and a run without a GPU has no green cell."""
     page = tmp_path / "compat.html"
-    argv = [sys.executable, "-m", "validate", "report", "--format", "html", "--out", str(page)]
-    argv += [a for run in runs for a in ("--results", run)]
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    argv = ["report", "--format", "html", "--out", page.name]
+    argv += [a for run in runs for a in ("--results", str(REPO / run))]
+    proc = cli(*argv, cwd=tmp_path, timeout=None)
     assert proc.returncode in (0, 1), proc.stderr
     browser, _ = _load(page, tmp_path, width=1400)
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from usercli import cli, start
 
 from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
@@ -20,7 +20,6 @@ from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore, load_results
 
 RES = Path(__file__).resolve().parents[1] / "resources"
-REPO = Path(__file__).resolve().parents[2]
 
 EXPECTED = {
     "pass.ipynb": (Outcome.PASS, ""),
@@ -126,19 +125,8 @@ def test_kill_9_keeps_results_and_resume_completes(tmp_path: Path) -> None:
     for i in range(5):
         (slow / f"slow_{i}.py").write_text("import time\ntime.sleep(1.0)\n", encoding="utf-8")
     out = tmp_path / "run"
-    argv = [
-        sys.executable,
-        "-m",
-        "validate",
-        "run",
-        str(slow),
-        "--jobs",
-        "1",
-        "--results",
-        str(out),
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    tool = subprocess.Popen(argv, cwd=REPO, env=env, stderr=subprocess.DEVNULL)
+    argv = ["run", "cases", "--jobs", "1", "--results", "run"]
+    tool = start(*argv, cwd=tmp_path, stderr=subprocess.DEVNULL)
     jsonl = out / "results.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -151,9 +139,8 @@ def test_kill_9_keeps_results_and_resume_completes(tmp_path: Path) -> None:
     assert 2 <= len(lines) < 5
     first = [json.loads(line) for line in lines]  # every recorded line is intact JSON
     assert all(r["outcome"] == "pass" for r in first)
-    done = subprocess.run(
-        [*argv, "--resume", "--json"], cwd=REPO, env=env, capture_output=True, text=True, check=True
-    )
+    done = cli(*argv, "--resume", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
     final = json.loads(done.stdout)
     assert sorted(r["case"] for r in final) == [f"slow_{i}.py" for i in range(5)]
     after = jsonl.read_text(encoding="utf-8").splitlines()
@@ -162,13 +149,7 @@ def test_kill_9_keeps_results_and_resume_completes(tmp_path: Path) -> None:
 
 
 def test_cli_bad_flag_is_one_line(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "run", str(tmp_path), "--jobs", "0"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = cli("run", ".", "--jobs", "0", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1
     assert "--jobs" in proc.stderr

@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,9 +25,9 @@ def test_interrupt_ends_running_cases_and_keeps_finished_ones(
     cases = tmp_path / "cases"
     hang = quick_and_hanging(cases)
     results = tmp_path / "run"
-    argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
+    argv = ["run", "cases", "--jobs", "2", "--timeout", "300", "--results", results.name]
     store = results / "results.jsonl"
-    with tagged_tool([*argv, "--timeout", "300", "--results", str(results)]) as (tool, tag):
+    with tagged_tool(*argv, cwd=tmp_path) as (tool, tag):
         err = ctrl_c_when(
             tool,
             lambda: (
@@ -53,9 +52,8 @@ def test_cases_die_with_a_killed_tool(tmp_path: Path) -> None:
     shutil.copy(SCRIPTS / "hang.py", hang)
     notebook = cases / f"orphan_{os.getpid()}.ipynb"
     shutil.copy(SCRIPTS.parent / "notebooks" / "hang.ipynb", notebook)
-    argv = [sys.executable, "-m", "validate", "run", str(cases), "--jobs", "2"]
-    argv += ["--timeout", "300", "--results", str(tmp_path / "run")]
-    with tagged_tool(argv, output=subprocess.DEVNULL) as (tool, tag):
+    argv = ["run", "cases", "--jobs", "2", "--timeout", "300", "--results", "run"]
+    with tagged_tool(*argv, cwd=tmp_path, output=subprocess.DEVNULL) as (tool, tag):
         _wait_then_kill(tool, tag)
         still_running(tag)
         assert tagged(tag, f"orphan_{os.getpid()}") == []

@@ -17,7 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from proctags import default_sigint
+from usercli import cli, start
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -254,15 +254,16 @@ def _args(
 
 
 def _tool(cluster: Cluster, *args: str, cwd: Path) -> subprocess.Popen[str]:
-    env = {**cluster.env, "PYTHONPATH": str(REPO), "CUDNN_MATRIX_SLURM_POLL_S": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "validate", "validate", *args],
+    """`cudnn-matrix validate ARGS` started in `cwd` with the cluster's clients, left running."""
+    return start(
+        "validate",
+        *args,
         cwd=cwd,
-        env=env,
+        env={**cluster.env, "CUDNN_MATRIX_SLURM_POLL_S": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
+        preexec_fn=default_sigint,
     )
 
 
@@ -335,15 +336,7 @@ def test_submit_run_merge_equals_a_local_run(
     assert "slurm: submitted job" in err
     assert "COMPLETED" in err  # progress from the queue
     local = tmp_path / "local-run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "validate", *args, "--results", str(local)],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    proc = cli("validate", *args, "--results", str(local), cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     merged, single = _results(run_dir), _results(local)
     assert {k: v["outcome"] for k, v in merged.items()} == {
@@ -375,15 +368,7 @@ def test_submit_run_merge_equals_a_local_run(
     sm90 = run_dir / "slurm" / f"{next(g['id'] for g in groups if g['arch'] == 'sm90')}.sh"
     assert sm90.is_file()
     # the merged folder is an ordinary run folder for `report`
-    report = subprocess.run(
-        [sys.executable, "-m", "validate", "report", "--results", str(run_dir), "--format", "json"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    report = cli("report", "--results", str(run_dir), "--format", "json", cwd=tmp_path, timeout=120)
     assert report.returncode == 1, report.stderr
     assert len(json.loads(report.stdout)["results"]) == 6
 
@@ -594,16 +579,9 @@ def test_slurm_tier_runs_exactly_the_tier_in_every_group(
 ) -> None:
     """Each runner group (arch) runs its part of the one tier: the same cells as `plan --tier`."""
     (tmp_path / "matrix.toml").write_text(TIER_MATRIX)
-    command = [sys.executable, "-m", "validate", "plan", "--matrix", "matrix.toml"]
-    plan = subprocess.run(
-        [*command, "--tier", "pr", "--format=json"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
+    plan_args = ["plan", "--matrix", "matrix.toml", "--tier", "pr", "--format=json"]
+    plan = cli(*plan_args, cwd=tmp_path, timeout=60)
+    assert plan.returncode == 0, plan.stderr
     tier_ids = {row["id"] for row in json.loads(plan.stdout)}
     runners = tmp_path / "runners.toml"
     runners.write_text(RUNNERS.format(time="00:10:00"))

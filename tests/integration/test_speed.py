@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import nbformat
 import pytest
 from proctags import default_sigint
-from usercli import cli, installed_tool
+from usercli import cli, start
 
 from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
@@ -240,19 +240,19 @@ def test_resume_continues_the_speed_stage(
     run = tmp_path / "run"
     args = ["--cudnn", "9.12.0.46,9.13.0.51", "--results", str(run), "--speed-repeats", "2"]
     args += ["--slower-ratio", "2", "--slower-min-s", "0.5"]
-    argv = [*installed_tool(), "validate", *CELL, "--backend-store", str(store)]
+    argv = ["validate", *CELL, "--backend-store", str(store)]
     argv += ["--wheelhouse", str(wheelhouse), "--no-backend-deps", "--cache-dir", str(envs)]
     argv += ["--cases", str(CASE), *args]
     first = run / "speed" / "r1" / "results.jsonl"
-    with subprocess.Popen(
-        argv,
+    with start(
+        *argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **SPEED},
         start_new_session=True,
         cwd=envs,
-        preexec_fn=default_sigint,  # noqa: PLW1509 - signal reset only, before exec
+        preexec_fn=default_sigint,
     ) as proc:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:

@@ -15,12 +15,11 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 import zipfile
 from typing import TYPE_CHECKING
 
 import pytest
-from usercli import on_a_terminal
+from usercli import cli, command, on_a_terminal
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -81,13 +80,13 @@ def test_ends_that_agree_exit_6_and_nothing_between_is_probed(tmp_path: Path) ->
     case = tmp_path / "passes.py"
     case.write_text('print("a case whose outcome no backend changes")\n')
     folder = tmp_path / "bisect"
-    argv = [sys.executable, "-m", "validate", "bisect", "--axis", "cudnn"]
+    argv = ["bisect", "--axis", "cudnn"]
     argv += ["--good", "9.12.0.46", "--bad", "9.13.0.50", "--backend-store", str(store)]
     argv += ["--frontend", "1.27.0", "--frontend-source", str(_frontend_wheel(tmp_path))]
     argv += ["--cuda", "13.0", "--driver", "580", "--arch", "sm90"]
     argv += ["--cases", str(case), "--case", case.name, "--results", str(folder)]
     argv += ["--cache-dir", str(tmp_path / "envs")]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    proc = cli(*argv, cwd=tmp_path, timeout=600)
     assert proc.returncode == 6, proc.stdout + proc.stderr
     assert "1 candidates between 9.12.0.46 and 9.13.0.50" in proc.stdout
     assert (
@@ -103,10 +102,11 @@ def test_ends_that_agree_exit_6_and_nothing_between_is_probed(tmp_path: Path) ->
     assert state["suggested_issue"] is None
 
 
-def _on_a_terminal(argv: list[str], width: int, log: Path) -> tuple[int, str, str]:
-    """Run `argv` with stdout on a pseudo-terminal `width` columns wide; stderr to `log`."""
+def _on_a_terminal(args: list[str], width: int, log: Path) -> tuple[int, str, str]:
+    """`cudnn-matrix ARGS` started in the folder of `log`, with stdout on a pseudo-terminal
+    `width` columns wide; stderr to `log`."""
     with log.open("w", encoding="utf-8") as err:
-        code, text = on_a_terminal(argv, width=width, stderr=err)
+        code, text = on_a_terminal(command(*args), width=width, cwd=log.parent, stderr=err)
     return code, text, log.read_text(encoding="utf-8")
 
 
@@ -120,7 +120,7 @@ def test_validate_ends_with_the_verdict_first_within_the_terminal(tmp_path: Path
         _backend(store, version)
     case = tmp_path / "passes.py"
     case.write_text('print("ok")\n')
-    argv = [sys.executable, "-m", "validate", "validate", "--cudnn", "9.12.0.46,9.13.0.50"]
+    argv = ["validate", "--cudnn", "9.12.0.46,9.13.0.50"]
     argv += ["--backend-store", str(store), "--frontend", "1.27.0"]
     argv += ["--frontend-source", str(_frontend_wheel(tmp_path))]
     argv += ["--cuda", "13.0", "--driver", "580", "--arch", "sm90,sm100", "--cases", str(case)]
@@ -138,13 +138,7 @@ def test_validate_ends_with_the_verdict_first_within_the_terminal(tmp_path: Path
     assert not any(line.startswith("| cell ") for line in lines)
     assert lines[-1] == f"results: {tmp_path / 'a'}"[:80] or len(lines[-1]) <= 80
 
-    piped = subprocess.run(
-        [*argv, "--results", str(tmp_path / "b")],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    piped = cli(*argv, "--results", str(tmp_path / "b"), cwd=tmp_path, timeout=600)
     assert piped.returncode == 0, piped.stderr
     out = piped.stdout.splitlines()
     assert out[0] == (

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from proctags import ctrl_c_when, quick_and_hanging, still_running, tagged, tagged_tool
+from usercli import cli
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,14 +28,9 @@ SM89_WARNING = (
 SCRIPTS = Path(__file__).resolve().parents[1] / "resources" / "scripts"
 
 
-def _validate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", "validate", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+def _validate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`cudnn-matrix validate ARGS` started in `cwd`."""
+    return cli("validate", *args, cwd=cwd, timeout=600)
 
 
 def _unpack_backend(wheel: Path, dest: Path) -> None:
@@ -95,7 +91,7 @@ def test_validate_installs_pins_and_verifies_them(
     run_dir = tmp_path / "run"
     common = ["--cudnn", BACKEND, "--frontend", "1.27.0", *CELL, "--wheelhouse", str(wheelhouse)]
     common += ["--cache-dir", str(env_cache), "--no-backend-deps", "--results", str(run_dir)]
-    proc = _validate(*common)
+    proc = _validate(*common, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = _results(run_dir)
     check = results["pin_check.py"]
@@ -120,7 +116,7 @@ def test_validate_installs_pins_and_verifies_them(
     ), proc.stdout
 
     # --resume on a finished run adds nothing and re-runs nothing.
-    again = _validate(*common, "--resume")
+    again = _validate(*common, "--resume", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert len((run_dir / "results.jsonl").read_text().splitlines()) == len(results)
     assert "reusing environment" in again.stderr or "cell" in again.stderr
@@ -136,7 +132,7 @@ def test_no_gpu_is_no_sign_off_and_require_gpu_fails_it(
     common = ["--cudnn", BACKEND, "--frontend", "1.27.0", "--cuda", "13.0", "--driver", "580"]
     common += ["--arch", "sm90,sm100", "--wheelhouse", str(wheelhouse), "--no-backend-deps"]
     common += ["--cache-dir", str(env_cache), "--results", str(run_dir)]
-    proc = _validate(*common)
+    proc = _validate(*common, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     outcomes = sorted((r["outcome"], r["case"]) for r in map(json.loads, _lines(run_dir)))
     assert outcomes.count(("pass", "pin_check.py")) == 1
@@ -148,20 +144,15 @@ def test_no_gpu_is_no_sign_off_and_require_gpu_fails_it(
     assert proc.stdout.startswith(f"{line}\n"), proc.stdout  # the verdict first, then the cells
     assert "\nSIGNED OFF" not in proc.stdout
 
-    strict = _validate(*common, "--resume", "--require-gpu")  # nothing left to run: the verdict
+    # nothing left to run: the verdict
+    strict = _validate(*common, "--resume", "--require-gpu", cwd=tmp_path)
     assert strict.returncode == 1, strict.stdout + strict.stderr
     assert strict.stdout.startswith(f"{line}\n")
     assert len(_lines(run_dir)) == 10  # --resume re-ran nothing
 
-    report = [sys.executable, "-m", "validate", "report", "--results", str(run_dir)]
+    report = ["report", "--results", str(run_dir)]
     for extra, code in (([], 0), (["--require-gpu"], 1)):
-        rendered = subprocess.run(
-            [*report, *extra, "--out", str(tmp_path / "compat.md")],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
+        rendered = cli(*report, *extra, "--out", "compat.md", cwd=tmp_path, timeout=120)
         assert rendered.returncode == code, rendered.stderr
         assert f"\n{line}\n" in rendered.stderr
 
@@ -191,6 +182,7 @@ def test_dishonoured_pin_is_an_error(wheelhouse: Path, tmp_path: Path) -> None:
         str(Path(__file__).resolve().parents[2] / "validate/execute/resources/cases/pin_check.py"),
         "--results",
         str(run_dir),
+        cwd=tmp_path,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = _results(run_dir)["pin_check.py"]
@@ -212,6 +204,7 @@ def test_an_arch_no_rule_covers_is_one_warning_and_the_run_goes_on(
         *["--cudnn", BACKEND, "--frontend", "1.27.0", "--cuda", "13.0", "--driver", "580"],
         *["--arch", "sm89", "--env", "current", "--base-python", str(base)],
         *["--frontend-source", "current", "--case", "pin_check.py", "--results", str(run_dir)],
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     warned = [line for line in proc.stderr.splitlines() if "no rule covers it" in line]
@@ -237,7 +230,7 @@ def test_the_progress_has_no_eta_on_a_cold_start_and_one_with_a_history(
     ]
     firsts = []
     for run in ("cold", "warm"):
-        proc = _validate(*common, "--results", str(tmp_path / run))
+        proc = _validate(*common, "--results", str(tmp_path / run), cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         lines = [line for line in proc.stderr.splitlines() if line.startswith("cases: ")]
         assert lines, proc.stderr
@@ -262,6 +255,7 @@ def test_a_cell_whose_environment_cannot_be_built_is_an_error_and_the_run_goes_o
         *["--cudnn", f"{BACKEND},9.99.0.1", "--frontend", "1.27.0", *CELL],
         *["--wheelhouse", str(house), "--cache-dir", str(env_cache), "--no-backend-deps"],
         *["--case", "pin_check.py", "--results", str(run_dir)],
+        cwd=tmp_path,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
@@ -285,6 +279,7 @@ def test_python_axis_builds_the_cell_with_that_interpreter(
         *["--cudnn", BACKEND, "--frontend", "1.27.0", *CELL, "--python", f"{here},3.99"],
         *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache), "--no-backend-deps"],
         *["--case", "pin_check.py", "--results", str(run_dir)],
+        cwd=tmp_path,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
@@ -319,6 +314,7 @@ def test_backend_store_gives_each_cell_its_version_and_a_missing_one_is_an_error
         *["--matrix", str(matrix), *CELL],
         *["--backend-store", str(backend_store), "--wheelhouse", str(wheelhouse)],
         *["--cache-dir", str(env_cache), "--case", "pin_check.py", "--results", str(run_dir)],
+        cwd=tmp_path,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
@@ -365,6 +361,7 @@ def test_backend_store_with_env_current_binds_the_store_copy(
         *["--backend-store", str(backend_store), "--wheelhouse", str(wheelhouse)],
         *["--cache-dir", str(tmp_path / "envs"), "--case", "pin_check.py"],
         *["--results", str(run_dir)],
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = _results(run_dir)["pin_check.py"]
@@ -394,7 +391,7 @@ def test_a_bad_backend_store_is_one_line_exit_2(
     make: Callable[[Path], Path], needle: str, tmp_path: Path
 ) -> None:
     store = make(tmp_path)
-    proc = _validate("--cudnn", BACKEND, *CELL, "--backend-store", str(store))
+    proc = _validate("--cudnn", BACKEND, *CELL, "--backend-store", str(store), cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert needle in proc.stderr
     assert "--backend-store" in proc.stderr
@@ -412,9 +409,6 @@ def test_ctrl_c_stores_no_result_for_the_cut_case_and_the_last_line_says_so(
     hang = quick_and_hanging(cases)
     run_dir = tmp_path / "run"
     argv = [
-        sys.executable,
-        "-m",
-        "validate",
         "validate",
         "--cudnn",
         BACKEND,
@@ -428,7 +422,7 @@ def test_ctrl_c_stores_no_result_for_the_cut_case_and_the_last_line_says_so(
     def stores() -> list[Path]:
         return [p for p in run_dir.glob("**/results.jsonl") if p.read_text().strip()]
 
-    with tagged_tool(argv) as (tool, tag):
+    with tagged_tool(*argv, cwd=tmp_path) as (tool, tag):
         err = ctrl_c_when(
             tool,
             lambda: bool(stores()) and bool(tagged(tag, hang.name)),

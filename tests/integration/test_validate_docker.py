@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
 
 from validate.config import ValidateConfig
 from validate.env.builder import ImageBuilder, base_image_for, docker_client
@@ -68,9 +67,9 @@ def test_validate_runs_the_cell_in_its_container(
     wheelhouse: Path, cell_tags: set[str], tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "validate", "validate", "--executor", "docker", *SELECT]
+    argv = ["validate", "--executor", "docker", *SELECT]
     argv += ["--wheelhouse", str(wheelhouse), "--results", str(run_dir), "--jobs", "2"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1200)
+    proc = cli(*argv, cwd=tmp_path, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     lines = (run_dir / "results.jsonl").read_text().splitlines()
     results = {json.loads(line)["case"]: json.loads(line) for line in lines}
@@ -113,10 +112,10 @@ def test_forward_compat_cell_on_the_local_base_is_an_error_with_one_line(
         if spec.base_image != LOCAL_BASE_IMAGE:
             _unavailable(f"validate chooses {spec.base_image}, not {LOCAL_BASE_IMAGE}, here")
         run_dir = tmp_path / "run"
-        argv = [sys.executable, "-m", "validate", "validate", "--executor", "docker"]
+        argv = ["validate", "--executor", "docker"]
         argv += [*SELECT[:-4], "--driver", fc.driver, "--arch", fc.arch]
         argv += ["--wheelhouse", str(wheelhouse), "--results", str(run_dir)]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+        proc = cli(*argv, cwd=tmp_path, timeout=600)
         assert proc.returncode == 1, proc.stdout + proc.stderr[-4000:]  # not signed off; no crash
         lines = (run_dir / "results.jsonl").read_text().splitlines()
         results = [json.loads(line) for line in lines]
@@ -141,9 +140,9 @@ def test_case_selects_what_runs_in_the_container(
     of them were stored. The container reads the run's config now: only pin_check.py runs."""
     assert cell_tags
     run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "validate", "validate", "--executor", "docker", *SELECT]
+    argv = ["validate", "--executor", "docker", *SELECT]
     argv += ["--wheelhouse", str(wheelhouse), "--results", str(run_dir), "--case", "pin_check.py"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1200)
+    proc = cli(*argv, cwd=tmp_path, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     stored = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     assert [(r["case"], r["outcome"], r["cell_id"]) for r in stored] == [

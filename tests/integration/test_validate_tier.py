@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from usercli import cli
 
 pytestmark = pytest.mark.slow
 
@@ -28,15 +28,8 @@ pr = {{ cover = "pairs", always = [{{ cuda = "newest", driver = "newest", arch =
 """
 
 
-def _tool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+def _tool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return cli(*args, cwd=cwd, timeout=300)
 
 
 @pytest.mark.uv  # builds with uv itself
@@ -55,8 +48,8 @@ def test_validate_tier_runs_exactly_the_tier_and_records_the_left_out(
     matrix = tmp_path / "m.toml"
     matrix.write_text(MATRIX, encoding="utf-8")
 
-    planned = _tool("plan", "--matrix", str(matrix), "--format", "json")
-    tier = _tool("plan", "--matrix", str(matrix), "--tier", "pr", "--format", "json")
+    planned = _tool("plan", "--matrix", str(matrix), "--format", "json", cwd=tmp_path)
+    tier = _tool("plan", "--matrix", str(matrix), "--tier", "pr", "--format", "json", cwd=tmp_path)
     assert planned.returncode == tier.returncode == 0, planned.stderr + tier.stderr
     all_ids = {row["id"] for row in json.loads(planned.stdout)}
     tier_ids = {row["id"] for row in json.loads(tier.stdout)}
@@ -67,6 +60,7 @@ def test_validate_tier_runs_exactly_the_tier_and_records_the_left_out(
         *["validate", "--matrix", str(matrix), "--tier", "pr", "--env", "current"],
         *["--base-python", str(python), "--frontend-source", "current"],
         *["--cases", str(SCRIPTS / "pass_script.py"), "--results", str(run_dir)],
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = (run_dir / "results.jsonl").read_text().splitlines()
@@ -78,6 +72,6 @@ def test_validate_tier_runs_exactly_the_tier_and_records_the_left_out(
     assert {c["id"] for c in meta["tier"]["left_out"]} == all_ids - tier_ids
     assert meta["tier"]["covered"] == meta["tier"]["pairs"] > 0
 
-    unknown = _tool("validate", "--matrix", str(matrix), "--tier", "weekly")
+    unknown = _tool("validate", "--matrix", str(matrix), "--tier", "weekly", cwd=tmp_path)
     assert unknown.returncode == 2
     assert f"--tier weekly: no such tier in {matrix}:8 (declared: pr)" in unknown.stderr

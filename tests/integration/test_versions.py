@@ -3,8 +3,8 @@
 A simple index is served from a folder by python's http.server in a thread: PEP 503 HTML (the
 server's own folder listing, which is what a PEP 503 project page is) or PEP 691 JSON (a
 handler that answers JSON when asked for it, with a yanked file). The tool runs as a user runs
-it (`python -m validate validate`), pointed at the index by pip's or uv's index setting; no
-other pip or uv setting of this host reaches it.
+it (the installed `cudnn-matrix validate`, started in the test's own folder), pointed at the
+index by pip's or uv's index setting; no other pip or uv setting of this host reaches it.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 from packaging.utils import canonicalize_name, parse_wheel_filename
+from usercli import cli
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
 
 CELL = ["--cuda", "13.0", "--driver", "580", "--arch", "sm90"]
@@ -137,15 +137,9 @@ def _nothing_in(folder: Path) -> bool:
     return not folder.exists() or not any(folder.rglob("*"))
 
 
-def _validate(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", "validate", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-        env=env,
-    )
+def _validate(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`cudnn-matrix validate ARGS` started in `cwd` with (only) `env`."""
+    return cli("validate", *args, cwd=cwd, env=env, timeout=600)
 
 
 def test_a_missing_version_is_refused_before_any_work(
@@ -156,7 +150,7 @@ def test_a_missing_version_is_refused_before_any_work(
     url, handler = html_index
     argv = ["--cudnn", "9.99.0.1", "--frontend", "1.27.0", *CELL, "--installer", "pip"]
     argv += ["--results", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache")]
-    proc = _validate(_env(PIP_INDEX_URL=url), *argv)
+    proc = _validate(_env(PIP_INDEX_URL=url), *argv, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == (
         "cudnn-matrix: error: --cudnn 9.99.0.1: nvidia-cudnn-cu13 has no release 9.99.0.1 in "
@@ -180,14 +174,18 @@ def test_uv_reads_its_own_index_setting_and_pep_691_json(
         'driver = ["580"]\narch = ["sm90"]\n'
     )
     argv = ["--matrix", str(matrix), "--frontend", "1.28.0", "--installer", "uv"]
-    proc = _validate(_env(UV_DEFAULT_INDEX=url), *argv, "--results", str(tmp_path / "run"))
+    proc = _validate(
+        _env(UV_DEFAULT_INDEX=url), *argv, "--results", str(tmp_path / "run"), cwd=tmp_path
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == (
         "cudnn-matrix: error: --frontend 1.28.0: nvidia-cudnn-frontend has no release 1.28.0 in "
         f"{url} (nearest: 1.26.0, 1.27.0, 1.32.0)\n"
     )
     assert all("vnd.pypi.simple.v1+json" in accept for _, accept in handler.seen)
-    proc = _validate(_env(UV_DEFAULT_INDEX=url), "--matrix", str(matrix), "--installer", "uv")
+    proc = _validate(
+        _env(UV_DEFAULT_INDEX=url), "--matrix", str(matrix), "--installer", "uv", cwd=tmp_path
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == (
         f"cudnn-matrix: error: {matrix}: cudnn 9.14.0.64: nvidia-cudnn-cu13 has no release "
@@ -205,7 +203,9 @@ def test_a_partial_version_resolves_to_the_newest_release_it_names(
     run = tmp_path / "run"
     argv = ["--cudnn", "9.12", "--frontend", "1.27.0", *CELL, "--installer", "pip"]
     argv += ["--no-backend-deps", "--cases", str(PIN_CHECK), "--results", str(run)]
-    proc = _validate(_env(PIP_INDEX_URL=url), *argv, "--cache-dir", str(tmp_path / "cache"))
+    proc = _validate(
+        _env(PIP_INDEX_URL=url), *argv, "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path
+    )
     said = (
         "--cudnn 9.12: resolved to 9.12.0.46, the newest 9.12 release of nvidia-cudnn-cu13 in "
         f"{url}"
@@ -236,7 +236,7 @@ def test_an_unreachable_index_is_one_line_and_the_run_goes_on(tmp_path: Path) ->
     argv = ["--cudnn", "9.12", "--frontend", "1.27.0", *CELL, "--installer", "pip"]
     argv += ["--cases", str(PIN_CHECK), "--results", str(run)]
     env = _env(PIP_INDEX_URL=url, PIP_RETRIES="0", PIP_TIMEOUT="2")
-    proc = _validate(env, *argv, "--cache-dir", str(tmp_path / "cache"))
+    proc = _validate(env, *argv, "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
     warned = [line for line in proc.stderr.splitlines() if "could not check" in line]
     assert warned == [
         (
@@ -257,7 +257,7 @@ def test_the_wheelhouse_is_the_source_with_wheelhouse(wheelhouse: Path, tmp_path
     """--wheelhouse: the installs run --no-index, so the wheelhouse is all there is."""
     wheelhouse = _listed(wheelhouse, tmp_path / "wheelhouse", per_project=False)
     argv = ["--cudnn", "9.12.0.99", "--frontend", "1.27.0", *CELL, "--wheelhouse", str(wheelhouse)]
-    proc = _validate(_env(), *argv, "--results", str(tmp_path / "run"))
+    proc = _validate(_env(), *argv, "--results", str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == (
         "cudnn-matrix: error: --cudnn 9.12.0.99: nvidia-cudnn-cu13 has no release 9.12.0.99 in "
@@ -276,7 +276,7 @@ def test_the_backend_store_is_the_source_with_a_store(tmp_path: Path) -> None:
         (store / name / "lib" / "libcudnn.so.9").write_bytes(b"")
     argv = ["--cudnn", "9.14.0.64", "--frontend", "1.27.0", *CELL]
     argv += ["--backend-store", str(store), "--frontend-source", "current"]
-    proc = _validate(_env(), *argv, "--results", str(tmp_path / "run"))
+    proc = _validate(_env(), *argv, "--results", str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == (
         "cudnn-matrix: error: --cudnn 9.14.0.64: no backend 9.14.0.64 in --backend-store "

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from usercli import cli
+from usercli import cli, elsewhere
 
 if TYPE_CHECKING:
     import subprocess
+    from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
 CELL = ["--cuda", "13.0", "--driver", "580", "--arch", "sm90"]
 
 
 def main(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return cli(*argv, cwd=REPO, timeout=120)
+    return cli(*argv, cwd=elsewhere(), timeout=120)
 
 
 def _wheelhouse(tmp_path: Path) -> Path:

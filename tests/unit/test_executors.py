@@ -10,12 +10,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
 
 import validate.workflow
 from validate.config import Selectors, ValidateConfig
@@ -206,14 +206,11 @@ def test_workflow_names_no_executor() -> None:
 @pytest.mark.parametrize(
     ("flags", "shown"), [(["--env", "current"], "--env current"), (["--with", "torch"], "--with")]
 )
-def test_docker_refuses_what_an_image_cannot_honour(flags: list[str], shown: str) -> None:
+def test_docker_refuses_what_an_image_cannot_honour(
+    tmp_path: Path, flags: list[str], shown: str
+) -> None:
     """Checked by the executor itself, before any work (one line, exit 2)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "validate", "--executor", "docker", *flags],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = cli("validate", "--executor", "docker", *flags, cwd=tmp_path, timeout=None)
     assert proc.returncode == 2
     assert proc.stderr == (
         f"cudnn-matrix: error: --executor docker: {shown} is not supported "

@@ -5,12 +5,11 @@ with it; on a terminal `report` starts with it and fits the width; `validate`'s 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from usercli import on_a_terminal
+from usercli import cli, command, on_a_terminal
 
 from validate.config import Selectors
 from validate.judge.signoff import decide, verdict_line
@@ -19,25 +18,24 @@ from validate.model.results import load_results
 from validate.plan.rules import load_rules, plan_cells
 from validate.workflow import RunOutcome, describe
 
+if TYPE_CHECKING:
+    import subprocess
+
 REPO = Path(__file__).resolve().parents[2]
 CPU_RUN = REPO / "tests" / "resources" / "runs" / "cpu"  # a real CPU-only run, 13 cells
 EXAMPLE = REPO / "tests" / "resources" / "runs" / "example"
-DOCS_RUNS = tuple((REPO / "reports" / "DOCS_RUNS").read_text(encoding="utf-8").split())
+#: the committed GPU runs, by absolute path: the tool starts in the test's folder, not the checkout
+DOCS_RUNS = tuple(
+    str(REPO / run) for run in (REPO / "reports" / "DOCS_RUNS").read_text(encoding="utf-8").split()
+)
 
 
 def _report(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", "report", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    return cli("report", *args, cwd=cwd, timeout=300)
 
 
-def _verdict(runs: tuple[str, ...]) -> str:
-    proc = _report(*(a for r in runs for a in ("--results", r)), cwd=REPO)
+def _verdict(runs: tuple[str, ...], cwd: Path) -> str:
+    proc = _report(*(a for r in runs for a in ("--results", r)), cwd=cwd)
     return proc.stderr.splitlines()[0]
 
 
@@ -47,7 +45,7 @@ def test_text_formats_lead_with_the_verdict_then_the_table(
     tmp_path: Path, runs: tuple[str, ...], fmt: str
 ) -> None:
     out = tmp_path / f"compat.{fmt}"
-    proc = _report(*(a for r in runs for a in ("--results", r)), "--out", str(out), cwd=REPO)
+    proc = _report(*(a for r in runs for a in ("--results", r)), "--out", out.name, cwd=tmp_path)
     assert proc.returncode in (0, 1), proc.stderr
     verdict = next(line for line in proc.stderr.splitlines() if "SIGNED OFF" in line)
     lines = out.read_text(encoding="utf-8").splitlines()
@@ -61,33 +59,29 @@ def test_text_formats_lead_with_the_verdict_then_the_table(
 
 
 def test_json_and_junit_open_with_the_verdict(tmp_path: Path) -> None:
-    verdict = _verdict((str(EXAMPLE),))
+    verdict = _verdict((str(EXAMPLE),), tmp_path)
     out = tmp_path / "r.json"
-    assert _report("--results", str(EXAMPLE), "--out", str(out), "-q", cwd=REPO).returncode == 1
+    assert _report("--results", str(EXAMPLE), "--out", out.name, "-q", cwd=tmp_path).returncode == 1
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert next(iter(doc)) == "verdict"
     assert doc["verdict"]["line"] == verdict
     out = tmp_path / "r.junit.xml"
-    assert _report("--results", str(EXAMPLE), "--out", str(out), cwd=REPO).returncode == 1
+    assert _report("--results", str(EXAMPLE), "--out", out.name, cwd=tmp_path).returncode == 1
     head = out.read_text(encoding="utf-8").splitlines()[:2]
     assert head[1] == f"<!-- {verdict} -->"
 
 
-def _on_a_terminal(argv: list[str], width: int) -> str:
-    return on_a_terminal(argv, width=width, cwd=REPO, timeout=120)[1]
+def _on_a_terminal(args: list[str], width: int, cwd: Path) -> str:
+    """`cudnn-matrix ARGS` started in `cwd` on a terminal `width` columns wide: what it shows."""
+    return on_a_terminal(command(*args), width=width, cwd=cwd, timeout=120)[1]
 
 
 @pytest.mark.parametrize("runs", [(str(CPU_RUN),), DOCS_RUNS], ids=["cpu", "committed-gpu"])
-def test_report_on_a_terminal_starts_with_the_verdict(runs: tuple[str, ...]) -> None:
-    verdict = _verdict(runs)
-    argv = [
-        sys.executable,
-        "-m",
-        "validate",
-        "report",
-        *(a for r in runs for a in ("--results", r)),
-    ]
-    text = _on_a_terminal(argv, 80)
+def test_report_on_a_terminal_starts_with_the_verdict(
+    tmp_path: Path, runs: tuple[str, ...]
+) -> None:
+    verdict = _verdict(runs, tmp_path)
+    text = _on_a_terminal(["report", *(a for r in runs for a in ("--results", r))], 80, tmp_path)
     lines = text.splitlines()
     assert lines[0] == verdict[:80].rsplit(" ", 1)[0] or lines[0] == verdict, lines[:3]
     assert [line for line in lines if len(line) > 80] == []

@@ -16,6 +16,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,17 +57,13 @@ def _cases(folder: Path, n: int, *, sleep: float = 1.5, spin: float = 0.0) -> Pa
     return folder
 
 
-def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(
+    *argv: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`cudnn-matrix ARGV` started in `cwd`, without the caller's CUDA_VISIBLE_DEVICES."""
     full = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "validate", *argv],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        env=full,
-    )
+    return cli(*argv, cwd=cwd, env=full, timeout=300)
 
 
 def _seen(folder: Path) -> list[dict[str, object]]:
@@ -89,7 +86,7 @@ def test_a_declared_four_gpu_topology_spreads_cases_and_books_no_gpu_beyond_its_
     cases = _cases(tmp_path / "cases", 12)
     proc = _cli(
         "run", str(cases), "--jobs", "12", "--results", str(tmp_path / "run"),
-        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR},
+        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR}, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     # the start line: each GPU's budget, and the CPUs'
@@ -116,7 +113,7 @@ def test_gpus_chooses_the_devices_validate_books(tmp_path: Path) -> None:
     proc = _cli(
         "validate", *VALIDATE, "--cases", str(cases), "--gpus", "1,3", "--jobs", "6",
         "--results", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache"),
-        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR},
+        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR}, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr  # the pins are not installed here: `error`
     assert {s["gpus"] for s in _seen(cases)} == {"1", "3"}
@@ -130,7 +127,7 @@ def test_the_callers_cuda_visible_devices_are_the_gpus_booked(tmp_path: Path) ->
     cases = _cases(tmp_path / "cases", 4, sleep=0.5)
     proc = _cli(
         "run", str(cases), "--jobs", "4", "--results", str(tmp_path / "run"),
-        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR, "CUDA_VISIBLE_DEVICES": "2,3"},
+        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR, "CUDA_VISIBLE_DEVICES": "2,3"}, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert {s["gpus"] for s in _seen(cases)} == {"2", "3"}
@@ -149,7 +146,7 @@ def test_gpus_naming_a_gpu_the_host_lacks_is_one_line_exit_2(
     (tmp_path / "c.py").write_text("print('hi')\n")
     proc = _cli(
         "run", str(tmp_path / "c.py"), "--gpus", gpus, "--results", str(tmp_path / "run"),
-        env={"CUDNN_MATRIX_DECLARED_GPUS": topology},
+        env={"CUDNN_MATRIX_DECLARED_GPUS": topology}, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1, proc.stderr
@@ -171,7 +168,7 @@ def test_cpu_shares_are_recorded_and_hold_cases_to_the_cpus(tmp_path: Path) -> N
     cache = tmp_path / "cache"
     proc = _cli(
         "validate", *VALIDATE, "--cases", str(first), "--jobs", "1",
-        "--results", str(tmp_path / "first-run"), "--cache-dir", str(cache),
+        "--results", str(tmp_path / "first-run"), "--cache-dir", str(cache), cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
     shares = json.loads((cache / "durations.json").read_text())["#cpu_share"]
@@ -189,7 +186,7 @@ def test_cpu_shares_are_recorded_and_hold_cases_to_the_cpus(tmp_path: Path) -> N
         proc = _cli(
             "validate", *VALIDATE, "--cases", str(crowd), "--jobs", "3",
             "--results", str(tmp_path / f"{name}-run"),
-            "--cache-dir", str(tmp_path / f"{name}-cache"), env=env,
+            "--cache-dir", str(tmp_path / f"{name}-cache"), env=env, cwd=tmp_path,
         )  # fmt: skip
         assert proc.returncode in (0, 1), proc.stderr
         spans[name] = [(float(s["start"]), float(s["end"])) for s in _seen(crowd)]  # type: ignore[arg-type]
@@ -278,7 +275,7 @@ def test_a_suites_shares_run_on_the_gpus_they_were_booked_on(tmp_path: Path) -> 
         (suite / f"test_{name}.py").write_text(body.replace("NAME", name))
     proc = _cli(
         "run", "--tests", str(suite), "--jobs", "2", "--results", str(tmp_path / "run"),
-        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR},
+        env={"CUDNN_MATRIX_DECLARED_GPUS": FOUR}, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     seen = {p.name: p.read_text() for p in (suite / "seen").iterdir()}

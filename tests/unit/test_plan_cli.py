@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from usercli import cli
+from usercli import cli, elsewhere
 
 if TYPE_CHECKING:
     import subprocess
@@ -18,7 +18,7 @@ JSON_KEYS = ["id", "cudnn", "frontend", "cuda", "driver", "arch", "status", "rea
 
 
 def _plan(*args: str) -> subprocess.CompletedProcess[str]:
-    return cli("plan", *args, cwd=REPO, timeout=60)
+    return cli("plan", *args, cwd=elsewhere(), timeout=60)
 
 
 def test_json_lists_planned_and_pruned_cells_with_reasons() -> None:

@@ -4,15 +4,12 @@ over synthetic results written as real run folders."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli
 
 from validate.judge.signoff import decide, passed_on_rerun, summary
 from validate.model.outcome import Outcome
@@ -21,12 +18,9 @@ from validate.report import render
 from validate.report.store import build_report, load_runs
 
 if TYPE_CHECKING:
-    from validate.model.outcome import FlakyPolicy
+    from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-#: this checkout's package, whatever folder a subprocess runs in
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-REPORT = (sys.executable, "-m", "validate", "report")
+    from validate.model.outcome import FlakyPolicy
 
 
 def _cell(cudnn: str, frontend: str = "1.27.0") -> dict[str, str]:
@@ -128,25 +122,13 @@ def test_no_evidence_folder_no_footnote_and_not_run_is_a_dash(tmp_path: Path) ->
 def test_link_base_prefixes_the_path_from_the_current_folder(tmp_path: Path) -> None:
     run = _run(tmp_path, [_result("b.py", "crash", "9.25.1.1")])
     out = tmp_path / "site" / "page.md"
-    proc = subprocess.run(
-        [*REPORT, "--results", str(run), "--out", str(out), "--link-base", "https://x.org/m/"],
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    here = ["--results", str(run.relative_to(tmp_path)), "--out", "site/page.md"]
+    proc = cli("report", *here, "--link-base", "https://x.org/m/", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     text = out.read_text(encoding="utf-8")
     assert "(https://x.org/m/run/cases/c92511/b.py)" in text
     # without --link-base: relative to the page's folder
-    subprocess.run(
-        [sys.executable, "-m", "validate", "report", "--results", str(run), "--out", str(out)],
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        check=False,
-    )
+    cli("report", *here, cwd=tmp_path)
     assert "(../run/cases/c92511/b.py)" in out.read_text(encoding="utf-8")
 
 
@@ -236,22 +218,10 @@ def test_flaky_in_table_json_and_junit(tmp_path: Path, flaky: FlakyPolicy) -> No
 @pytest.mark.parametrize(("flaky", "code"), [("block", 1), ("warn", 0)])
 def test_report_cli_flaky_option(tmp_path: Path, flaky: str, code: int) -> None:
     run = _run(tmp_path, [_result("b.py", "fail", "9.25.1.1", attempts=("fail", "pass"))])
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "report", "--results", str(run), "--flaky", flaky],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = cli("report", "--results", str(run), "--flaky", flaky, cwd=tmp_path, timeout=None)
     assert proc.returncode == code, proc.stderr
     assert proc.stderr.splitlines()[0].endswith(f"(flaky: {flaky})")
-    bad = subprocess.run(
-        [sys.executable, "-m", "validate", "report", "--results", str(run), "--flaky", "maybe"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    bad = cli("report", "--results", str(run), "--flaky", "maybe", cwd=tmp_path, timeout=None)
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1

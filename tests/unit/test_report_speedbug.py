@@ -6,17 +6,15 @@ and results.jsonl, read here without the tool."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from packaging.version import Version
+from usercli import cli
 
 from validate.judge.bisect import Observation, bisect
 from validate.judge.speed import Thresholds, slower_class
@@ -28,19 +26,11 @@ FORWARD = "60_causal_conv1d_forward.ipynb"
 
 
 def _report(tmp_path: Path, *runs: Path, extra: tuple[str, ...] = ()) -> list[Path]:
-    """`report --bug-reports` over `runs` (the tool of this checkout, from tmp_path); the
+    """`report --bug-reports bugs` over `runs` (the installed tool, started in tmp_path); the
     slowdown reports it wrote."""
     bugs = tmp_path / "bugs"
-    argv = [sys.executable, "-m", "validate", "report", "--out", str(tmp_path / "r.md")]
-    argv += [a for run in runs for a in ("--results", str(run))]
-    proc = subprocess.run(
-        [*argv, "--bug-reports", str(bugs), *extra],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    argv = ["report", "--out", "r.md", *(a for run in runs for a in ("--results", str(run)))]
+    proc = cli(*argv, "--bug-reports", bugs.name, *extra, cwd=tmp_path, timeout=None)
     assert proc.returncode == 0, proc.stderr  # every case passed: signed off
     return sorted(bugs.glob("*__slower.md")) if bugs.is_dir() else []
 
@@ -298,16 +288,9 @@ def test_a_bad_bisect_flag_is_bad_input(
     (tmp_path / "b").mkdir()
     if bisect is not None:
         (tmp_path / "b" / "bisect.json").write_text(bisect, encoding="utf-8")
-    argv = [sys.executable, "-m", "validate", "report", "--results", str(RUNS[0])]
+    argv = ["report", "--results", str(RUNS[0])]
     argv += ["--out", "r.md", "--bisect", "b"] + (["--bug-reports", "bugs"] if bug_reports else [])
-    proc = subprocess.run(
-        argv,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = cli(*argv, cwd=tmp_path, timeout=None)
     assert proc.returncode == 2, proc.stderr
     assert said in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

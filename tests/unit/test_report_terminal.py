@@ -4,15 +4,15 @@ prints the Markdown report to stdout and the verdict to stderr, as before."""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import struct
-import subprocess
-import sys
-import termios
+import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from usercli import cli, command, on_a_terminal
+
+if TYPE_CHECKING:
+    import subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_RUN = "tests/resources/runs/cpu"  # a real CPU-only run: one backend, 13 cells
@@ -23,52 +23,33 @@ def _results(runs: tuple[str, ...]) -> list[str]:
     return [a for run in runs for a in ("--results", run)]
 
 
-def _on_a_terminal(args: list[str], width: int) -> tuple[int, str]:
+@pytest.fixture(scope="module")
+def here(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder `report` starts in: it holds the runs at the relative paths the tests name
+    (the checkout is no folder the tests start the tool in)."""
+    folder = tmp_path_factory.mktemp("report-terminal")
+    for run in (CPU_RUN, *DOCS_RUNS):
+        shutil.copytree(REPO / run, folder / run, symlinks=True)
+    return folder
+
+
+def _on_a_terminal(args: list[str], width: int, cwd: Path) -> tuple[int, str]:
     """Run `report` with stdin, stdout and stderr on one pseudo-terminal `width` columns wide."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "validate", "report", *args],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        cwd=REPO,
-        env=env,
-    )
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 1 << 16)
-        except OSError:  # EIO: every holder of the terminal's other end closed it
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    code = proc.wait(timeout=120)
-    return code, b"".join(chunks).decode("utf-8").replace("\r\n", "\n")
+    return on_a_terminal(command("report", *args), width=width, cwd=cwd, timeout=120)
 
 
-def _piped(args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "validate", "report", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def _piped(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return cli("report", *args, cwd=cwd, timeout=None)
 
 
 @pytest.mark.parametrize(("runs", "width"), [((CPU_RUN,), 80), ((CPU_RUN,), 132), (DOCS_RUNS, 100)])
 def test_a_terminal_gets_the_summary_within_its_width_and_the_verdict_once(
-    runs: tuple[str, ...], width: int
+    here: Path, runs: tuple[str, ...], width: int
 ) -> None:
-    piped = _piped(_results(runs))
+    piped = _piped(_results(runs), here)
     verdict = piped.stderr.splitlines()[0]
     assert "SIGNED OFF" in verdict
-    code, text = _on_a_terminal(_results(runs), width)
+    code, text = _on_a_terminal(_results(runs), width, here)
     assert code == piped.returncode
     lines = text.splitlines()
     too_wide = [line for line in lines if len(line) > width]
@@ -88,8 +69,8 @@ def test_a_terminal_gets_the_summary_within_its_width_and_the_verdict_once(
         assert any(line.startswith("| 9.22.0.52 |") for line in lines)
 
 
-def test_piped_output_is_the_markdown_report_and_the_verdict_on_stderr() -> None:
-    proc = _piped(_results((CPU_RUN,)))
+def test_piped_output_is_the_markdown_report_and_the_verdict_on_stderr(here: Path) -> None:
+    proc = _piped(_results((CPU_RUN,)), here)
     assert proc.stdout.startswith("# cuDNN frontend x backend compatibility\n")
     for section in ("## Cases", "## Known issues", "## Sign-off"):
         assert section in proc.stdout

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from usercli import cli
 
 from validate.dispatch.sbatch import FINAL_STATES, TaskState, parse_scontrol
 
@@ -69,13 +70,7 @@ def test_a_plain_job_is_task_zero_and_unknown_counts_as_ended() -> None:
 def test_slurm_flags_are_checked_before_any_work(
     flags: list[str], shown: str, tmp_path: Path
 ) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "validate", *flags, "--results", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    proc = cli("validate", *flags, "--results", str(tmp_path), cwd=tmp_path, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert shown in proc.stderr
@@ -84,13 +79,8 @@ def test_slurm_flags_are_checked_before_any_work(
 def test_slurm_without_its_tools_is_one_line_exit_2(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # no sbatch there
     run = str(tmp_path / "run")
-    proc = subprocess.run(
-        [sys.executable, "-m", "validate", "validate", "--executor", "slurm", "--results", run],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-        env=env,
+    proc = cli(
+        "validate", "--executor", "slurm", "--results", run, cwd=tmp_path, env=env, timeout=60
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr

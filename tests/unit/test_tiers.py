@@ -7,11 +7,10 @@ import itertools
 import json
 import os
 import random
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from usercli import cli
+from usercli import cli, elsewhere
 
 from validate.config import Selectors
 from validate.errors import MatrixError
@@ -21,8 +20,8 @@ from validate.plan.tiers import choose_pairs, select_tier
 
 if TYPE_CHECKING:
     import subprocess
+    from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
 AXES5 = ("cudnn", "frontend", "cuda", "driver", "arch")
 
 
@@ -92,7 +91,8 @@ def test_default_pr_tier_covers_every_pair_of_the_planned_cells_and_always() -> 
 
 
 def _plan_cli(*args: str, seed: str = "0") -> subprocess.CompletedProcess[str]:
-    return cli("plan", *args, cwd=REPO, env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60)
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    return cli("plan", *args, cwd=elsewhere(), env=env, timeout=60)
 
 
 def test_plan_tier_is_the_same_under_any_hash_seed_and_prints_coverage() -> None:
