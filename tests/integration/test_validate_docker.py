@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -24,9 +26,10 @@ from validate.model.matrix import Cell
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]  # image builds take minutes
+
+RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 
 CELL = Cell(cudnn="9.12.0.46", frontend="1.27.0", cuda="13.0", driver="580", arch="sm90")
 SELECT = ["--cudnn", CELL.cudnn, "--frontend", CELL.frontend, "--cuda", CELL.cuda]
@@ -155,3 +158,36 @@ def test_case_selects_what_runs_in_the_container(
     assert ran == ["pin_check.py"]  # the container itself ran nothing else
     inner = json.loads((cell_dir / "config.json").read_text())
     assert inner["config"]["case_names"] == ["pin_check.py"]
+
+
+def test_a_suite_runs_in_the_container_one_result_per_test_id(
+    wheelhouse: Path, cell_tags: set[str], tmp_path: Path
+) -> None:
+    """Issue #37 item 4 against a real daemon: `--tests` goes into the cell's container (whose
+    image carries pytest), each test id is one result there, a crash is named by its id and the
+    ids after it still run; the suite's own name is no `error` (the container recorded it by id).
+    Before the image carried pytest, the whole suite was one error: "pytest is not installed"."""
+    assert cell_tags
+    shutil.copytree(RESOURCES / "pytest_suite", tmp_path / "suite")
+    argv = ["validate", "--executor", "docker", *SELECT, "--wheelhouse", str(wheelhouse)]
+    argv += ["--tests", "suite", "--tests-select", "test_crashes.py test_fixtures.py"]
+    argv += ["--results", "run", "--jobs", "2"]
+    proc = cli(*argv, cwd=tmp_path, timeout=1200)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-4000:]  # the suite's failures
+    stored = [
+        json.loads(line) for line in (tmp_path / "run/results.jsonl").read_text().splitlines()
+    ]
+    outcomes = {r["case"]: r["outcome"] for r in stored}
+    assert outcomes == {
+        "test_crashes.py::test_before_crashes": "pass",
+        "test_crashes.py::test_segfault": "crash",
+        "test_crashes.py::test_abort": "crash",
+        "test_crashes.py::test_cuda_exit": "crash",
+        "test_crashes.py::test_after_crashes": "pass",
+        "test_fixtures.py::test_setup_error": "error",
+        "test_fixtures.py::test_teardown_error": "error",
+        "test_fixtures.py::test_plain_failure": "fail",
+    }, proc.stdout
+    assert {r["cell_id"] for r in stored} == {CELL.id}
+    segfault = next(r for r in stored if r["case"] == "test_crashes.py::test_segfault")
+    assert "SIGSEGV" in segfault["reason"], segfault

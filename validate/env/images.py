@@ -130,6 +130,8 @@ class ImageSpec:
             "tabulate",
             "rich",
             "nvidia-ml-py",
+            # a --tests suite runs inside as on the host, one process per share (execute/suite.py)
+            "pytest",
         )
     )
     dockerfile: Path = field(default_factory=dockerfile_path)

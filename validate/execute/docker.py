@@ -27,6 +27,7 @@ from validate.env.sources import short_version
 from validate.env.target import ExecTarget
 from validate.errors import ConfigError, DockerError, EnvBuildError, ImageBuildError
 from validate.execute.cases import SHIPPED_CASES
+from validate.execute.cases.kinds import KINDS
 from validate.execute.classify import ExecResult
 from validate.execute.incontainer import CONFIG_FILE, payload
 from validate.execute.launch import placement_now
@@ -499,12 +500,23 @@ def _collect(
         if stamped.key not in done:
             store.append(stamped)
             done.add(stamped.key)
-    missing = [case for case in cases if case.name not in seen]
+    missing = [case for case in cases if not _recorded(case, seen, {c.name for c in cases})]
     if missing:
         last = tail.strip().splitlines()[-1:] or ["no output"]
         reason = f"runner in the container recorded no result: {last[0][:200]}"
         record_all(store, cell, missing, Outcome.ERROR, reason, run_id)
     return collected
+
+
+def _recorded(case: Case, seen: set[str], names: set[str]) -> bool:
+    """Whether the container recorded `case`: by its name, or, for a batched kind (a `--tests`
+    suite), by any result its kind owns that is not another case's (one per test id)."""
+    if case.name in seen:
+        return True
+    kind = KINDS.get(case.kind)
+    if kind is None or not kind.batched:
+        return False
+    return any(kind.owns(str(case.path), name) for name in seen - names)
 
 
 def _decode(data: bytes | Iterator[bytes]) -> str:
