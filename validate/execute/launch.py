@@ -43,6 +43,7 @@ import uuid
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from validate.execute.placement import UNPLACED
+from validate.execute.resources.guard import clip_args
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -259,7 +260,7 @@ def _carries(pid: int, needle: bytes) -> tuple[Leftover, int] | None:
         started = time.time() - since_boot
     except (OSError, IndexError, ValueError):
         return None
-    text = args.decode("utf-8", "replace").strip()[:200]
+    text = clip_args(args.decode("utf-8", "replace").strip())
     return Leftover(pid, text, started), int(stat[1])
 
 

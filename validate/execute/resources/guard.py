@@ -28,7 +28,14 @@ else:
     except ImportError:  # pragma: no cover - not CPython
         import signal
 
-__all__ = ["LEFTOVERS_ENV", "PARENT_ENV", "become_reaper", "die_with_parent", "resolve_prctl"]
+__all__ = [
+    "LEFTOVERS_ENV",
+    "PARENT_ENV",
+    "become_reaper",
+    "clip_args",
+    "die_with_parent",
+    "resolve_prctl",
+]
 
 #: The tool puts its pid here; a case that finds another parent at start has lost it already.
 PARENT_ENV = "CUDNN_MATRIX_PARENT_PID"
@@ -104,6 +111,16 @@ def die_with_parent(
         _kill_groups([*also(), os.getpgrp()])  # the tool died before prctl took effect
 
 
+def clip_args(args: str, width: int = 200) -> str:
+    """A command line for a note, at most `width` characters: its head and its tail, where the
+    script a process runs is (an installed tool's interpreter and bootstrap paths are long, and a
+    cut at the end once hid the script's name)."""
+    if len(args) <= width:
+        return args
+    head = width // 4
+    return f"{args[:head]}…{args[-(width - head - 1) :]}"
+
+
 def _children(me: int) -> list[int]:
     """Live (non-zombie) processes whose parent is `me`."""
     found = []
@@ -153,7 +170,7 @@ def _kill_descendants() -> None:
                 os.kill(kid, signal.SIGKILL)
                 if kid not in killed:
                     killed.add(kid)
-                    named.append(f"{kid} {args[:200]}")
+                    named.append(f"{kid} {clip_args(args)}")
             except OSError:
                 pass
         time.sleep(0.005)
