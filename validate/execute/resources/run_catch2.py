@@ -1,0 +1,221 @@
+"""Bootstrap of a Catch2 binary's batch: each TEST_CASE of the batch in a process of its own.
+
+Usage: python run_catch2.py BINARY  (the batch's ids: the file named by $CUDNN_MATRIX_PYTEST_IDS;
+the record: $CUDNN_MATRIX_PYTEST_RECORD, the marker file of resources/markers.py that the pytest
+plugin writes too, so execute/batches.py follows both alike).
+
+An id is `FILE::NAME` (FILE: the TEST_CASE's source file relative to the project; NAME: its
+Catch2 name). For each id, in order: a durable `start` marker, then `BINARY "NAME" -r xml -o
+FILE` (the name escaped, so a comma or bracket in it is no test spec syntax), then `done` with
+the verdict read from Catch2's XML report:
+
+- `pass`: the test case succeeded with no SKIP;
+- `skip`: Catch2's SKIP(), its message the reason;
+- `fail`: the first failing expression (`REQUIRE( got == 5 ) failed: 4 == 5`), FAIL()'s message,
+  an unexpected exception, with the rest of the failures and the captured output as text;
+- `error`: the binary did not run the test case (no such name, no XML report).
+
+A test case whose process dies of a signal (abort, segfault; Catch2 re-raises the signal after
+writing its report) ends this process with the same signal right after: the tool sees the process
+die during that id (its `start` has no `done`), names the crash with the signal and the output
+since its start, and runs the ids left in a fresh process, as for a pytest process that dies
+(execute/batches.py). A hang is ended by the tool at the case's time limit (it kills this
+process's group, the test case's process included). Each test case runs in a process of its own,
+so a sticky CUDA error or a corrupted heap of one cannot reach the next (DOMAIN.md §11: the
+frontend's CUDA_CHECK calls FAIL(), not abort). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+RECORD_ENV = "CUDNN_MATRIX_PYTEST_RECORD"
+IDS_ENV = "CUDNN_MATRIX_PYTEST_IDS"
+_TEXT_LIMIT = 4000
+#: Characters Catch2's test spec parser reads as syntax (a backslash makes the next one literal).
+_SPEC_CHARS = '\\,[]*"~'
+_FAILURES = ("Expression", "Failure", "Exception", "FatalErrorCondition")
+
+
+def _load_sibling(name: str) -> Any:
+    path = Path(__file__).resolve().parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_cudnn_matrix_{name}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def spec_for(name: str) -> str:
+    """The Catch2 test spec that matches the test case named `name` and nothing else."""
+    return "".join(f"\\{c}" if c in _SPEC_CHARS else c for c in name)
+
+
+def _stdout_offset() -> int | None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        return os.lseek(1, 0, os.SEEK_CUR)
+    except OSError:
+        return None
+
+
+def _last_pid() -> int | None:
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as fh:  # noqa: PTH123
+            return int(fh.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _no_core() -> None:
+    """In the test case's process: no core file (a crash is a verdict, not a dump)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _text(element: ET.Element | None) -> str:
+    return " ".join("".join(element.itertext()).split()) if element is not None else ""
+
+
+def _where(element: ET.Element) -> str:
+    file, line = element.get("filename") or "", element.get("line") or ""
+    return f" ({Path(file).name}:{line})" if file else ""
+
+
+def _failure_line(element: ET.Element) -> str:
+    match element.tag:
+        case "Expression":
+            macro = element.get("type") or "CHECK"
+            original = _text(element.find("Original"))
+            expanded = _text(element.find("Expanded"))
+            line = f"{macro}( {original} ) failed"
+            if expanded and expanded != original:
+                line += f": {expanded}"
+            return line + _where(element)
+        case "Exception":
+            return f"unexpected exception: {_text(element)}{_where(element)}"
+        case "FatalErrorCondition":
+            return f"fatal error: {_text(element)}{_where(element)}"
+    return _text(element) + _where(element)
+
+
+def verdict(xml_path: str, returncode: int) -> dict[str, Any]:
+    """The `done` fields of one test case from its XML report (see the module doc)."""
+    try:
+        root = ET.parse(xml_path).getroot()
+    except (OSError, ET.ParseError) as exc:
+        why = f"the binary wrote no readable XML report (exit status {returncode}): {exc}"
+        return {"outcome": "error", "when": "call", "message": why[:_TEXT_LIMIT]}
+    case = root.find("TestCase")
+    if case is None:
+        why = f"the binary ran no test case of this name (exit status {returncode})"
+        return {"outcome": "error", "when": "call", "message": why}
+    result = case.find("OverallResult")
+    ok = result is not None and result.get("success") == "true"
+    failures = [e for e in case.iter() if e.tag in _FAILURES and e.get("success") != "true"]
+    output = [
+        f"{e.tag}: {''.join(e.itertext()).strip()}"
+        for e in case.iter()
+        if e.tag in ("StdOut", "StdErr")
+    ]
+    skips = [e for e in case.iter() if e.tag == "Skip"]
+    duration = float(result.get("durationInSeconds") or 0) if result is not None else 0.0
+    if ok and not failures and skips:
+        reason = _text(skips[0]) or "SKIP() without a message"
+        return {"outcome": "skip", "reason": f"Catch2 SKIP: {reason}", "duration": duration}
+    if ok and not failures:
+        return {"outcome": "pass", "duration": duration}
+    lines = [_failure_line(e) for e in failures] or [f"failed (exit status {returncode})"]
+    text = "\n".join([*lines, *output])
+    return {
+        "outcome": "fail",
+        "when": "call",
+        "message": lines[0][:_TEXT_LIMIT],
+        "text": text[-_TEXT_LIMIT:],
+        "duration": duration,
+    }
+
+
+_CHILD: list[subprocess.Popen[bytes]] = []  # the test case's process while it runs
+
+
+def _on_term(signum: int, frame: Any) -> None:  # noqa: ARG001 - a signal handler's
+    """The tool ends this process (a hang, an interrupt): the test case's process goes first,
+    so nothing of the batch outlives it."""
+    for child in _CHILD:
+        try:
+            child.kill()
+            child.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    _die_like(signum)
+
+
+def _crash_lines(report: str, name: str, sig: int) -> None:
+    """What the dead test case's XML report says (Catch2 writes the fatal condition before it
+    re-raises the signal), on stdout: the tool's tail of the crash is read from there."""
+    try:
+        lines = str(verdict(report, -sig).get("text", "")).splitlines()
+    except Exception:  # noqa: BLE001 - a torn report: the signal is the evidence
+        lines = []
+    sig_name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+    print(f"[cudnn-matrix] TEST_CASE {name!r} killed by {sig_name}", flush=True)
+    for line in lines[:20]:
+        print(f"[cudnn-matrix]   {line}", flush=True)
+
+
+def _die_like(sig: int) -> None:
+    """End this process with the signal its test case died of (see the module doc)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _no_core()
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+    time.sleep(1)
+    os._exit(128 + sig)
+
+
+def main() -> int:
+    binary = sys.argv[1]
+    record_path = os.environ[RECORD_ENV]
+    with open(os.environ[IDS_ENV], encoding="utf-8") as fh:  # noqa: PTH123
+        ids = [line.rstrip("\n") for line in fh if line.strip()]
+    _load_sibling("guard").die_with_parent()
+    signal.signal(signal.SIGTERM, _on_term)
+    record = _load_sibling("markers").Markers(record_path)
+    report = f"{record_path}.case.xml"
+    for ident in ids:
+        name = ident.split("::", 1)[1] if "::" in ident else ident
+        record.start(ident, t=time.time(), offset=_stdout_offset(), pid0=_last_pid())
+        if os.path.exists(report):  # noqa: PTH110
+            os.unlink(report)  # noqa: PTH108
+        started = time.monotonic()
+        argv = [binary, spec_for(name), "-r", "xml", "-o", report, "--durations", "yes"]
+        child = subprocess.Popen(argv, preexec_fn=_no_core)  # noqa: PLW1509
+        _CHILD.append(child)
+        returncode = child.wait()
+        _CHILD.clear()
+        if returncode < 0:
+            _crash_lines(report, name, -returncode)
+            _die_like(-returncode)
+        done = verdict(report, returncode)
+        done.setdefault("duration", round(time.monotonic() - started, 6))
+        done.update(ev="done", id=ident, t=time.time(), pid1=_last_pid())
+        record.write(done)
+    record.write({"ev": "end"})
+    record.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
