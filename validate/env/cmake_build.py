@@ -60,9 +60,13 @@ _COMPLETE: Final = ".complete"
 _MANIFEST: Final = "manifest.json"
 #: Variables of the caller's that would steer cmake/cuDNN.cmake away from the pinned backend.
 _STEERING: Final = ("CUDNN_PATH", "CUDNN_INCLUDE_PATH", "CUDNN_LIBRARY_PATH", "CUDNN_HOME")
-#: A compiler's or linker's error line (gcc, clang, nvcc, ld, CMake).
-_ERROR_LINE: Final = re.compile(
-    r"(: (fatal )?error[: ]|^CMake Error|undefined reference to|^ninja: error|^FAILED: )"
+#: Error lines of a build log, most telling first: the compiler's (gcc, clang, nvcc), the
+#: linker's, CMake's, then the build tool's own (which only names the failed step).
+_ERROR_LINES: Final = (
+    re.compile(r": (fatal )?error[: ]"),
+    re.compile(r"undefined reference to|ld returned|cannot find -l"),
+    re.compile(r"^CMake Error"),
+    re.compile(r"^FAILED: |^ninja: error|^make(\[\d+\])?: \*\*\*"),
 )
 
 
@@ -106,10 +110,13 @@ def tool(name: str) -> str | None:
 
 
 def first_error(text: str) -> str:
-    """The first compiler/linker/CMake error line of a build log ("" when none is named)."""
-    for line in text.splitlines():
-        if _ERROR_LINE.search(line):
-            return line.strip()[:400]
+    """The first error line of a build log, of the most telling kind it has (a compiler's
+    before the build tool's "FAILED: step"); "" when none is named."""
+    lines = text.splitlines()
+    for pattern in _ERROR_LINES:
+        for line in lines:
+            if pattern.search(line):
+                return line.strip()[:400]
     return ""
 
 
