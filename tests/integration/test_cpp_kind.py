@@ -41,7 +41,9 @@ CATCH2 = Path(
 TIMEOUT_S = 5  # the hang's limit: --timeout
 
 
-def _validate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _validate(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "validate", "validate", *args],
         capture_output=True,
@@ -49,6 +51,7 @@ def _validate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         check=False,
         timeout=900,
         cwd=cwd,
+        env=env,
     )
 
 
@@ -141,6 +144,7 @@ def test_every_test_case_is_one_result(fixture_run: tuple[Any, Path]) -> None:
         ("crashes.cpp::after abort passes", "pass", ""),
         ("crashes.cpp::after segfault passes", "pass", ""),
         ("crashes.cpp::after hang passes", "pass", ""),
+        ("crashes.cpp::kills the tool when asked", "pass", ""),  # not asked here
     ],
 )
 def test_each_test_case_outcome(
@@ -280,6 +284,43 @@ def test_a_failed_build_is_one_error_naming_the_first_compiler_error(
     assert Path(row["log_path"]).is_relative_to(run_dir)
     builds = [p for p in (env_cache / "cpp").iterdir() if p.is_dir() and p.name != "catch2"]
     assert all((p / ".complete").is_file() for p in builds)  # the failed one was removed
+
+
+def test_a_test_case_that_kills_the_tool_is_its_crash_after_two_resumes(
+    fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """The durable start marker the C++ batches share with pytest's (resources/markers.py): the
+    tool killed during a TEST_CASE dies, `--resume` runs that TEST_CASE alone (the tool dies
+    again), the second `--resume` stores it as the tool-killed crash and completes the run:
+    every listed TEST_CASE has one result."""
+    fixture_run  # noqa: B018 - the build is cached by then
+    run_dir = tmp_path / "run"
+    args = [
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(PROJECT), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+        *["--jobs", "2", "--results", str(run_dir)],
+    ]
+    env = {**os.environ, "CPP_FIXTURE_KILL_TOOL": "1"}
+    first = _validate(*args, cwd=tmp_path, env=env)
+    assert first.returncode == -9, first.stdout + first.stderr[-3000:]
+    again = _validate(*args, "--resume", cwd=tmp_path, env=env)
+    assert again.returncode == -9, again.stdout + again.stderr[-3000:]
+    assert "were running when the tool was killed" in again.stderr, again.stderr[-3000:]
+    assert "crashes.cpp::kills the tool when asked" in again.stderr
+    last = _validate(*args, "--resume", cwd=tmp_path, env=env)
+    assert last.returncode == 1, last.stdout + last.stderr[-3000:]
+    rows = _results(run_dir)
+    killer = rows["crashes.cpp::kills the tool when asked"]
+    assert killer["outcome"] == "crash"
+    assert killer["reason"].startswith("the tool was killed while it ran")
+    listed = _listed(_outcomes_binary(rows))
+    assert {c.split("::", 1)[1] for c in rows if c.startswith(("outcomes", "crashes"))} == listed
+    assert rows["crashes.cpp::segfaults"]["outcome"] == "crash"  # the rest judged as ever
+
+
+def _outcomes_binary(rows: dict[str, dict[str, Any]]) -> Path:
+    return Path(rows["outcomes.cpp::passes"]["case_path"])
 
 
 #: The stated subset of the frontend's C++ (CUDNN_MATRIX_FRONTEND_CHECKOUT): its unit tests'
