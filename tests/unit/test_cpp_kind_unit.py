@@ -77,11 +77,18 @@ def test_known_issues_match_cpp_ids_by_file_and_name() -> None:
 
 
 @pytest.mark.parametrize("has_gpu", [False, True])
+@pytest.mark.parametrize(
+    "why",
+    [
+        "CUDA Error: no CUDA-capable device is detected (100) at helpers.h:61",
+        "CUDA Error: CUDA driver version is insufficient for CUDA runtime version (35) at h.h:61",
+        "cuDNN Error: CUDNN_STATUS_NOT_INITIALIZED (1001) at helpers.h:54",  # cudnnCreate
+    ],
+)
 def test_a_failure_that_wants_a_device_is_the_no_gpu_skip_only_without_a_gpu(
-    has_gpu: bool,
+    has_gpu: bool, why: str
 ) -> None:
     project = Catch2Project(PROJECT)
-    why = "CUDA Error: no CUDA-capable device is detected (100) at helpers.h:61"
     end = batches.TestEnd(id="a.cpp::x", outcome=Outcome.FAIL, reason=why)
     judged = project.judged(end, has_gpu=has_gpu)
     if has_gpu:

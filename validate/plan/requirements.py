@@ -55,11 +55,14 @@ NO_GPU_PREFIXES: Final = (
 )
 #: Output that says a process wanted a GPU or driver it did not find: the frontend's conftest
 #: asserting `torch.cuda.is_available()`, the C++ samples' CUDA_CHECK/CUDNN_CHECK on a host
-#: without a device or driver (DOMAIN.md §9, §11).
+#: without a device or driver (DOMAIN.md §9, §11): cudaGetDevice's "CUDA driver version is
+#: insufficient" and cudnnCreate's CUDNN_STATUS_NOT_INITIALIZED ("the CUDA Runtime API
+#: initialization failed", what it returns on a host with no driver).
 NEEDS_GPU_TEXT: Final = re.compile(
     r"torch\.cuda\.is_available|cuda\.is_available\(\)|no NVIDIA driver|NVIDIA driver on your"
     r"|no CUDA-capable device|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|CUDA is not available"
-    r"|libcuda\.so|needs? a GPU|driver version is insufficient|cudaErrorInsufficientDriver",
+    r"|libcuda\.so|needs? a GPU|driver version is insufficient|cudaErrorInsufficientDriver"
+    r"|CUDNN_STATUS_NOT_INITIALIZED",
     re.IGNORECASE,
 )
 #: How a skip for a module missing from the case environment starts (`check`, imports).
