@@ -170,7 +170,7 @@ def main() -> None:
             row = json.loads(line)
             counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
         print(f"cold run results: {sum(counts.values())} lines, {counts}; folder {runs / 'cold'}")
-    shutil.rmtree(bench_cache / "cpp", ignore_errors=True)
+    print(f"the tool's build (kept): {manifests[0].parent if manifests else 'none'}")
 
 
 if __name__ == "__main__":

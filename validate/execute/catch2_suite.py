@@ -40,7 +40,7 @@ from validate.execute import launch
 from validate.execute.collection import Collected, CollectedTest
 from validate.execute.resources import RESOURCES
 from validate.model.outcome import Outcome
-from validate.plan.requirements import no_gpu_skip
+from validate.plan.requirements import NEEDS_GPU_TEXT, no_gpu_skip
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -121,7 +121,9 @@ class Catch2Project:
         if end.outcome not in (Outcome.FAIL, Outcome.CRASH):
             return end
         text = "\n".join([end.reason, end.tail, str((end.exception or {}).get("traceback", ""))])
-        why = no_gpu_skip(text, has_gpu=has_gpu, what=end.reason[:300])
+        said = next((ln.strip() for ln in text.splitlines() if NEEDS_GPU_TEXT.search(ln)), "")
+        what = end.reason[:300] if said in end.reason else f"{end.reason[:300]} ({said[:300]})"
+        why = no_gpu_skip(text, has_gpu=has_gpu, what=what)
         return end if why is None else replace(end, outcome=Outcome.SKIP, reason=why)
 
     def prepare(

@@ -15,6 +15,10 @@ the verdict read from Catch2's XML report:
   an unexpected exception, with the rest of the failures and the captured output as text;
 - `error`: the binary did not run the test case (no such name, no XML report).
 
+A `fail` or `error` also keeps the last lines the test case's process wrote (its text): the
+backend logs its errors to stderr there (CUDNN_LOGERR_DBG=1 unless the caller set its own), so
+a failure on a host without a driver says so ("cudaGetDeviceCount(&count) != cudaSuccess").
+
 A test case whose process dies of a signal (abort, segfault; Catch2 re-raises the signal after
 writing its report) ends this process with the same signal right after: the tool sees the process
 die during that id (its `start` has no `done`), names the crash with the signal and the output
@@ -41,6 +45,7 @@ from typing import Any
 RECORD_ENV = "CUDNN_MATRIX_PYTEST_RECORD"
 IDS_ENV = "CUDNN_MATRIX_PYTEST_IDS"
 _TEXT_LIMIT = 4000
+_OUTPUT_LINES = 30  # of the test case's own output, kept with a failure's text
 #: Characters Catch2's test spec parser reads as syntax (a backslash makes the next one literal).
 _SPEC_CHARS = '\\,[]*"~'
 _FAILURES = ("Expression", "Failure", "Exception", "FatalErrorCondition")
@@ -174,6 +179,30 @@ def _crash_lines(report: str, name: str, sig: int) -> None:
         print(f"[cudnn-matrix]   {line}", flush=True)
 
 
+def _output_since(offset: int | None) -> str:
+    """What the test case's process wrote to this process's output file since `offset` (the
+    backend's and the frontend's own logging, which Catch2's XML does not hold), its last lines."""
+    if offset is None:
+        return ""
+    try:
+        with open(f"/proc/self/fd/{sys.stdout.fileno()}", "rb") as fh:  # noqa: PTH123
+            fh.seek(offset)
+            data = fh.read()[-_TEXT_LIMIT:]
+    except (OSError, ValueError):
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-_OUTPUT_LINES:])
+
+
+def _child_env() -> dict[str, str]:
+    """The test case's environment: the backend logs its errors to stderr (CUDNN_LOGERR_DBG),
+    so a failure says why (on a host without a driver: "cudaGetDeviceCount(&count) !=
+    cudaSuccess"), unless the caller set its own logging."""
+    env = dict(os.environ)
+    if "CUDNN_LOGERR_DBG" not in env and "CUDNN_LOGDEST_DBG" not in env:
+        env.update(CUDNN_LOGERR_DBG="1", CUDNN_LOGDEST_DBG="stderr")
+    return env
+
+
 def _die_like(sig: int) -> None:
     """End this process with the signal its test case died of (see the module doc)."""
     sys.stdout.flush()
@@ -194,14 +223,16 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _on_term)
     record = _load_sibling("markers").Markers(record_path)
     report = f"{record_path}.case.xml"
+    env = _child_env()
     for ident in ids:
         name = ident.split("::", 1)[1] if "::" in ident else ident
-        record.start(ident, t=time.time(), offset=_stdout_offset(), pid0=_last_pid())
+        offset = _stdout_offset()
+        record.start(ident, t=time.time(), offset=offset, pid0=_last_pid())
         if os.path.exists(report):  # noqa: PTH110
             os.unlink(report)  # noqa: PTH108
         started = time.monotonic()
         argv = [binary, spec_for(name), "-r", "xml", "-o", report, "--durations", "yes"]
-        child = subprocess.Popen(argv, preexec_fn=_no_core)  # noqa: PLW1509
+        child = subprocess.Popen(argv, env=env, preexec_fn=_no_core)  # noqa: PLW1509
         _CHILD.append(child)
         returncode = child.wait()
         _CHILD.clear()
@@ -209,6 +240,11 @@ def main() -> int:
             _crash_lines(report, name, -returncode)
             _die_like(-returncode)
         done = verdict(report, returncode)
+        if done["outcome"] in ("fail", "error"):  # its own output is evidence too
+            own = _output_since(offset)
+            if own:
+                text = f"{done.get('text', '')}\n--- its output ---\n{own}"
+                done["text"] = text[-_TEXT_LIMIT:]
         done.setdefault("duration", round(time.monotonic() - started, 6))
         done.update(ev="done", id=ident, t=time.time(), pid1=_last_pid())
         record.write(done)
