@@ -174,6 +174,18 @@ def test_a_crash_names_its_own_test_case_and_the_rest_runs_in_a_fresh_process(
     assert "outlived" not in hang["reason"]  # the test case's process ended with its batch
 
 
+def test_a_failure_runs_once_more_with_the_frontends_log_for_the_evidence(
+    fixture_run: tuple[Any, Path],
+) -> None:
+    """The verdict is the first run's; the logged re-run's output is in the failure's text."""
+    _, run_dir = fixture_run
+    row = _results(run_dir)["outcomes.cpp::fails an assertion"]
+    assert row["outcome"] == "fail"
+    assert "'fails an assertion' failed: once more with the frontend's log" in row["tail"]
+    passed = _results(run_dir)["outcomes.cpp::passes"]
+    assert not passed.get("tail")  # a pass runs once
+
+
 def test_a_test_case_that_wants_a_device_is_the_no_gpu_skip_the_sign_off_counts(
     fixture_run: tuple[Any, Path],
 ) -> None:

@@ -52,7 +52,15 @@ if TYPE_CHECKING:
 
     from validate.env.target import ExecTarget
 
-__all__ = ["CppBuild", "CppBuildError", "CppProject", "ensure_build", "first_error", "tool"]
+__all__ = [
+    "CppBuild",
+    "CppBuildError",
+    "CppProject",
+    "ensure_build",
+    "first_error",
+    "parallel",
+    "tool",
+]
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +126,14 @@ def first_error(text: str) -> str:
             if pattern.search(line):
                 return line.strip()[:400]
     return ""
+
+
+def parallel(cpus: int) -> int:
+    """Compiles at once on `cpus` CPUs (the ledger's booking): Ninja's own default for that many
+    (2 -> 3, more -> CPUs + 2; a compile waits on its files part of the time), so the tool's
+    build keeps pace with `cmake --build` run by hand on the same machine."""
+    cpus = max(1, cpus)
+    return cpus + 1 if cpus <= 2 else cpus + 2
 
 
 def _tree_digest(root: Path, digest: Any) -> None:
@@ -388,7 +404,7 @@ def ensure_build(
             status = _run_logged(_configure_argv(project, inputs, folder, catch2), fh, env)
             if status == 0:
                 _check_pinned(folder, inputs.cudnn_root)
-                build = [inputs.cmake, "--build", str(folder), "-j", str(max(1, jobs))]
+                build = [inputs.cmake, "--build", str(folder), "-j", str(parallel(jobs))]
                 if project.targets:
                     build += ["--target", *project.targets]
                 status = _run_logged(build, fh, env)

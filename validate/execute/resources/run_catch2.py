@@ -15,9 +15,12 @@ the verdict read from Catch2's XML report:
   an unexpected exception, with the rest of the failures and the captured output as text;
 - `error`: the binary did not run the test case (no such name, no XML report).
 
-A `fail` or `error` also keeps the last lines the test case's process wrote (its text): the
-backend logs its errors to stderr there (CUDNN_LOGERR_DBG=1 unless the caller set its own), so
-a failure on a host without a driver says so ("cudaGetDeviceCount(&count) != cudaSuccess").
+A `fail` or `error` also keeps what the test case's process wrote (its error lines, else its
+last lines, in its text): the backend logs its errors to stderr there (CUDNN_LOGERR_DBG=1
+unless the caller set its own), and a `fail` runs once more with the frontend's log
+(CUDNN_FRONTEND_LOG_INFO=1 to stderr; its verdict stays the first run's), so a failure on a host
+without a driver says so ("cudaGetDeviceCount(&count) != cudaSuccess", "cuda_get_device(&device)
+failed with CUDA driver version is insufficient").
 
 A test case whose process dies of a signal (abort, segfault; Catch2 re-raises the signal after
 writing its report) ends this process with the same signal right after: the tool sees the process
@@ -46,6 +49,7 @@ RECORD_ENV = "CUDNN_MATRIX_PYTEST_RECORD"
 IDS_ENV = "CUDNN_MATRIX_PYTEST_IDS"
 _TEXT_LIMIT = 4000
 _OUTPUT_LINES = 30  # of the test case's own output, kept with a failure's text
+_RERUN_FLOOR_S = 30.0  # the logged re-run of a failure: 3x the first run, at least this
 #: Characters Catch2's test spec parser reads as syntax (a backslash makes the next one literal).
 _SPEC_CHARS = '\\,[]*"~'
 _FAILURES = ("Expression", "Failure", "Exception", "FatalErrorCondition")
@@ -240,12 +244,29 @@ def main() -> int:
             _crash_lines(report, name, -returncode)
             _die_like(-returncode)
         done = verdict(report, returncode)
+        done.setdefault("duration", round(time.monotonic() - started, 6))
+        if done["outcome"] == "fail" and "CUDNN_FRONTEND_LOG_INFO" not in os.environ:
+            # once more with the frontend's log, for the evidence only: the verdict stays the
+            # first run's (a frontend failure logs its cause only there)
+            print(f"[cudnn-matrix] TEST_CASE {name!r} failed: once more with the frontend's log")
+            sys.stdout.flush()
+            logged = {**env, "CUDNN_FRONTEND_LOG_INFO": "1", "CUDNN_FRONTEND_LOG_FILE": "stderr"}
+            again = [binary, spec_for(name), "-r", "xml", "-o", os.devnull]  # report unused
+            _CHILD.append(subprocess.Popen(again, env=logged, preexec_fn=_no_core))  # noqa: PLW1509
+            try:  # bounded: a re-run for evidence never turns the verdict into a timeout
+                _CHILD[-1].wait(timeout=max(_RERUN_FLOOR_S, 3 * float(done["duration"])))
+            except subprocess.TimeoutExpired:
+                _CHILD[-1].kill()
+                _CHILD[-1].wait()
+            _CHILD.clear()
         if done["outcome"] in ("fail", "error"):  # its own output is evidence too
             own = _output_since(offset)
             if own:
-                text = f"{done.get('text', '')}\n--- its output ---\n{own}"
+                errors = [ln for ln in own.splitlines() if "ERROR" in ln or "Error" in ln]
+                text = f"{done.get('text', '')}\n--- its output ---\n" + "\n".join(
+                    errors[:_OUTPUT_LINES] or own.splitlines()
+                )
                 done["text"] = text[-_TEXT_LIMIT:]
-        done.setdefault("duration", round(time.monotonic() - started, 6))
         done.update(ev="done", id=ident, t=time.time(), pid1=_last_pid())
         record.write(done)
     record.write({"ev": "end"})
