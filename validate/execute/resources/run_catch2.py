@@ -49,6 +49,7 @@ RECORD_ENV = "CUDNN_MATRIX_PYTEST_RECORD"
 IDS_ENV = "CUDNN_MATRIX_PYTEST_IDS"
 _TEXT_LIMIT = 4000
 _OUTPUT_LINES = 30  # of the test case's own output, kept with a failure's text
+_OUTPUT_BYTES = 1 << 20  # of its output read for them (its error lines first)
 _RERUN_FLOOR_S = 30.0  # the logged re-run of a failure: 3x the first run, at least this
 #: Characters Catch2's test spec parser reads as syntax (a backslash makes the next one literal).
 _SPEC_CHARS = '\\,[]*"~'
@@ -191,10 +192,10 @@ def _output_since(offset: int | None) -> str:
     try:
         with open(f"/proc/self/fd/{sys.stdout.fileno()}", "rb") as fh:  # noqa: PTH123
             fh.seek(offset)
-            data = fh.read()[-_TEXT_LIMIT:]
+            data = fh.read(_OUTPUT_BYTES)
     except (OSError, ValueError):
         return ""
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-_OUTPUT_LINES:])
+    return data.decode("utf-8", "replace")
 
 
 def _child_env() -> dict[str, str]:
@@ -251,7 +252,8 @@ def main() -> int:
             print(f"[cudnn-matrix] TEST_CASE {name!r} failed: once more with the frontend's log")
             sys.stdout.flush()
             logged = {**env, "CUDNN_FRONTEND_LOG_INFO": "1", "CUDNN_FRONTEND_LOG_FILE": "stderr"}
-            again = [binary, spec_for(name), "-r", "xml", "-o", os.devnull]  # report unused
+            # the console reporter: the XML one would capture the log (std::cerr) into its report
+            again = [binary, spec_for(name), "-r", "console"]
             _CHILD.append(subprocess.Popen(again, env=logged, preexec_fn=_no_core))  # noqa: PLW1509
             try:  # bounded: a re-run for evidence never turns the verdict into a timeout
                 _CHILD[-1].wait(timeout=max(_RERUN_FLOOR_S, 3 * float(done["duration"])))
@@ -262,9 +264,10 @@ def main() -> int:
         if done["outcome"] in ("fail", "error"):  # its own output is evidence too
             own = _output_since(offset)
             if own:
-                errors = [ln for ln in own.splitlines() if "ERROR" in ln or "Error" in ln]
+                lines = own.splitlines()
+                errors = [ln for ln in lines if "ERROR" in ln or "Error" in ln]
                 text = f"{done.get('text', '')}\n--- its output ---\n" + "\n".join(
-                    errors[:_OUTPUT_LINES] or own.splitlines()
+                    errors[:_OUTPUT_LINES] or lines[-_OUTPUT_LINES:]
                 )
                 done["text"] = text[-_TEXT_LIMIT:]
         done.update(ev="done", id=ident, t=time.time(), pid1=_last_pid())
