@@ -114,6 +114,9 @@ class ValidateConfig:
     samples: Path | None = None
     tests: Path | None = None  # --tests: a pytest root, one result per test id (execute/suite.py)
     tests_select: str | None = None  # --tests-select: its pytest selection, as typed
+    cpp: Path | None = None  # --cpp: a CMake project with Catch2 tests, one result per TEST_CASE
+    cpp_targets: tuple[str, ...] = ()  # --cpp-target: the CMake targets to build (none: all)
+    cpp_catch2: Path | None = None  # --cpp-catch2: a Catch2 source folder or archive
     case_names: tuple[str, ...] = ()  # --case: names or fnmatch patterns to keep
     executor: str = "local"  # a name in execute.EXECUTORS; workflow.run resolves "auto" once
     base_image: str | None = None  # docker: the cell images' base (env.builder.base_image_for)
@@ -200,6 +203,8 @@ _PATHS: Final = frozenset(
     {
         "samples",
         "tests",
+        "cpp",
+        "cpp_catch2",
         "wheelhouse",
         "backend_store",
         "cache_dir",

@@ -26,6 +26,7 @@ from validate.execute.resources.shares import split
 from validate.execute.runner import RunOptions
 from validate.execute.suite import SuiteRun
 from validate.model.results import ResultStore
+from validate.plan.requirements import SkipKind, skip_kind
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -210,7 +211,8 @@ def test_a_suite_that_needs_a_gpu_to_collect_is_one_skip_without_one(tmp_path: P
     assert no_gpu.tests == ()
     ((name, outcome, reason),) = no_gpu.problems
     assert (name, str(outcome)) == ("pytest:pytest_gpu_suite", "skip")
-    assert reason.startswith("needs a GPU")
+    assert "needs a GPU" in reason
+    assert skip_kind(reason) is SkipKind.NO_GPU  # the sign-off counts it as a GPU case not run
     assert "torch.cuda.is_available" in reason
     with_gpu = collect(suite, _target(has_gpu=True), tmp_path / "b", 60)
     assert [str(p[1]) for p in with_gpu.problems] == ["error"]
@@ -223,7 +225,8 @@ def test_run_of_a_suite_that_needs_a_gpu_is_one_skip(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     (row,) = _lines(tmp_path / "run")
     assert (row["case"], row["outcome"]) == ("pytest:pytest_gpu_suite", "skip")
-    assert row["reason"].startswith("needs a GPU: the suite cannot collect without one")
+    assert "needs a GPU: the suite cannot collect" in row["reason"]
+    assert skip_kind(row["reason"]) is SkipKind.NO_GPU
     assert row["case_path"] == str(GPU_SUITE)
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "ENDS_AGREE_EXIT",
     "EXIT_CODES",
     "OneLineParser",
+    "add_cpp_args",
     "add_flaky_option",
     "add_require_gpu_option",
     "add_run_options",
@@ -330,6 +331,34 @@ def add_tests_args(group: argparse._ActionsContainer) -> None:
         metavar="ARGS",
         help='pytest selection for --tests, e.g. "-m L0 -k norm test_matmul.py" (default: the '
         "suite's own ini and addopts)",
+    )
+
+
+def add_cpp_args(group: argparse._ActionsContainer) -> None:
+    """--cpp, --cpp-target and --cpp-catch2 of `validate`: a CMake project's Catch2 tests."""
+    group.add_argument(
+        "--cpp",
+        type=caller_path,
+        metavar="DIR",
+        help="a CMake project with Catch2 tests (e.g. a cudnn-frontend checkout: its samples/cpp "
+        "and test/cpp), built per cell against the cell's backend (cached): one result per "
+        "TEST_CASE, each in a process of its own, every crash named",
+    )
+    group.add_argument(
+        "--cpp-target",
+        dest="cpp_targets",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="build and run only this CMake target of --cpp, e.g. samples or tests (repeatable; "
+        "default: every target, and every Catch2 binary among them)",
+    )
+    group.add_argument(
+        "--cpp-catch2",
+        type=caller_path,
+        metavar="PATH",
+        help="Catch2 v3 source folder or .tar.gz archive for --cpp, for builds without network "
+        "(default: the project's find_package(Catch2) or FetchContent)",
     )
 
 

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from validate.cli import (
+    add_cpp_args,
     add_flaky_option,
     add_require_gpu_option,
     add_run_options,
@@ -68,6 +69,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
         help="cudnn-frontend checkout: samples/python",
     )
     add_tests_args(what)
+    add_cpp_args(what)
     what.add_argument(
         "--case",
         dest="case_names",
@@ -248,6 +250,13 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
     elif args.tests_select is not None:
         msg = "--tests-select needs --tests PATH"
         raise ConfigError(msg)
+    if args.cpp is not None:  # checked now: a bad project or Catch2 source is bad input (exit 2)
+        from validate.execute.catch2_suite import Catch2Project
+
+        Catch2Project.from_flags(args.cpp, args.cpp_targets, args.cpp_catch2)
+    elif args.cpp_targets or args.cpp_catch2 is not None:
+        msg = "--cpp-target and --cpp-catch2 need --cpp DIR"
+        raise ConfigError(msg)
     if args.backend_store is not None:  # checked now: a bad store is bad input (exit 2)
         from validate.env.sources import Sources
 
@@ -258,6 +267,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         samples=args.samples,
         tests=args.tests.resolve() if args.tests is not None else None,
         tests_select=args.tests_select,
+        cpp=args.cpp.resolve() if args.cpp is not None else None,
+        cpp_targets=tuple(args.cpp_targets),
+        cpp_catch2=args.cpp_catch2.resolve() if args.cpp_catch2 is not None else None,
         case_names=tuple(args.case_names),
         executor=args.executor,
         base_image=args.base_image,

@@ -249,8 +249,10 @@ class BatchRun:
         placement: Placement | None = None,
         capture_cap: int = launch.DEFAULT_CAPTURE_CAP,
         on_note: Callable[[str, str], object] | None = None,
+        process: str = "pytest process",
     ) -> None:
         self.ids = None if ids is None else list(ids)
+        self.process = process  # what a crash's reason calls the process: "test binary"
         self.argv, self.env, self.cwd, self.folder = argv, env, cwd, folder
         self.limit_s, self.on_ends = limit_s, on_ends
         self.share_env, self.on_collect = share_env, on_collect
@@ -446,11 +448,11 @@ class _Process:
             if self.killed == "timeout":
                 limit = self.batch.limit_s(running.id)
                 outcome = Outcome.TIMEOUT
-                reason = f"timed out after {limit:g}s; its pytest process was killed"
+                reason = f"timed out after {limit:g}s; its {self.batch.process} was killed"
             else:
                 poisoned = next((ln.strip() for ln in tail.splitlines() if POISON.search(ln)), None)
                 outcome = Outcome.CRASH
-                reason = f"the pytest process {status} during this test"
+                reason = f"the {self.batch.process} {status} during this test"
                 if poisoned:
                     reason += f"; CUDA context poisoned: {poisoned[:300]}"
             if self.leftovers:
@@ -472,7 +474,7 @@ class _Process:
             why = "stalled before its first test" if self.killed == "stalled" else status
             tail = _tail_from(log_path, 0)
             last_line = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "")
-            reason = f"its pytest process {why} before running it: {last_line[:300]}"
+            reason = f"its {self.batch.process} {why} before running it: {last_line[:300]}"
             for test_id in list(self.left):
                 self._end(
                     TestEnd(

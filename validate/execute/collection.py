@@ -4,8 +4,8 @@
   plugin's bootstrap) every suite process runs.
 - The collection's results: a module that fails to collect is one `error` named by its node id
   (its file) with the exception. Where the host has no GPU and the failure's text is about CUDA
-  or GPU availability (`_NEEDS_GPU`: the frontend's conftest asserts
-  `torch.cuda.is_available()`), the suite (or that module) is one `skip` "needs a GPU"; the same
+  or GPU availability (plan/requirements.py `no_gpu_skip`, the
+  rule every kind shares: the frontend's conftest asserts `torch.cuda.is_available()`), the suite (or that module) is one `skip` "needs a GPU"; the same
   failure on a GPU host is an `error`: nothing there says "no GPU".
 - `collect` runs the collection alone (`--collect-only`), for a caller that needs the ids first;
   a run collects inside its shares instead (execute/suite.py).
@@ -20,23 +20,26 @@ import signal
 import subprocess
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from validate.errors import ConfigError
 from validate.execute import launch
 from validate.execute.batches import BOOTSTRAP, plugin_env
 from validate.execute.cases.pytest_suite import SUITE_PREFIX
 from validate.model.outcome import Outcome
+from validate.plan.requirements import no_gpu_skip
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
     from validate.env.target import ExecTarget
+    from validate.execute.batches import TestEnd
     from validate.execute.placement import Placement
 
 __all__ = [
     "EXCLUSIVE_MARK",
+    "BatchedSuite",
     "Collected",
     "CollectedTest",
     "Suite",
@@ -47,14 +50,65 @@ __all__ = [
 
 #: Tests with this marker run with nothing else on the GPU (the frontend's pytest.ini).
 EXCLUSIVE_MARK: Final = "gpu_exclusive"
-#: Collection output that says the suite needs a GPU to be collected at all.
-_NEEDS_GPU: Final = re.compile(
-    r"torch\.cuda\.is_available|cuda\.is_available\(\)|no NVIDIA driver|NVIDIA driver on your"
-    r"|no CUDA-capable device|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|CUDA is not available"
-    r"|libcuda\.so|needs? a GPU",
-    re.IGNORECASE,
-)
 _COLLECT_TAIL: Final = 30
+
+
+class BatchedSuite(Protocol):
+    """What the shared batches (execute/suite.py, execute/batches.py) need of a batched kind's
+    suite: a pytest suite (`Suite`) or a C++ project's test binaries (execute/catch2_suite.py).
+
+    Two ways to its ids: a suite that `collects_in_shares` (pytest) has each share process
+    collect the whole selection itself and cut its part, as pytest-xdist's workers do; any
+    other is `prepare`d once per cell in a pool job of its own (a build, then a listing) and
+    its ids are then dealt to shares, each run by the process `batch_argv(python, runner)`
+    starts (one `runner` per binary). Either way every id runs under a durable start marker
+    (resources/markers.py) and the batches name what a dead or hung process was running."""
+
+    @property
+    def root(self) -> Path:
+        """Its folder: a test id's file is relative to it."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The case name of results about the whole suite (it could not be collected)."""
+        ...
+
+    @property
+    def process(self) -> str:
+        """The batch process, in a crash's reason: "pytest process", "test binary"."""
+        ...
+
+    @property
+    def collects_in_shares(self) -> bool:
+        """True: each share process collects the selection itself (pytest); False: `prepare`."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """The folder of its batches under the cell's evidence folder: "pytest", "cpp"."""
+        ...
+
+    def batch_argv(self, python: Path, runner: str) -> list[str]:
+        """The command of a batch process over ids of `runner` (the record's and the ids' files
+        come in its environment, execute/batches.py `plugin_env`)."""
+        ...
+
+    def prepare(
+        self, target: ExecTarget, folder: Path, *, cpus: int, timeout_s: float
+    ) -> Collected:
+        """The suite's ids for the cell `target` (a build with `cpus` parallel jobs and a
+        listing, their files under `folder`), or the results of what could not be prepared."""
+        ...
+
+    def case_path(self, test_id: str, file: str) -> Path:
+        """A test's stored case path (its file; a C++ test case's binary, for the repro line)."""
+        ...
+
+    def judged(self, end: TestEnd, *, has_gpu: bool) -> TestEnd:
+        """A test's end as the kind judges it beyond the batches (a C++ failure that says it
+        wanted a GPU, on a host without one, is that skip)."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +117,9 @@ class Suite:
 
     root: Path
     select: tuple[str, ...] = ()
+    process: str = "pytest process"
+    collects_in_shares: bool = True
+    kind: str = "pytest"
 
     @classmethod
     def from_flags(cls, path: Path, select: str | None) -> Suite:
@@ -82,6 +139,29 @@ class Suite:
         """The case name of results about the whole suite (it could not be collected)."""
         return f"{SUITE_PREFIX}{self.root.name}"
 
+    def batch_argv(self, python: Path, runner: str) -> list[str]:  # noqa: ARG002 - one runner
+        """A share or batch process: output teed, and a module that fails to collect is its own
+        `error` (share 1 reports it) while the rest runs."""
+        return self.argv(python, "--capture=tee-sys", "--continue-on-collection-errors")
+
+    def prepare(
+        self,
+        target: ExecTarget,
+        folder: Path,
+        *,
+        cpus: int,  # noqa: ARG002 - the protocol's
+        timeout_s: float,
+    ) -> Collected:
+        """Not called: a pytest suite collects in its shares (`collects_in_shares`)."""
+        return collect(self, target, folder, timeout_s)
+
+    def case_path(self, test_id: str, file: str) -> Path:  # noqa: ARG002
+        return self.root / file
+
+    def judged(self, end: TestEnd, *, has_gpu: bool) -> TestEnd:  # noqa: ARG002
+        """As the batches judged it (a module that needs a GPU is judged at collection)."""
+        return end
+
     def argv(self, python: Path, *extra: str) -> list[str]:
         """pytest with the plugin and the selection (the suite's own ini and addopts apply).
         No cache folder is written into the suite, and output is teed (not only captured), so
@@ -94,6 +174,7 @@ class CollectedTest:
     id: str  # the pytest node id: the case name, the same in every cell and run
     file: str  # relative to the suite root
     exclusive: bool = False
+    runner: str = ""  # which process runs it (a C++ test binary's path); "": the suite's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,15 +249,15 @@ def collect(
 
 
 def suite_problem(
-    suite: Suite, target: ExecTarget, returncode: int | str, log_path: Path
+    suite: BatchedSuite, target: ExecTarget, returncode: int | str, log_path: Path
 ) -> tuple[str, Outcome, str]:
     """The one result of a suite pytest could not collect at all: `skip` where the host has no
     GPU and the output says the suite needs one, else `error` with the exception line."""
     output = log_path.read_text(encoding="utf-8", errors="replace")
     tail = [ln for ln in output.splitlines() if ln.strip()][-_COLLECT_TAIL:]
     line = _exception_line("\n".join(tail)) or str(returncode)
-    if not target.has_gpu and _NEEDS_GPU.search(output):
-        why = f"needs a GPU: the suite cannot collect without one ({line})"
+    why = no_gpu_skip(output, has_gpu=target.has_gpu, what=f"the suite cannot collect ({line})")
+    if why is not None:
         return suite.name, Outcome.SKIP, why
     if re.search(r"No module named '?pytest'?$", output, re.MULTILINE):
         return suite.name, Outcome.ERROR, "pytest is not installed in the cell environment"
@@ -185,7 +266,7 @@ def suite_problem(
 
 
 def collection_results(
-    suite: Suite, target: ExecTarget, events: Sequence[Mapping[str, Any]]
+    suite: BatchedSuite, target: ExecTarget, events: Sequence[Mapping[str, Any]]
 ) -> tuple[tuple[CollectedTest, ...], tuple[tuple[str, Outcome, str], ...]]:
     """The collected tests and the modules that failed to collect (a module's `skip` where the
     host has no GPU and its error says it needs one) or were skipped at import (one `skip` with
@@ -211,10 +292,9 @@ def collection_results(
         text = str(event.get("text") or "")
         where = str(event.get("id") or suite.name)
         line = _exception_line(text)
-        if not target.has_gpu and _NEEDS_GPU.search(text):
-            problems.append(
-                (where, Outcome.SKIP, f"needs a GPU: {where} cannot collect without one ({line})")
-            )
+        no_gpu = no_gpu_skip(text, has_gpu=target.has_gpu, what=f"{where} cannot collect ({line})")
+        if no_gpu is not None:
+            problems.append((where, Outcome.SKIP, no_gpu))
         else:
             problems.append((where, Outcome.ERROR, f"{where} failed to collect: {line}"))
     return tests, tuple(problems)

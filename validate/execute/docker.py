@@ -258,7 +258,11 @@ class DockerExecutor:
             self._client.close()
 
     def check(self, config: ValidateConfig) -> None:
-        """A cell's image holds its pins: no layering on this host's Python, no extra pins."""
+        """A cell's image holds its pins: no layering on this host's Python, no extra pins; a
+        C++ project is built on the host's toolchain (not in a cell's image yet)."""
+        if config.cpp is not None:
+            msg = "--executor docker: --cpp is not supported yet (use --executor local)"
+            raise ConfigError(msg)
         if config.env_mode != "isolated" or config.extras:
             flag = f"--env {config.env_mode}" if config.env_mode != "isolated" else "--with"
             msg = f"--executor docker: {flag} is not supported (a cell's image holds its pins)"

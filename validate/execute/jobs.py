@@ -4,7 +4,9 @@ run's pool runs, and the one place `RunOptions` are built from a config.
 - a file kind's cases (a notebook, a script, a kind planted in a test): one job per case
   (`runner.CaseBatch`: resume, the history's estimate, GPU and CPU figures, the case's limit from
   execute/limits.py, its re-runs as follow-up jobs);
-- a batched kind's case (a pytest suite): one job per share of its tests (`suite.SuiteRun`).
+- a batched kind's case (a pytest suite, a C++ project): its kind's `suite(case)` run by
+  `suite.SuiteRun`, one job per share of its tests (a C++ project: after one job that builds
+  and lists it).
 
 The local executor hands each cell's jobs to the run's pool; the runner inside a docker cell's
 container runs the same jobs in a pool of its own (`run_jobs`), so a container runs suites as the
@@ -16,8 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from validate.execute.attempt import RunOptions
-from validate.execute.cases.kinds import KINDS
-from validate.execute.collection import Suite
+from validate.execute.cases.kinds import KINDS, BatchedKind
 from validate.execute.history import History
 from validate.execute.pool import Pool
 from validate.execute.runner import CaseBatch, run_pool, usage_sampler
@@ -80,7 +81,7 @@ class CellJobs:
         files = [c for c in cases if not KINDS[c.kind].batched]
         self.suites = [
             SuiteRun(
-                Suite(root=case.path, select=case.args),
+                _batched(case).suite(case),
                 target,
                 options,
                 store,
@@ -123,6 +124,14 @@ class CellJobs:
         for suite in self.suites:
             out += suite.results
         return out
+
+
+def _batched(case: Case) -> BatchedKind:
+    kind = KINDS[case.kind]
+    if not isinstance(kind, BatchedKind):
+        msg = f"case kind {kind.name!r} is batched but gives no suite (cases/kinds.py BatchedKind)"
+        raise TypeError(msg)
+    return kind
 
 
 def cell_jobs(

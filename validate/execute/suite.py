@@ -44,13 +44,14 @@ from validate.execute.batches import (
     TestEnd,
 )
 from validate.execute.collection import (
+    BatchedSuite,
     CollectedTest,
-    Suite,
     collection_results,
     suite_problem,
 )
 from validate.execute.deaths import TOOL_KILLED, alone_job, find_deaths
 from validate.execute.history import History
+from validate.execute.ledger import host_cpus
 from validate.execute.limits import case_timeout
 from validate.execute.pool import Job, Pool
 from validate.execute.resources.shares import split
@@ -98,7 +99,7 @@ class SuiteRun:
 
     def __init__(
         self,
-        suite: Suite,
+        suite: BatchedSuite,
         target: ExecTarget,
         options: RunOptions,
         store: ResultStore,
@@ -116,7 +117,7 @@ class SuiteRun:
         self._files: dict[str, str] = {}
         self.results: list[CaseResult] = []
         self.paths: dict[str, str] = {}  # test id -> its file, from the collection
-        self.folder = options.results_dir / "cases" / (target.cell_id or "local") / "pytest"
+        self.folder = options.results_dir / "cases" / (target.cell_id or "local") / suite.kind
         self._events: list[Mapping[str, Any]] = []  # share 1's collection lines
         self._collected = threading.Event()  # share 1 collected, or could not
         self.tests: tuple[CollectedTest, ...] | None = None  # None: not (yet) collected
@@ -135,10 +136,12 @@ class SuiteRun:
         for ident, output in sorted(deaths.convicted.items()):  # died twice: its crash now
             self._problems([(ident, Outcome.CRASH, TOOL_KILLED)], str(output))
         self._skip.update(deaths.convicted, deaths.again)  # `again`: alone, before the shares
+        self._weights = {k: v for k, v in self.history.durations.items() if "::" in k}
+        if not self.suite.collects_in_shares:
+            return [self._prepare_job(deaths.again)]
         (self.folder / "skip.txt").write_text(
             "".join(f"{i}\n" for i in sorted(self._skip)), encoding="utf-8"
         )
-        self._weights = {k: v for k, v in self.history.durations.items() if "::" in k}
         (self.folder / "weights.json").write_text(json.dumps(self._weights), encoding="utf-8")
         gpu = load = 0.0
         if self.target.has_gpu:  # a share's load is not on record: as a case the history lacks
@@ -155,12 +158,74 @@ class SuiteRun:
             job.run = functools.partial(self._share, k, job)
             jobs.append(job)
 
+        return self._alone_first(deaths.again, jobs)
+
+    def _alone_first(self, again: Sequence[str], jobs: list[Job]) -> list[Job]:
+        """`jobs`, after one exclusive job running each id of `again` alone (deaths.py)."""
+        if not again:
+            return jobs
+
         def alone(ident: str, folder: str) -> None:
-            self._batch(folder, [ident]).run()
+            self._batch(folder, [ident], runner=self._runner(ident)).run()
 
         gpu = GPU_PER_CASE_MIB if self.target.has_gpu else 0.0
-        again = [alone_job(self.suite.name, deaths.again, alone, jobs, gpu_mib=gpu)]
-        return again if deaths.again else jobs
+        return [alone_job(self.suite.name, again, alone, jobs, gpu_mib=gpu)]
+
+    def _runner(self, ident: str) -> str:
+        return next((t.runner for t in self.tests or () if t.id == ident), "")
+
+    def _prepare_job(self, again: Sequence[str]) -> Job:
+        """A suite that does not collect in its shares (a C++ project): one pool job prepares
+        it (its build, with the CPUs the ledger books for it, then the listing of its ids), and
+        hands on one job per share of each runner's ids, after the ids the tool died during run
+        alone. What could not be prepared is its results (a failed build: one `error`)."""
+        cpus = max(1, int(host_cpus()))
+
+        def run() -> Sequence[Job]:
+            collected = self.suite.prepare(
+                self.target,
+                self.folder,
+                cpus=cpus,
+                timeout_s=case_timeout(self.options.timeout_s, None, startup=True),
+            )
+            self.tests = collected.tests
+            self.paths = {t.id: t.file for t in collected.tests}
+            self._problems(collected.problems, collected.log_path)
+            self._collected.set()
+            known = {t.id for t in collected.tests}
+            return self._alone_first([i for i in again if i in known], self._id_shares())
+
+        return Job(name=f"{self.suite.name}: build and list", run=run, cases=0, cpu=float(cpus))
+
+    def _id_shares(self) -> list[Job]:
+        """The listed ids not stored yet, one pool job per share of each runner's ids (shares.py
+        `split`: contiguous blocks dealt round robin, balanced by the duration history)."""
+        by_runner: dict[str, list[str]] = {}
+        for test in self.tests or ():
+            if test.id not in self._skip:
+                by_runner.setdefault(test.runner, []).append(test.id)
+        gpu, load = (GPU_PER_CASE_MIB, DEFAULT_GPU_LOAD) if self.target.has_gpu else (0.0, 0.0)
+        jobs = []
+        for n, (runner, ids) in enumerate(by_runner.items(), 1):
+            parts = [p for p in split(ids, self._weights, self.slots) if p]
+            for k, part in enumerate(parts, 1):
+                batch = self._batch(f"r{n:02d}-share-{k:03d}", part, runner=runner)
+                batch.assigned = len(part)
+                jobs.append(
+                    Job(
+                        name=f"{self.suite.name} {Path(runner).name} share {k}/{len(parts)}",
+                        run=functools.partial(self._run_part, batch),
+                        cases=len(part),
+                        gpu_mib=gpu,
+                        gpu_load=load,
+                    )
+                )
+        return jobs
+
+    @staticmethod
+    def _run_part(batch: BatchRun) -> Sequence[Job]:
+        batch.run()
+        return ()
 
     def content_key(self, test_id: str) -> str:
         """The test's file content, its id and the cell's pins (as Case.content_key)."""
@@ -208,12 +273,13 @@ class SuiteRun:
         ids: Sequence[str] | None,
         share: Mapping[str, str] | None = None,
         on_ends: Callable[[list[TestEnd]], object] | None = None,
+        *,
+        runner: str = "",
     ) -> BatchRun:
-        # a module that fails to collect is its own `error` (share 1 reports it): the rest runs
-        extra = ["--capture=tee-sys", "--continue-on-collection-errors"]
         return BatchRun(
             ids=ids,
-            argv=self.suite.argv(self.target.python, *extra),
+            argv=self.suite.batch_argv(self.target.python, runner),
+            process=self.suite.process,
             env=self._env(),
             cwd=self.suite.root,
             folder=self.folder / name,
@@ -402,6 +468,8 @@ class SuiteRun:
         """Store the ends; returns how many were ids without a result in this run yet."""
         results = []
         for end in ends:
+            end = self.suite.judged(end, has_gpu=self.target.has_gpu)
+            file = self.paths.get(end.id, end.id.split("::")[0])
             results.append(
                 CaseResult(
                     case=end.id,
@@ -410,7 +478,7 @@ class SuiteRun:
                     duration_s=round(end.duration_s, 3),
                     cell_id=self.target.cell_id,
                     cell=dict(self.target.cell),
-                    case_path=str(self.suite.root / self.paths.get(end.id, end.id.split("::")[0])),
+                    case_path=str(self.suite.case_path(end.id, file)),
                     exit_code=end.exit_code,
                     signal=end.signal,
                     exception=end.exception,
@@ -496,7 +564,7 @@ class SuiteRun:
 
 
 def run_suite(
-    suite: Suite,
+    suite: BatchedSuite,
     target: ExecTarget,
     options: RunOptions,
     store: ResultStore,

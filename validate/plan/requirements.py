@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import subprocess
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -28,12 +29,14 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CASES_TOML",
     "MISSING_MODULE_PREFIX",
+    "NEEDS_GPU_TEXT",
     "NO_GPU_PREFIXES",
     "RequirementTable",
     "Requirements",
     "SkipKind",
     "check",
     "missing_modules",
+    "no_gpu_skip",
     "skip_kind",
 ]
 
@@ -50,8 +53,31 @@ NO_GPU_PREFIXES: Final = (
     "no usable NVIDIA driver",
     "no CUDA device",
 )
+#: Output that says a process wanted a GPU or driver it did not find: the frontend's conftest
+#: asserting `torch.cuda.is_available()`, the C++ samples' CUDA_CHECK/CUDNN_CHECK on a host
+#: without a device or driver (DOMAIN.md §9, §11): cudaGetDevice's "CUDA driver version is
+#: insufficient" and cudnnCreate's CUDNN_STATUS_NOT_INITIALIZED ("the CUDA Runtime API
+#: initialization failed", what it returns on a host with no driver).
+NEEDS_GPU_TEXT: Final = re.compile(
+    r"torch\.cuda\.is_available|cuda\.is_available\(\)|no NVIDIA driver|NVIDIA driver on your"
+    r"|no CUDA-capable device|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|CUDA is not available"
+    r"|libcuda\.so|needs? a GPU|driver version is insufficient|cudaErrorInsufficientDriver"
+    r"|CUDNN_STATUS_NOT_INITIALIZED",
+    re.IGNORECASE,
+)
 #: How a skip for a module missing from the case environment starts (`check`, imports).
 MISSING_MODULE_PREFIX: Final = "needs module "
+
+
+def no_gpu_skip(text: str, *, has_gpu: bool, what: str) -> str | None:
+    """The skip reason of a case (a pytest module or suite that cannot collect, a C++ test case
+    that failed) whose output says it wanted a GPU, on a host without one; None on a GPU host
+    (nothing there says "no GPU": the failure stands) or where the output says nothing of it.
+    The reason starts with a NO_GPU prefix, so the sign-off counts it as a GPU case not run
+    (`skip_kind`, judge/signoff.py), whichever kind it came from."""
+    if has_gpu or not NEEDS_GPU_TEXT.search(text):
+        return None
+    return f"{NO_GPU_PREFIXES[3]} on this host: needs a GPU: {what}"
 
 
 class SkipKind(StrEnum):

@@ -29,6 +29,7 @@ __all__ = [
     "Case",
     "CaseKind",
     "cases_for",
+    "cpp_case",
     "discover_cases",
     "discover_samples",
     "load_manifest",
@@ -258,6 +259,22 @@ def suite_case(root: Path, select: str | None) -> Case:
     )
 
 
+def cpp_case(root: Path, targets: Sequence[str] = (), catch2: Path | None = None) -> Case:
+    """A CMake project with Catch2 tests (`--cpp`) as one case of the C++ kind: its targets and
+    Catch2 source in `args`. Its results are named by TEST_CASE (`FILE::NAME`); the project's
+    own name only where it could not be built."""
+    from validate.execute.catch2_suite import Catch2Project  # same stage; imported when named
+
+    project = Catch2Project.from_flags(root, targets, catch2)
+    return Case(
+        name=project.name,
+        path=project.root,
+        kind=KINDS["catch2"].name,
+        args=project.args(),
+        source=str(root),
+    )
+
+
 def select_cases(
     cases: Sequence[Case], patterns: Sequence[str], flag: str = "--case"
 ) -> list[Case]:
@@ -281,12 +298,15 @@ def cases_for(config: ValidateConfig) -> list[Case]:
     cases: list[Case] = discover_cases(config.cases) if config.cases else []
     if config.samples is not None:
         cases += discover_samples(config.samples)
-    if not config.cases and config.samples is None and config.tests is None:
+    suites = [suite_case(config.tests, config.tests_select)] if config.tests is not None else []
+    if config.cpp is not None:
+        suites.append(cpp_case(config.cpp, config.cpp_targets, config.cpp_catch2))
+    if not config.cases and config.samples is None and not suites:
         cases = discover_cases([SHIPPED_CASES])
-    if config.tests is not None:
+    if suites:
         if config.case_names and not cases:
             msg = "--case keeps cases by name; select a suite's tests with --tests-select"
             raise CaseError(msg)
         cases = select_cases(check_unique(cases), config.case_names) if cases else []
-        return [*cases, suite_case(config.tests, config.tests_select)]
+        return [*cases, *suites]
     return select_cases(check_unique(cases), config.case_names)

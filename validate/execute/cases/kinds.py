@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
-from validate.execute.cases import notebook, pytest_suite, script
+from validate.execute.cases import catch2, notebook, pytest_suite, script
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -19,11 +19,13 @@ if TYPE_CHECKING:
 
     from validate.execute.cases import Case
     from validate.execute.classify import ExecResult
+    from validate.execute.collection import BatchedSuite
     from validate.model.outcome import Outcome
 
 __all__ = [
     "FALLBACK",
     "KINDS",
+    "BatchedKind",
     "CaseKindSpec",
     "forked_bootstraps",
     "kind_for_path",
@@ -94,10 +96,22 @@ class CaseKindSpec(Protocol):
         ...
 
 
+@runtime_checkable
+class BatchedKind(CaseKindSpec, Protocol):
+    """A `batched` kind also gives the shared batches its suite for one cell: how its ids are
+    found (collected in its shares, or prepared once: a build and a listing), the command of a
+    batch process, and its own judgement of an end (execute/collection.py `BatchedSuite`)."""
+
+    def suite(self, case: Case) -> BatchedSuite:
+        """The suite `case` stands for, for one cell's batches."""
+        ...
+
+
 #: Every case kind by name. Adding a kind: one module here, one line below. Order matters only
 #: for `kind_for_result`: a kind that owns results another also owns comes first.
 KINDS: Final[dict[str, CaseKindSpec]] = {
     notebook.KIND.name: notebook.KIND,
+    catch2.KIND.name: catch2.KIND,  # before pytest: a C++ test case's id holds "::" too
     pytest_suite.KIND.name: pytest_suite.KIND,  # before script: a test id's file is a .py too
     script.KIND.name: script.KIND,
 }

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from validate.execute.cases import Case
     from validate.execute.classify import ExecResult
+    from validate.execute.collection import BatchedSuite
 
 __all__ = ["KIND", "SUITE_PREFIX", "PytestKind"]
 
@@ -48,6 +49,12 @@ class PytestKind:
         """Nothing at discovery: a suite's test ids are collected per cell when its environment
         is ready (execute/suite.py `collect`), as they may differ by backend."""
         return []
+
+    def suite(self, case: Case) -> BatchedSuite:
+        """The suite and its selection, for one cell's shares."""
+        from validate.execute.collection import Suite  # same stage, imported late
+
+        return Suite(root=case.path, select=case.args)
 
     def gather(self, run: ExecResult, result_file: Path) -> ExecResult:  # noqa: ARG002
         return run

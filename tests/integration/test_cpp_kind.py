@@ -1,0 +1,390 @@
+"""`validate --cpp`: a real CMake project with Catch2 tests, built with the real toolchain (cmake,
+ninja, the host's compiler) against a real backend wheel's headers and libraries, each TEST_CASE
+one result (tests/resources/cpp/catch2_project). Only the GPU is absent: the cell runs on a host
+without one, so a TEST_CASE that says it wanted a device is the no-GPU skip.
+
+Catch2 v3.3.2 comes from the shared third-party folder (no network); the test skips where it or
+cmake is missing. The frontend's own samples build where a checkout is named
+(CUDNN_MATRIX_FRONTEND_CHECKOUT): a stated subset of them, `test_frontend_samples_subset`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from validate.plan.requirements import SkipKind, skip_kind
+
+pytestmark = pytest.mark.slow
+
+BACKEND = "9.13.0.50"  # in the shared wheelhouse (conftest.py)
+CELL = ["--cudnn", BACKEND, "--frontend", "1.27.0", "--cuda", "13.0", "--driver", "580"]
+CELL += ["--arch", "sm90", "--no-backend-deps"]
+PROJECT = Path(__file__).resolve().parents[1] / "resources" / "cpp" / "catch2_project"
+_CATCH2_TGZ = Path("shared") / "third_party" / "Catch2-3.3.2.tar.gz"
+#: CUDNN_MATRIX_CATCH2_SOURCE, else the shared third-party folder beside some folder above this
+#: clone (../shared/third_party of a worktree; /work/shared/third_party on the CI machine).
+CATCH2 = Path(
+    os.environ.get("CUDNN_MATRIX_CATCH2_SOURCE")
+    or next(
+        (p / _CATCH2_TGZ for p in Path(__file__).resolve().parents if (p / _CATCH2_TGZ).is_file()),
+        _CATCH2_TGZ,
+    )
+)
+TIMEOUT_S = 5  # the hang's limit: --timeout
+
+
+def _validate(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "validate", "validate", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def _results(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The last line per case (a judged line follows its raw one)."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in (run_dir / "results.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        out[row["case"]] = row
+    return out
+
+
+@pytest.fixture(scope="module")
+def toolchain() -> None:
+    if not CATCH2.exists():
+        pytest.skip(f"no Catch2 source at {CATCH2} (CUDNN_MATRIX_CATCH2_SOURCE names one)")
+    if shutil.which("cmake") is None or shutil.which("c++") is None:
+        pytest.skip("no cmake or c++ on PATH (pip install cmake ninja; a host compiler)")
+
+
+@pytest.fixture(scope="module")
+def env_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cpp-envs")
+
+
+@pytest.fixture(scope="module")
+def fixture_run(
+    toolchain: None,  # noqa: ARG001 - skips without one
+    wheelhouse: Path,
+    env_cache: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One `validate --cpp` of the fixture project, its results judged by every test below."""
+    run_dir = tmp_path_factory.mktemp("cpp-run") / "run"
+    proc = _validate(
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(PROJECT), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+        *["--jobs", "2", "--results", str(run_dir)],
+        cwd=run_dir.parent,
+    )
+    return proc, run_dir
+
+
+def _listed(binary: Path) -> set[str]:
+    out = subprocess.run(
+        [str(binary), "--list-tests", "-v", "quiet"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return {line.strip() for line in out.stdout.splitlines() if line.strip()}
+
+
+def test_every_test_case_is_one_result(fixture_run: tuple[Any, Path]) -> None:
+    """Each TEST_CASE the built binaries list (`--list-tests -v quiet`) is exactly one result,
+    named `FILE::NAME`; the helper executable (no Catch2) is built and not run."""
+    proc, run_dir = fixture_run
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a fail and crashes: regressions
+    rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    binaries = {Path(r["case_path"]) for r in rows}
+    assert {b.name for b in binaries} <= {"outcomes", "cudnn_link"}
+    listed = set().union(*(_listed(b) for b in binaries))
+    names = {r["case"].split("::", 1)[1] for r in rows}
+    assert names == listed
+    assert len({r["case"] for r in rows}) == len(listed)  # judged lines repeat none here
+    assert {r["case"].split("::")[0] for r in rows} <= {
+        "outcomes.cpp",
+        "crashes.cpp",
+        "cudnn_link.cpp",
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "outcome", "reason"),
+    [
+        ("outcomes.cpp::passes", "pass", ""),
+        ("outcomes.cpp::fails an assertion", "fail", "REQUIRE( got == 5 ) failed: 4 == 5"),
+        ("outcomes.cpp::skips with a reason", "skip", "Catch2 SKIP: needs sm100 or newer"),
+        ("outcomes.cpp::stderr noise, exit 0", "pass", ""),
+        ("outcomes.cpp::name, with [odd] * chars \\ here", "pass", ""),
+        ("crashes.cpp::aborts", "crash", "the test binary killed by SIGABRT during this test"),
+        ("crashes.cpp::segfaults", "crash", "the test binary killed by SIGSEGV during this test"),
+        (
+            "crashes.cpp::hangs",
+            "timeout",
+            f"timed out after {TIMEOUT_S}s; its test binary was killed",
+        ),
+        ("crashes.cpp::after abort passes", "pass", ""),
+        ("crashes.cpp::after segfault passes", "pass", ""),
+        ("crashes.cpp::after hang passes", "pass", ""),
+        ("crashes.cpp::kills the tool when asked", "pass", ""),  # not asked here
+    ],
+)
+def test_each_test_case_outcome(
+    fixture_run: tuple[Any, Path], case: str, outcome: str, reason: str
+) -> None:
+    _, run_dir = fixture_run
+    row = _results(run_dir)[case]
+    assert (row["outcome"], row.get("reason", "")[: len(reason)]) == (outcome, reason), row
+
+
+def test_a_crash_names_its_own_test_case_and_the_rest_runs_in_a_fresh_process(
+    fixture_run: tuple[Any, Path],
+) -> None:
+    """Each crash's tail is its own TEST_CASE's (Catch2's fatal condition and signal), its signal
+    is stored, and the TEST_CASE after it ran in another process (another output file)."""
+    _, run_dir = fixture_run
+    rows = _results(run_dir)
+    for name, sig in (("aborts", "SIGABRT"), ("segfaults", "SIGSEGV")):
+        crash, after = rows[f"crashes.cpp::{name}"], rows[f"crashes.cpp::after {name[:-1]} passes"]
+        assert crash["signal"] == sig
+        assert f"TEST_CASE '{name}' killed by {sig}" in crash["tail"]
+        assert f"fatal error: {sig}" in crash["tail"]
+        assert "crashes.cpp" in crash["tail"]
+        assert crash["log_path"] != after.get("log_path")  # the rest went on in a fresh process
+        assert after["outcome"] == "pass"
+    hang = rows["crashes.cpp::hangs"]
+    assert "outlived" not in hang["reason"]  # the test case's process ended with its batch
+
+
+def test_a_failure_runs_once_more_with_the_frontends_log_for_the_evidence(
+    fixture_run: tuple[Any, Path],
+) -> None:
+    """The verdict is the first run's; the logged re-run's output is in the failure's text."""
+    _, run_dir = fixture_run
+    row = _results(run_dir)["outcomes.cpp::fails an assertion"]
+    assert row["outcome"] == "fail"
+    assert "'fails an assertion' failed: once more with the frontend's log" in row["tail"]
+    passed = _results(run_dir)["outcomes.cpp::passes"]
+    assert not passed.get("tail")  # a pass runs once
+
+
+def test_a_test_case_that_wants_a_device_is_the_no_gpu_skip_the_sign_off_counts(
+    fixture_run: tuple[Any, Path],
+) -> None:
+    proc, run_dir = fixture_run
+    row = _results(run_dir)["outcomes.cpp::wants a device"]
+    if shutil.which("nvidia-smi") is not None:  # a GPU host: nothing there says "no GPU"
+        assert row["outcome"] == "fail", row
+        return
+    assert row["outcome"] == "skip"
+    assert "CUDA driver version is insufficient" in row["reason"]
+    assert skip_kind(row["reason"]) is SkipKind.NO_GPU
+    assert "no GPU: " in proc.stdout
+
+
+def test_the_build_links_the_pinned_backend(fixture_run: tuple[Any, Path]) -> None:
+    """cudnn_link.cpp includes the wheel's cudnn.h and calls cudnnGetVersion from its libcudnn
+    (no GPU needed): built where the host has a CUDA toolkit (cudnn.h includes its headers)."""
+    _, run_dir = fixture_run
+    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/include").is_dir():
+        pytest.skip("no CUDA toolkit headers on this host: cudnn_link is not built")
+    row = _results(run_dir)["cudnn_link.cpp::cudnnGetVersion matches the headers"]
+    assert row["outcome"] == "pass", row["reason"]
+    build_log = next(run_dir.glob("cases/*/cpp/build.log")).read_text()
+    pinned = [ln for ln in build_log.splitlines() if ln.startswith("+ ") and "-DCUDNN_PATH=" in ln]
+    assert pinned, build_log[-2000:]
+    assert "/envs/" in pinned[0].split("-DCUDNN_PATH=", 1)[1].split()[0]  # the cell's wheel
+
+
+def test_a_failure_only_the_backend_log_explains_is_the_no_gpu_skip_without_a_gpu(
+    fixture_run: tuple[Any, Path],
+) -> None:
+    """cudnnCreate's assertion says nothing of a GPU; the backend's error log in the test case's
+    own output does (CUDNN_LOGERR_DBG, set by resources/run_catch2.py). On a host with a GPU
+    the same TEST_CASE passes."""
+    _, run_dir = fixture_run
+    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/include").is_dir():
+        pytest.skip("no CUDA toolkit headers on this host: cudnn_link is not built")
+    row = _results(run_dir)["cudnn_link.cpp::cudnnCreate wants a device"]
+    if shutil.which("nvidia-smi") is not None:
+        assert row["outcome"] == "pass", row
+        return
+    assert row["outcome"] == "skip", row
+    assert skip_kind(row["reason"]) is SkipKind.NO_GPU
+    assert "REQUIRE( status == CUDNN_STATUS_SUCCESS ) failed" in row["reason"]
+    assert "CUDNN_STATUS_NOT_INITIALIZED" in row["reason"]  # the backend's own line, quoted
+
+
+def test_the_report_summarises_test_cases_per_source_file(
+    fixture_run: tuple[Any, Path], tmp_path: Path
+) -> None:
+    """As for a pytest suite's ids: one row per source file (outcomes.cpp, crashes.cpp), the
+    TEST_CASEs that neither passed nor skipped listed by name."""
+    _, run_dir = fixture_run
+    out = tmp_path / "compat.md"
+    report = [sys.executable, "-m", "validate", "report", "--results", str(run_dir)]
+    proc = subprocess.run(
+        [*report, "--format", "md", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    text = out.read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("|")]
+    assert any("crashes.cpp" in ln and "outcomes.cpp" not in ln for ln in rows), text
+    assert any("outcomes.cpp" in ln and "crashes.cpp" not in ln for ln in rows), text
+    assert "segfaults" in text
+    assert "after segfault passes" not in text  # a passing TEST_CASE is in its file's counts
+
+
+def test_a_second_run_reuses_the_build_and_a_changed_source_rebuilds(
+    fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """The build is keyed by content: the same project again is reused (no compile), a copy with
+    one source changed is a new build whose results follow the change."""
+    fixture_run  # noqa: B018 - the first run built it
+    again = _validate(
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(PROJECT), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+        *["--results", str(tmp_path / "again")],
+        cwd=tmp_path,
+    )
+    assert "reusing the C++ build" in again.stderr, again.stderr[-3000:]
+    changed = tmp_path / "changed"
+    shutil.copytree(PROJECT, changed)
+    source = changed / "outcomes.cpp"
+    source.write_text(source.read_text().replace("REQUIRE(got == 5);", "REQUIRE(got == 4);"))
+    rebuilt = _validate(
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(changed), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+        *["--results", str(tmp_path / "rebuilt")],
+        cwd=tmp_path,
+    )
+    assert "reusing the C++ build" not in rebuilt.stderr
+    assert _results(tmp_path / "rebuilt")["outcomes.cpp::fails an assertion"]["outcome"] == "pass"
+
+
+def test_a_failed_build_is_one_error_naming_the_first_compiler_error(
+    toolchain: None,  # noqa: ARG001
+    wheelhouse: Path,
+    env_cache: Path,
+    tmp_path: Path,
+) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(broken CXX)\n"
+        "add_executable(broken broken.cpp)\n"
+    )
+    (broken / "broken.cpp").write_text("int main() {\n  return undeclared_name;\n}\n")
+    run_dir = tmp_path / "run"
+    proc = _validate(
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(broken), "--results", str(run_dir)],
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = _results(run_dir).values()
+    assert (row["case"], row["outcome"]) == ("cpp:broken", "error")
+    assert row["reason"].startswith("the C++ build failed: ")
+    assert "broken.cpp:2" in row["reason"]
+    assert "error:" in row["reason"]
+    assert "undeclared_name" in row["reason"]
+    assert Path(row["log_path"]).is_file()  # the build log, in the run folder
+    assert Path(row["log_path"]).is_relative_to(run_dir)
+    builds = [p for p in (env_cache / "cpp").iterdir() if p.is_dir() and p.name != "catch2"]
+    assert all((p / ".complete").is_file() for p in builds)  # the failed one was removed
+
+
+def test_a_test_case_that_kills_the_tool_is_its_crash_after_two_resumes(
+    fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """The durable start marker the C++ batches share with pytest's (resources/markers.py): the
+    tool killed during a TEST_CASE dies, `--resume` runs that TEST_CASE alone (the tool dies
+    again), the second `--resume` stores it as the tool-killed crash and completes the run:
+    every listed TEST_CASE has one result."""
+    fixture_run  # noqa: B018 - the build is cached by then
+    run_dir = tmp_path / "run"
+    args = [
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(PROJECT), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+        *["--jobs", "2", "--results", str(run_dir)],
+    ]
+    env = {**os.environ, "CPP_FIXTURE_KILL_TOOL": "1"}
+    first = _validate(*args, cwd=tmp_path, env=env)
+    assert first.returncode == -9, first.stdout + first.stderr[-3000:]
+    again = _validate(*args, "--resume", cwd=tmp_path, env=env)
+    assert again.returncode == -9, again.stdout + again.stderr[-3000:]
+    assert "were running when the tool was killed" in again.stderr, again.stderr[-3000:]
+    assert "crashes.cpp::kills the tool when asked" in again.stderr
+    last = _validate(*args, "--resume", cwd=tmp_path, env=env)
+    assert last.returncode == 1, last.stdout + last.stderr[-3000:]
+    rows = _results(run_dir)
+    killer = rows["crashes.cpp::kills the tool when asked"]
+    assert killer["outcome"] == "crash"
+    assert killer["reason"].startswith("the tool was killed while it ran")
+    listed = _listed(_outcomes_binary(rows))
+    assert {c.split("::", 1)[1] for c in rows if c.startswith(("outcomes", "crashes"))} == listed
+    assert rows["crashes.cpp::segfaults"]["outcome"] == "crash"  # the rest judged as ever
+
+
+def _outcomes_binary(rows: dict[str, dict[str, Any]]) -> Path:
+    return Path(rows["outcomes.cpp::passes"]["case_path"])
+
+
+#: The stated subset of the frontend's C++ (CUDNN_MATRIX_FRONTEND_CHECKOUT): its unit tests'
+#: target, `tests` (test/cpp: 5 sources, 18 TEST_CASEs at 3929da2). The samples are one target
+#: of about 70 sources (bench/cpp_build_bench.py builds them; reports/cpp/ has a run).
+FRONTEND_TARGETS = ("tests",)
+FRONTEND_BACKEND = "9.24.0.43"  # with its dependencies: cublasLt and nvrtc come from the wheels
+
+
+def test_frontend_samples_subset(toolchain: None, tmp_path: Path) -> None:  # noqa: ARG001
+    """A frontend checkout's `tests` target builds against the cell's backend wheel (installed
+    from the configured index with its CUDA dependencies) and every TEST_CASE is a result."""
+    checkout = os.environ.get("CUDNN_MATRIX_FRONTEND_CHECKOUT")
+    if not checkout:
+        pytest.skip("CUDNN_MATRIX_FRONTEND_CHECKOUT names no cudnn-frontend checkout")
+    if shutil.which("nvcc") is None:
+        pytest.skip(
+            "the frontend's CMake needs a CUDA toolkit (find_package(CUDAToolkit REQUIRED))"
+        )
+    run_dir = tmp_path / "run"
+    proc = _validate(
+        *["--cudnn", FRONTEND_BACKEND, "--frontend", "1.27.0", "--cuda", "13.0"],
+        *["--driver", "580", "--arch", "sm90"],
+        *["--cpp", checkout, "--cpp-catch2", str(CATCH2), "--timeout", "120"],
+        *(f"--cpp-target={t}" for t in FRONTEND_TARGETS),
+        *["--results", str(run_dir)],
+        cwd=tmp_path,
+    )
+    rows = _results(run_dir)
+    assert not [r for r in rows.values() if r["case"].startswith("cpp:")], proc.stdout + proc.stderr
+    assert all(r["case"].startswith("test/cpp/") for r in rows.values()), sorted(rows)
+    listed = _listed(Path(next(iter(rows.values()))["case_path"]))
+    assert {c.split("::", 1)[1] for c in rows} == listed

@@ -1,0 +1,115 @@
+"""The C++ kind's pieces that need no build: bad input (one line, exit 2), which kind owns a
+stored C++ result, its repro line, the Catch2 test spec of an odd name, and known issues and the
+report's per-file summary on C++ ids (tests/integration/test_cpp_kind.py builds and runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from usercli import cli
+
+from validate.env.cmake_build import first_error
+from validate.execute import batches
+from validate.execute.cases.kinds import KINDS, BatchedKind, kind_for_result
+from validate.execute.catch2_suite import Catch2Project
+from validate.execute.resources.run_catch2 import spec_for
+from validate.judge.known_issues import case_matches
+from validate.model.outcome import Outcome
+from validate.plan.requirements import SkipKind, skip_kind
+
+PROJECT = Path(__file__).resolve().parents[1] / "resources" / "cpp" / "catch2_project"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cpp", "/nonexistent/project"], "--cpp /nonexistent/project: no CMakeLists.txt there"),
+        (["--cpp", "."], "no CMakeLists.txt there (expected a CMake project"),
+        (["--cpp-target", "samples"], "--cpp-target and --cpp-catch2 need --cpp DIR"),
+        (
+            ["--cpp", str(PROJECT), "--cpp-catch2", "/nonexistent/catch2.tgz"],
+            "--cpp-catch2 /nonexistent/catch2.tgz: no such folder or archive",
+        ),
+    ],
+)
+def test_bad_cpp_input_is_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = cli("validate", "--cudnn", "9.24.0.43", *args, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert message in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_cpp_kind_is_batched_and_owns_cpp_ids_before_pytest() -> None:
+    kind = KINDS["catch2"]
+    assert isinstance(kind, BatchedKind)
+    assert isinstance(KINDS["pytest"], BatchedKind)
+    assert kind_for_result("/b/samples", "samples/cpp/sdpa/fp16_cached.cpp::Cached sdpa") is kind
+    assert kind_for_result("/p", "cpp:cudnn-frontend") is kind
+    assert kind_for_result("/t", "test/python/test_mhas.py::test_x[1]").name == "pytest"
+
+
+def test_the_repro_line_runs_the_one_test_case_from_its_binary() -> None:
+    line = KINDS["catch2"].repro_line("/build/bin/samples", "sdpa/a.cpp::Cached sdpa, fp16 [x]")
+    assert line == "/build/bin/samples 'Cached sdpa\\, fp16 \\[x\\]'"
+
+
+@pytest.mark.parametrize(
+    ("name", "spec"),
+    [
+        ("plain name", "plain name"),
+        ("a, b", "a\\, b"),
+        ("[tag] * \\ ~x", "\\[tag\\] \\* \\\\ \\~x"),
+        ('say "hi"', 'say \\"hi\\"'),
+    ],
+)
+def test_a_test_case_name_is_escaped_into_a_spec_of_itself(name: str, spec: str) -> None:
+    assert spec_for(name) == spec
+
+
+def test_known_issues_match_cpp_ids_by_file_and_name() -> None:
+    case = "samples/cpp/sdpa/fp16_cached.cpp::Cached sdpa"
+    assert case_matches(case, "fp16_cached.cpp::Cached*")
+    assert case_matches(case, "samples/cpp/sdpa/fp16_cached.cpp::*")
+    assert not case_matches(case, "fp16_bwd.cpp::*")
+
+
+@pytest.mark.parametrize("has_gpu", [False, True])
+@pytest.mark.parametrize(
+    "why",
+    [
+        "CUDA Error: no CUDA-capable device is detected (100) at helpers.h:61",
+        "CUDA Error: CUDA driver version is insufficient for CUDA runtime version (35) at h.h:61",
+        "cuDNN Error: CUDNN_STATUS_NOT_INITIALIZED (1001) at helpers.h:54",  # cudnnCreate
+    ],
+)
+def test_a_failure_that_wants_a_device_is_the_no_gpu_skip_only_without_a_gpu(
+    has_gpu: bool, why: str
+) -> None:
+    project = Catch2Project(PROJECT)
+    end = batches.TestEnd(id="a.cpp::x", outcome=Outcome.FAIL, reason=why)
+    judged = project.judged(end, has_gpu=has_gpu)
+    if has_gpu:
+        assert judged == end  # nothing on a GPU host says "no GPU": the failure stands
+    else:
+        assert judged.outcome is Outcome.SKIP
+        assert skip_kind(judged.reason) is SkipKind.NO_GPU
+        assert why in judged.reason
+    other = batches.TestEnd(
+        id="a.cpp::y", outcome=Outcome.FAIL, reason="REQUIRE( a == b ) failed: 1 == 2"
+    )
+    assert project.judged(other, has_gpu=has_gpu) == other
+
+
+def test_the_first_error_of_a_build_log_is_the_compilers() -> None:
+    log = (
+        "[1/3] Building CXX object a.o\nFAILED: a.o\n/src/a.cpp:2:10: error: 'x' was not "
+        "declared\nninja: build stopped: subcommand failed.\n"
+    )
+    assert first_error(log) == "/src/a.cpp:2:10: error: 'x' was not declared"
+    assert first_error("CMake Error at CMakeLists.txt:3 (find_package):\nx").startswith(
+        "CMake Error"
+    )
+    assert first_error("all fine\n") == ""
