@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         w = Path(tmp)
-        needed = [w / "warm/run/results.jsonl", w / "direct/junit.xml", w / "direct/wall_s"]
+        needed = [w / "warm/run/results.jsonl", w / "direct/junit.xml"]
         if missing := [str(p.relative_to(w)) for p in needed if not p.is_file()]:
             print(f"gpu_cpp_figures: {archive} lacks {', '.join(missing)}", file=sys.stderr)
             return 2
@@ -88,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         walls = {
             s: _wall(w / s) for s in ("cold", "warm", "direct") if (w / s / "wall_s").is_file()
         }
+        if "direct" not in walls:  # the driver's timeout ended its wrapper before it wrote wall_s
+            suite = ET.parse(w / "direct/junit.xml").getroot().find("testsuite")
+            walls["direct"] = float(suite.get("time", "nan")) if suite is not None else float("nan")
+            print(
+                "direct: no wall_s; the binary's own JUnit time is used (its start-up not counted)"
+            )
         print("wall s: " + ", ".join(f"{s} {v}" for s, v in walls.items()))
         if "warm" in walls:
             print(f"warm tool / direct binary: {walls['warm'] / walls['direct']:.2f}x")
