@@ -1,70 +1,106 @@
 #!/usr/bin/env bash
-# Issue #39 item 4 on one lent GPU: the frontend's C++ samples through the tool (`validate --cpp`)
-# against running the built `samples` binary directly, as the frontend's CI does, in one lease.
+# Issue #39 item 4 on one lent GPU: the frontend's C++ samples and tests through the tool
+# (`validate --cpp`) against running the built binaries directly, as the frontend's CI does, in one
+# lease.
 #
 #   bash /tmp/tool/bench/gpu_cpp.sh start CPPKIT          (after bench/gpu_39.sh prepare: /tmp/kit)
 #   CALL_T0=EPOCH bash /tmp/tool/bench/gpu_cpp.sh poll OUT UNTIL_S
 #
 # CPPKIT (.carry/cpp, made here by hand, see reports/gpu/*-cpp/NOTES.md): frontend-REF.tgz (the
-# checkout's samples/cpp, test/cpp, include, cmake, CMakeLists.txt under frontend/),
-# Catch2-3.3.2.tar.gz (../shared/third_party), and a ninja wheel (the machine has cmake, nvcc).
-# Steps, each timed (W/<step>/wall_s) with its command in W/<step>/command.txt:
-#   cold    `validate --cpp FE --cpp-target samples` on CUDNN (default 9.24.0.43): the build, then
-#           one result per TEST_CASE (each in a process of its own), --jobs 16;
-#   warm    the same command into a new results folder: the build is the cache's;
-#   direct  the binary the tool built, run as the frontend's CI runs it (`samples -r junit`), with
-#           the backend on LD_LIBRARY_PATH, one process for every TEST_CASE.
+# checkout's samples/cpp, samples/legacy_samples, test/cpp, include, cmake and top-level files under
+# frontend/), Catch2-3.3.2.tar.gz (../shared/third_party), and a ninja wheel (the machine has cmake
+# and nvcc).
+# CELLS (default "9.24.0.43 9.25.1.1"), TARGETS (default "samples tests"). Steps, each timed
+# (W/<step>/wall_s, W/<step>/rc) with its command in W/<step>/command.txt, in order of value:
+#   cold              `validate --cpp FE --cpp-target T... --cudnn C,C` : the builds (one per cell),
+#                     then one result per TEST_CASE, each in a process of its own, --jobs 16;
+#   direct/CELL/T     the binary the tool built for CELL, run as the frontend's CI runs it
+#                     (`T -r junit`), the cell's backend on LD_LIBRARY_PATH, one process for every
+#                     TEST_CASE, under `timeout DIRECT_T` (default 900 s), its exit status kept;
+#                     first for the first cell, then `warm`, then the other cells;
+#   warm              the cold command into a new results folder: the builds are the cache's.
 # bench/gpu_cpp_figures.py compares them TEST_CASE by TEST_CASE and prints the ratios.
 set -uo pipefail
 W=${WCPP:-/tmp/wcpp}; KIT=${KIT39:-/tmp/kit}; TOOL=${TOOL39:-/tmp/tool}
-CELL=${CUDNN:-9.24.0.43}
+read -r -a CELLS <<<"${CELLS:-9.24.0.43 9.25.1.1}"
+read -r -a TARGETS <<<"${TARGETS:-samples tests}"
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 export PYTHONUNBUFFERED=1
 
-timed() {  # STEP CMD...: run CMD in TOOL, its output and wall time under W/STEP
+timed() {  # STEP CMD...: run CMD in TOOL, its output, exit status and wall time under W/STEP
   local d=$W/$1 s; shift; mkdir -p "$d"
   echo "command: $*" >"$d/command.txt"
   s=$(date +%s.%N)
   (cd "$TOOL" && "$@" >"$d/out.txt" 2>"$d/err.txt")
-  echo "rc=$?" >>"$d/out.txt"
+  echo $? >"$d/rc"
   python3 -c "print(round($(date +%s.%N)-$s,1))" >"$d/wall_s"
 }
 
+direct() {  # CELL: each target's binary, built by the tool for CELL, run directly
+  local cell=$1 t bin
+  for t in "${TARGETS[@]}"; do
+    # the cold run's results name each TEST_CASE's binary (case_path) and its cell
+    bin=$(python3 -c '
+import json, sys
+from pathlib import Path
+for line in Path(sys.argv[1]).read_text().splitlines():
+    row = json.loads(line)
+    path = str(row.get("case_path", ""))
+    if row.get("cell", {}).get("cudnn") == sys.argv[2] and Path(path).name == sys.argv[3]:
+        print(path)
+        break
+' "$W/cold/run/results.jsonl" "$cell" "$t")
+    echo "direct $cell $t: ${bin:-none (not in the cold results)}" >>"$W/provenance.txt"
+    [ -n "$bin" ] || continue
+    echo "$(stamp) direct $cell $t"
+    timed "direct/$cell/$t" env LD_LIBRARY_PATH="$KIT/store/$cell/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      timeout -s TERM "${DIRECT_T:-900}" "$bin" -r junit -o "$W/direct/$cell/$t/junit.xml"
+  done
+}
+
 drive() {
-  local ck=$1 fe
+  local ck=$1 fe own
   ps -o pgid= $$ | tr -d ' ' >"$W/driver.pgid"
   mkdir -p "$W/src" && tar -xzf "$ck"/frontend-*.tgz -C "$W/src"
   fe=$W/src/frontend
   python3 -m pip install -q --no-index --target /tmp/ninja-site "$ck"/ninja-*.whl
   export PATH=/tmp/ninja-site/bin:$PATH
+  # the store's backends need cuBLASLt and NVRTC beside them, as in an installed nvidia/ tree: the
+  # machine's CUDA 13 wheels (nvidia/cu13, beside torch's cudnn)
+  own=$(python3 -c "import nvidia.cudnn as m, os; print(os.path.dirname(list(m.__path__)[0]))")
+  [ -e "$KIT/store/cu13" ] || ln -s "$own/cu13" "$KIT/store/cu13"
   {
     echo "date: $(stamp)"
     nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
     echo "cpus: $(nproc)"; cmake --version | head -1; ninja --version; nvcc --version | tail -1
     c++ --version | head -1
     echo "frontend: $(ls "$ck"/frontend-*.tgz)"; echo "tool commit: $(cat /tmp/w39/tool_commit 2>/dev/null)"
+    echo "cells: ${CELLS[*]}; targets: ${TARGETS[*]}; cuBLASLt/NVRTC: $(readlink "$KIT/store/cu13")"
   } >"$W/provenance.txt" 2>&1
+  local cells targets=() t
+  cells=$(IFS=,; echo "${CELLS[*]}")
+  for t in "${TARGETS[@]}"; do targets+=(--cpp-target "$t"); done
   local cmd=(python3 -m validate validate --env current --backend-store "$KIT/store" --cuda 13.0
-    --driver 580 --arch sm90 --wheelhouse "$KIT/wh" --frontend 1.27.0 --cudnn "$CELL"
-    --cpp "$fe" --cpp-target samples --cpp-catch2 "$ck/Catch2-3.3.2.tar.gz" --jobs 16
+    --driver 580 --arch sm90 --wheelhouse "$KIT/wh" --frontend 1.27.0 --cudnn "$cells"
+    --cpp "$fe" "${targets[@]}" --cpp-catch2 "$ck/Catch2-3.3.2.tar.gz" --jobs 16
     --timeout 300 --no-speed --cache-dir /tmp/envs-cpp)
   echo "$(stamp) cold"; timed cold "${cmd[@]}" --results "$W/cold/run"
+  direct "${CELLS[0]}"
   echo "$(stamp) warm"; timed warm "${cmd[@]}" --results "$W/warm/run"
-  local bin lib=$KIT/store/$CELL/lib
-  bin=$(find /tmp/envs-cpp -path '*/bin/samples' -type f | head -1)
-  echo "binary: $bin" >>"$W/provenance.txt"
-  echo "$(stamp) direct"
-  timed direct env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    "$bin" -r junit -o "$W/direct/junit.xml"
+  for cell in "${CELLS[@]:1}"; do direct "$cell"; done
   echo "$(stamp) end"; touch "$W/all.done"
 }
 
 pack() {
-  local out=$1; mkdir -p "$out"
+  local out=$1 s; mkdir -p "$out"
   cp "$W/provenance.txt" "$out/" 2>/dev/null
   tar -C "$W" --exclude=./src --exclude='*/cases' -czf "$out/cpp.tgz" . 2>/dev/null
   { echo "packed: $(stamp)"; cat "$W/driver.log" 2>/dev/null
-    for s in cold warm direct; do echo "$s: $(cat "$W/$s/wall_s" 2>/dev/null) s"; tail -n 4 "$W/$s/out.txt" 2>/dev/null; done
+    for s in cold warm direct/*/*; do
+      [ -d "$W/$s" ] || continue
+      echo "$s: $(cat "$W/$s/wall_s" 2>/dev/null) s, rc $(cat "$W/$s/rc" 2>/dev/null)"
+      tail -n 3 "$W/$s/out.txt" 2>/dev/null
+    done
   } >"$out/status.txt"
   cat "$out/status.txt"
 }

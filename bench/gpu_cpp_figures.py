@@ -1,13 +1,16 @@
 """Issue #39 item 4's figures from a committed report folder (bench/gpu_cpp.sh's cpp.tgz):
-the tool's C++ results against the built `samples` binary run directly, TEST_CASE by TEST_CASE,
-and the wall-time ratios.
+the tool's C++ results against the built binaries run directly, TEST_CASE by TEST_CASE, per cell
+and target, and the wall-time ratios.
 
     python bench/gpu_cpp_figures.py reports/gpu/<folder>
 
-The tool names a result `FILE::NAME` (FILE: the TEST_CASE's source, relative to the project); the
-binary's JUnit names it NAME. Outcomes are compared as pass / fail / skip: the tool's `crash`,
-`timeout` and `error` count as not passed, like JUnit's <failure> and <error>. Exit 2 where the
-folder lacks what it needs.
+The tool names a result `FILE::NAME` (FILE: the TEST_CASE's source, relative to the project) and
+records the binary it ran (`case_path`); the binary's JUnit names it NAME. Outcomes are compared
+as pass / fail / skip: the tool's `xpass` (a known issue's test that passed) counts as a pass, its
+`xfail`, `crash`, `timeout` and `error` as not passed, like JUnit's <failure> and <error>.
+Two layouts: direct/CELL/TARGET/{junit.xml,wall_s,rc} (every cell and target), and the first
+run's direct/junit.xml (one binary, `samples`, of the run's only cell). Exit 2 where the folder
+lacks what it needs.
 """
 
 from __future__ import annotations
@@ -21,18 +24,21 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
+Key = tuple[str, str]  # (cell's cudnn, target)
 
-def _tool(results: Path) -> dict[str, tuple[str, str]]:
-    """TEST_CASE name -> (outcome class, the tool's outcome) of the run's C++ results."""
-    found: dict[str, tuple[str, str]] = {}
+
+def _tool(results: Path) -> dict[Key, dict[str, tuple[str, str]]]:
+    """(cell, target) -> TEST_CASE name -> (outcome class, the tool's outcome)."""
+    found: dict[Key, dict[str, tuple[str, str]]] = {}
     for line in results.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         case = str(row.get("case", ""))
         if "::" not in case or not case.split("::", 1)[0].endswith((".cpp", ".cu", ".cc")):
             continue  # the run's shipped cases (pin check, repro), not a TEST_CASE
         outcome = str(row["outcome"])
-        klass = "pass" if outcome == "pass" else "skip" if outcome == "skip" else "fail"
-        found[case.split("::", 1)[1]] = (klass, outcome)
+        klass = "pass" if outcome in ("pass", "xpass") else "skip" if outcome == "skip" else "fail"
+        key = (str(row["cell"]["cudnn"]), Path(str(row.get("case_path", "samples"))).name)
+        found.setdefault(key, {})[case.split("::", 1)[1]] = (klass, outcome)
     return found
 
 
@@ -50,8 +56,51 @@ def _junit(path: Path) -> dict[str, str]:
     return found
 
 
-def _wall(folder: Path) -> float:
-    return float((folder / "wall_s").read_text(encoding="utf-8").strip())
+def _read(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else None
+
+
+def _directs(w: Path, tool: dict[Key, dict[str, tuple[str, str]]]) -> dict[Key, Path]:
+    if (w / "direct/junit.xml").is_file():  # the first run's layout: one binary, one cell
+        cells = sorted({cell for cell, _ in tool})
+        return {(cells[0], "samples"): w / "direct"} if len(cells) == 1 else {}
+    return {(d.parent.name, d.name): d for d in sorted((w / "direct").glob("*/*")) if d.is_dir()}
+
+
+def _compare(key: Key, tool: dict[str, tuple[str, str]], folder: Path) -> float | None:
+    """Print one binary's agreement; return its wall seconds (None: not known)."""
+    cell, target = key
+    junit = folder / "junit.xml"
+    wall = _read(folder / "wall_s")
+    rc = _read(folder / "rc")
+    print(f"\n== {cell} {target}: binary rc {rc if rc is not None else '?'}, wall {wall} s")
+    if not junit.is_file():
+        print("  the binary wrote no JUnit (it died before its run ended)")
+        return None
+    direct = _junit(junit)
+    names = sorted(set(tool) | set(direct))
+    agree = [n for n in names if n in tool and n in direct and tool[n][0] == direct[n]]
+    print(
+        f"  TEST_CASEs: tool {len(tool)}, binary {len(direct)}, both {len(set(tool) & set(direct))}"
+    )
+    print(f"  tool outcomes: {dict(sorted(Counter(o for _, o in tool.values()).items()))}")
+    print(f"  binary outcomes: {dict(sorted(Counter(direct.values()).items()))}")
+    print(f"  agree (pass/fail/skip): {len(agree)} of {len(names)}")
+    for n in names:
+        if n not in agree:
+            print(
+                f"    differ: {n!r}: tool {tool.get(n, ('-', '-'))[1]}, binary {direct.get(n, '-')}"
+            )
+    if lacking := set(tool) - set(direct):
+        print(
+            f"  the binary's JUnit lacks {len(lacking)} of the tool's TEST_CASEs: its run ended early"
+        )
+        return None
+    if wall is None:  # the first run: the driver's timeout ended the wrapper before it wrote wall_s
+        suite = ET.parse(junit).getroot().find("testsuite")
+        print("  no wall_s: the binary's own JUnit time is used (its start-up not counted)")
+        return float(suite.get("time", "nan")) if suite is not None else None
+    return float(wall)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,41 +115,32 @@ def main(argv: list[str] | None = None) -> int:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         w = Path(tmp)
-        needed = [w / "warm/run/results.jsonl", w / "direct/junit.xml"]
-        if missing := [str(p.relative_to(w)) for p in needed if not p.is_file()]:
-            print(f"gpu_cpp_figures: {archive} lacks {', '.join(missing)}", file=sys.stderr)
+        runs = [s for s in ("warm", "cold") if (w / s / "run/results.jsonl").is_file()]
+        if not runs:
+            print(f"gpu_cpp_figures: {archive} holds no tool results", file=sys.stderr)
             return 2
-        tool = _tool(w / "warm/run/results.jsonl")
-        direct = _junit(w / "direct/junit.xml")
-        names = sorted(set(tool) | set(direct))
-        agree = [n for n in names if n in tool and n in direct and tool[n][0] == direct[n]]
-        print(
-            f"TEST_CASEs: tool {len(tool)}, binary {len(direct)}, both {len(set(tool) & set(direct))}"
-        )
-        print(f"tool outcomes: {dict(Counter(o for _, o in tool.values()))}")
-        print(f"binary outcomes: {dict(Counter(direct.values()))}")
-        print(f"agree (pass/fail/skip): {len(agree)} of {len(names)}")
-        for n in names:
-            if n not in agree:
-                print(
-                    f"  differ: {n!r}: tool {tool.get(n, ('-', '-'))[1]}, binary {direct.get(n, '-')}"
-                )
-        walls = {
-            s: _wall(w / s) for s in ("cold", "warm", "direct") if (w / s / "wall_s").is_file()
-        }
-        if "direct" not in walls:  # the driver's timeout ended its wrapper before it wrote wall_s
-            suite = ET.parse(w / "direct/junit.xml").getroot().find("testsuite")
-            walls["direct"] = float(suite.get("time", "nan")) if suite is not None else float("nan")
-            print(
-                "direct: no wall_s; the binary's own JUnit time is used (its start-up not counted)"
-            )
-        print("wall s: " + ", ".join(f"{s} {v}" for s, v in walls.items()))
-        if "warm" in walls:
-            print(f"warm tool / direct binary: {walls['warm'] / walls['direct']:.2f}x")
-        if "cold" in walls:
-            print(
-                f"cold tool (build included) / direct binary: {walls['cold'] / walls['direct']:.2f}x"
-            )
+        print(f"tool results compared: {runs[0]} run")
+        tool = _tool(w / runs[0] / "run/results.jsonl")
+        directs = _directs(w, tool)
+        if not directs:
+            print(f"gpu_cpp_figures: {archive} holds no direct run", file=sys.stderr)
+            return 2
+        walls = {key: _compare(key, tool.get(key, {}), folder) for key, folder in directs.items()}
+        missing = sorted(set(tool) - set(directs))
+        print()
+        for key in missing:
+            print(f"not run directly: {key[0]} {key[1]} ({len(tool[key])} TEST_CASEs)")
+        steps = {s: _read(w / s / "wall_s") for s in ("cold", "warm")}
+        print("tool wall s: " + ", ".join(f"{s} {v}" for s, v in steps.items() if v))
+        known = [v for v in walls.values() if v is not None]
+        if missing or len(known) < len(walls):
+            print("no ratio: the binaries' runs do not cover every cell and target the tool ran")
+            return 0
+        total = sum(known)
+        print(f"direct binaries, one after another: {total:.1f} s")
+        for step, value in steps.items():
+            if value:
+                print(f"{step} tool / direct binaries: {float(value) / total:.2f}x")
     return 0
 
 
