@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from validate.env.target import ExecTarget
-from validate.execute.collection import Suite
+from validate.execute.cases import suite_case
+from validate.execute.jobs import run_jobs
 from validate.execute.runner import RunOptions
-from validate.execute.suite import run_suite
 from validate.model.results import ResultStore
 
 if TYPE_CHECKING:
@@ -22,8 +22,8 @@ SUITE = Path(__file__).resolve().parents[1] / "resources" / "pytest_suite"
 
 def test_the_line_moves_while_every_share_is_still_running(tmp_path: Path) -> None:
     seen: list[PoolStats] = []
-    results = run_suite(
-        Suite.from_flags(SUITE, "test_many.py"),  # 2,000 quick tests
+    results = run_jobs(
+        [suite_case(SUITE, "test_many.py")],  # 2,000 quick tests
         ExecTarget(python=Path(sys.executable), has_gpu=False),
         RunOptions(results_dir=tmp_path, timeout_s=60, jobs=2),
         ResultStore(tmp_path / "results.jsonl"),

@@ -20,13 +20,12 @@ from validate.cli import (
 from validate.env.found import FoundCell, find_cell
 from validate.env.target import ExecTarget
 from validate.errors import ConfigError
-from validate.execute.cases import discover_cases, discover_samples, select_cases
-from validate.execute.collection import Suite
+from validate.execute.cases import discover_cases, discover_samples, select_cases, suite_case
+from validate.execute.jobs import run_jobs
 from validate.execute.progress import pool_progress, progress
 from validate.execute.records import now_stamp
-from validate.execute.runner import FAILING, RunOptions, run_cases
+from validate.execute.runner import FAILING, RunOptions
 from validate.execute.slots import plan_ledger
-from validate.execute.suite import run_suite
 from validate.model.results import CaseResult, write_json
 from validate.model.runs import (
     RUN_META,
@@ -40,6 +39,8 @@ from validate.plan.host import detect_host
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping, Sequence
+
+    from validate.execute.cases import Case
 
 __all__ = ["register"]
 
@@ -115,7 +116,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.cases or args.samples is not None or args.case_names:
             msg = "run --tests: pass no CASE_OR_DIR, --samples or --case with it (one kind per run)"
             raise ConfigError(msg)
-        suite = Suite.from_flags(args.tests, args.tests_select)
+        suite = suite_case(args.tests, args.tests_select)  # checked: bad input exits 2
     elif args.tests_select is not None:
         msg = "run: --tests-select needs --tests PATH"
         raise ConfigError(msg)
@@ -181,17 +182,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
             api_logs=args.api_logs,
             run_id=str(meta.get("run_id") or run.id),
         )
+        # the one step from cases to jobs that validate's executors take (execute/jobs.py):
+        # the same placement, limits, ledger and re-runs
         if suite is not None:
             what = "tests"
             with pool_progress() as on_change:
-                results = run_suite(
-                    suite, target, options, run.store, on_change=on_change, ledger=ledger
+                results = run_jobs(
+                    [suite], target, options, run.store, ledger=ledger, on_change=on_change
                 )
         else:
             what = "cases"
             with progress(len(cases), failing=FAILING) as report:
-                results = run_cases(
-                    cases, target, options, run.store, on_result=report, ledger=ledger
+                results = run_jobs(
+                    cases, target, options, run.store, ledger=ledger, on_result=report
                 )
         run.store.seal()  # every case has ended: the folder's lines verify wherever it is read
         write_json(meta_path, {**meta, "finished_at": now_stamp()})
@@ -223,13 +226,13 @@ def failing_lines(bad: Sequence[CaseResult], shown: int = _SHOWN) -> list[str]:
     return lines
 
 
-def _meta(python: Path, found: FoundCell, suite: Suite | None) -> dict[str, Any]:
+def _meta(python: Path, found: FoundCell, suite: Case | None) -> dict[str, Any]:
     """run.json of a `run`: what ran where, and the cell found there (model/runs.py RUN_META)."""
     return {
         "command": "cudnn-matrix " + shlex.join(sys.argv[1:]),
         "started_at": now_stamp(),
         "interpreter": str(python),
-        "tests": str(suite.root) if suite is not None else None,
+        "tests": str(suite.path) if suite is not None else None,
         "cell": dict(found.pins),
         "cell_unknown": dict(found.notes),  # why each `unknown` pin could not be found
     }

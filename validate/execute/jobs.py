@@ -10,7 +10,7 @@ run's pool runs, and the one place `RunOptions` are built from a config.
 
 The local executor hands each cell's jobs to the run's pool; the runner inside a docker cell's
 container runs the same jobs in a pool of its own (`run_jobs`), so a container runs suites as the
-host does; `run` runs them for one environment.
+host does; the `run` command runs its cases and its `--tests` suite the same way (`run_jobs`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from validate.env.target import ExecTarget
     from validate.execute.cases import Case
     from validate.execute.ledger import Ledger
-    from validate.execute.pool import Job
+    from validate.execute.pool import Job, PoolStats
     from validate.execute.slots import UsageSampler
     from validate.model.results import CaseResult, ResultStore
 
@@ -165,15 +165,33 @@ def run_jobs(
     store: ResultStore,
     *,
     ledger: Ledger | None = None,
+    on_result: Callable[[CaseResult, int, int], None] | None = None,
+    on_change: Callable[[PoolStats], None] | None = None,
 ) -> list[CaseResult]:
     """Every case of one environment (any kind) in a pool of its own, `options.jobs` slots:
-    the runner inside a docker cell's container. The history is `options.history`'s."""
+    the runner inside a docker cell's container, and the `run` command. The history is
+    `options.history`'s. `ledger`: the account of each GPU and the CPUs
+    (execute/slots.plan_ledger); None: one unplaced GPU's busy share where the target has a
+    GPU, no CPU booked. `on_result`: each file case's result as it lands (done, total);
+    `on_change`: the pool's counts as they move (a suite's tests are known once collected)."""
     history = History.load(options.history)
     sampler = usage_sampler(target.has_gpu)
     work = cell_jobs(
-        cases, target, options, store, history=history, slots=options.jobs, sampler=sampler
+        cases,
+        target,
+        options,
+        store,
+        history=history,
+        slots=options.jobs,
+        sampler=sampler,
+        on_result=on_result,
     )
-    pool = Pool(options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None, ledger=ledger)
+    pool = Pool(
+        options.jobs,
+        gpu_load=GPU_CAPACITY if target.has_gpu else None,
+        ledger=ledger,
+        on_change=on_change,
+    )
     pool.submit(work.jobs())
     pool.close()
     try:

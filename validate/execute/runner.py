@@ -1,10 +1,11 @@
 """Run cases, each in its own process group, classify them and append every result as it lands.
 
 A case is a pool job (execute/pool.py): `CaseBatch` turns one cell's cases into jobs, a failing
-case's re-runs become follow-up jobs, and `run_cases` runs one batch in a pool of its own (the
-`run` command, the runner inside a container). `validate` puts the batches of every cell into
-one pool (workflow.run_cells). On a GPU host the cases share the visible GPU(s): their kernels
-compete for memory and SMs (no partitioning is done); execute/slots.py bounds how many at once.
+case's re-runs become follow-up jobs; `run_cases` hands cases to `execute/jobs.py` `run_jobs`,
+the one step from cases to jobs (the `run` command, the runner inside a container). `validate`
+puts the jobs of every cell into one pool (workflow.run_cells). On a GPU host the cases share
+the visible GPU(s): their kernels compete for memory and SMs (no partitioning is done);
+execute/slots.py bounds how many at once.
 
 This module is the batching (a cell's cases as pool jobs, a pool run to the end) and the seam
 the callers import (`RunOptions` and `run_case` are re-exported). The rest, by job:
@@ -24,9 +25,8 @@ from validate.errors import ResultsLost
 from validate.execute.attempt import RunOptions
 from validate.execute.history import History
 from validate.execute.limits import case_timeout
-from validate.execute.pool import Job, Pool
 from validate.execute.reruns import CaseRun, run_case
-from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
+from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_PER_CASE_MIB
 from validate.execute.supervise import SUPERVISOR
 from validate.model.outcome import POLICY, Outcome
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from validate.env.target import ExecTarget
     from validate.execute.cases import Case
     from validate.execute.ledger import Ledger
+    from validate.execute.pool import Job, Pool
     from validate.execute.slots import CaseUsage, UsageSampler
     from validate.model.results import CaseResult, ResultStore
 
@@ -175,19 +176,10 @@ def run_cases(
 ) -> list[CaseResult]:
     """Run every case in a pool of `options.jobs` slots (one process group each), storing each
     result as it finishes; returns them in the given order (with the kept ones on resume).
-    `ledger`: the account of each GPU and the CPUs (execute/slots.plan_ledger); None: one
-    unplaced GPU's busy share where the target has a GPU, no CPU booked."""
-    sampler = usage_sampler(target.has_gpu)
-    batch = CaseBatch(cases, target, options, store, sampler=sampler, on_result=on_result)
-    pool = Pool(options.jobs, gpu_load=GPU_CAPACITY if target.has_gpu else None, ledger=ledger)
-    pool.submit(batch.jobs())
-    pool.close()
-    try:
-        run_pool(pool)
-    finally:
-        sampler.stop()
-    batch.history.save()
-    return batch.ordered()
+    The one step from cases to jobs, `execute/jobs.py` `run_jobs` (`ledger` as there)."""
+    from validate.execute.jobs import run_jobs  # same stage; jobs.py builds on this module
+
+    return run_jobs(cases, target, options, store, ledger=ledger, on_result=on_result)
 
 
 def _longest_first(cases: Sequence[Case], history: Mapping[str, float]) -> list[Case]:

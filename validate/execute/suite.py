@@ -53,10 +53,10 @@ from validate.execute.deaths import TOOL_KILLED, alone_job, find_deaths
 from validate.execute.history import History
 from validate.execute.ledger import host_cpus
 from validate.execute.limits import case_timeout
-from validate.execute.pool import Job, Pool
+from validate.execute.pool import Job
 from validate.execute.resources.shares import split
-from validate.execute.runner import default_gpu_load, run_pool
-from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_CAPACITY, GPU_PER_CASE_MIB
+from validate.execute.runner import default_gpu_load
+from validate.execute.slots import DEFAULT_GPU_LOAD, GPU_PER_CASE_MIB
 from validate.execute.supervise import SUPERVISOR
 from validate.model.outcome import POLICY, Outcome
 from validate.model.results import CaseResult
@@ -66,11 +66,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from validate.env.target import ExecTarget
-    from validate.execute.ledger import Ledger
     from validate.execute.runner import RunOptions
     from validate.model.results import ResultStore
 
-__all__ = ["SuiteRun", "pytest_requirement", "run_suite"]
+__all__ = ["SuiteRun", "pytest_requirement"]
 
 log = logging.getLogger(__name__)
 
@@ -561,29 +560,3 @@ class SuiteRun:
                 if worse:
                     kept.append(result)
             return kept
-
-
-def run_suite(
-    suite: BatchedSuite,
-    target: ExecTarget,
-    options: RunOptions,
-    store: ResultStore,
-    *,
-    on_change: Callable[..., None] | None = None,
-    ledger: Ledger | None = None,
-) -> list[CaseResult]:
-    """The `run --tests` path: the suite in a pool of `options.jobs` slots of its own (`ledger`:
-    as `runner.run_cases`)."""
-    history = History.load(options.history)
-    run = SuiteRun(suite, target, options, store, slots=options.jobs, history=history)
-    pool = Pool(
-        options.jobs,
-        gpu_load=GPU_CAPACITY if target.has_gpu else None,
-        ledger=ledger,
-        on_change=on_change,
-    )
-    pool.submit(run.jobs())
-    pool.close()
-    run_pool(pool)
-    history.save()
-    return run.results
