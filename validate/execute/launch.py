@@ -10,13 +10,16 @@ API-log re-run (a second attempt through the supervisor). For each it applies:
   ``CUDNN_MATRIX_CPUS`` itself, resources/fork_server.py);
 - **its token**: ``CUDNN_MATRIX_CASE_TOKEN`` in its environment, which every descendant inherits;
 - **a session of its own** (a new process group), its output in one file;
-- **reaping** (`reap`): when it ends, every live process that carries its token is killed and
+- **reaping** (`reap`): where the host delegates a cgroup v2 (execute/cgroups.py), the process
+  runs in a cgroup of its own, ``cm-<token>``, and when it ends, what is left in it is named
+  and killed at once (``cgroup.kill``), a daemon that scrubbed its token too. Then, and
+  everywhere else, every live process that carries its token is killed and
   named, wherever it went (a ``setsid`` daemon left the group). The tool is a child subreaper
   (``PR_SET_CHILD_SUBREAPER``, set on first use), so an orphan of a case is re-parented to the
   tool, never to init: the search walks only the tool's own tree of processes
   (``/proc/PID/task/TID/children``); where the subreaper or that file is missing, all of /proc.
-  A process that scrubbed its environment of the token is not found (no cgroup is used: this
-  host, like most CI containers, delegates none). Each is a `Leftover` (pid, command line, start)
+  Without a cgroup, a process that scrubbed its environment of the token is not found (most CI
+  containers delegate none). Each is a `Leftover` (pid, command line, start)
   for the case's note; `owner` says which id of a batch started it; `reap_everywhere` ends what
   a run of the tool that was killed left (its tokens are in its marker files);
 - **bounded capture** (`CaptureWatch`, `cap_output`): a log longer than the cap keeps its first
@@ -42,6 +45,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from validate.execute import cgroups
 from validate.execute.placement import UNPLACED
 from validate.execute.resources.guard import clip_args
 
@@ -112,11 +116,17 @@ def placement_now(placement: Placement | None = None) -> Placement:
 def case_env(
     env: Mapping[str, str], token: str, placement: Placement | None = None
 ) -> dict[str, str]:
-    """`env` with the case's token and its placement (GPUs; CPUs for a forked child)."""
+    """`env` with the case's token, its placement (GPUs; CPUs for a forked child) and, where
+    the host allows one, the ``cgroup.procs`` of the case's own cgroup (made here)."""
     placement = placement_now(placement)
     out = dict(env)
     out.update(placement.env())
     out[TOKEN_ENV] = token
+    procs = cgroups.create(token)
+    if procs is not None:
+        out[cgroups.PROCS_ENV] = str(procs)
+    else:
+        out.pop(cgroups.PROCS_ENV, None)
     if placement.cpus is not None:
         out[CPUS_ENV] = ",".join(str(c) for c in sorted(placement.cpus))
     else:
@@ -139,11 +149,16 @@ def start(
     become_subreaper()
     placement = placement_now(placement)
     cpus = placement.cpus
+    full = case_env(env, token, placement)
+    procs = full.get(cgroups.PROCS_ENV, "").encode() or None
     pin: Callable[[], None] | None = None
-    if cpus is not None:
+    if cpus is not None or procs is not None:
 
-        def pin() -> None:  # in the child, before exec: everything it starts inherits it
-            os.sched_setaffinity(0, cpus)
+        def pin() -> None:  # in the child, before exec: everything it starts inherits both
+            if procs is not None:
+                cgroups.join(procs)
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
 
     with log_path.open("wb") as out:
         return subprocess.Popen(
@@ -151,10 +166,10 @@ def start(
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=case_env(env, token, placement),
+            env=full,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=pin,  # noqa: PLW1509 - only sched_setaffinity, and only when placed
+            preexec_fn=pin,  # noqa: PLW1509 - os-level calls only: its cgroup and CPUs
         )
 
 
@@ -249,8 +264,16 @@ def _carries(pid: int, needle: bytes) -> tuple[Leftover, int] | None:
     """The process and its parent where `pid` is alive and carries `needle`; else None."""
     try:
         environ = _read(f"/proc/{pid}/environ")
-        if needle not in environ.split(b"\0"):
-            return None
+    except OSError:
+        return None
+    if needle not in environ.split(b"\0"):
+        return None
+    return _describe(pid)
+
+
+def _describe(pid: int) -> tuple[Leftover, int] | None:
+    """The process and its parent where `pid` is alive; else None."""
+    try:
         stat = _read(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()
         if stat[0] in (b"Z", b"X"):  # ended already (a zombie waits only for its parent)
             return None
@@ -269,8 +292,10 @@ def reap(token: str, *, unnamed: Collection[int] = ()) -> list[Leftover]:
     to the tool; returns each but `unnamed` (a notebook's kernel: expected to end with its
     case), for the case's note."""
     needle = f"{TOKEN_ENV}={token}".encode()
+    named = _kill_cgroup(token, unnamed)
     candidates = _tree(os.getpid(), needle) if become_subreaper() else None
-    return _kill(candidates if candidates is not None else _all_pids(), [needle], unnamed)
+    found = _kill(candidates if candidates is not None else _all_pids(), [needle], unnamed)
+    return _merged(named, found)
 
 
 def reap_everywhere(tokens: Collection[str]) -> list[Leftover]:
@@ -278,7 +303,28 @@ def reap_everywhere(tokens: Collection[str]) -> list[Leftover]:
     was killed: what its cases left is no longer in this tool's tree); returns them."""
     if not tokens:
         return []
-    return _kill(_all_pids(), [f"{TOKEN_ENV}={t}".encode() for t in tokens], ())
+    named = [p for t in tokens for p in _kill_cgroup(t, ())]
+    return _merged(named, _kill(_all_pids(), [f"{TOKEN_ENV}={t}".encode() for t in tokens], ()))
+
+
+def _merged(first: list[Leftover], then: list[Leftover]) -> list[Leftover]:
+    seen = {p.pid for p in first}
+    return first + [p for p in then if p.pid not in seen]
+
+
+def _kill_cgroup(token: str, unnamed: Collection[int]) -> list[Leftover]:
+    """Name what is left in the case's cgroup, kill it all at once and remove the cgroup;
+    nothing where the case has none (execute/cgroups.py)."""
+    if cgroups.available() is None:
+        return []
+    me = os.getpid()
+    found = [(pid, _describe(pid)) for pid in cgroups.members(token) if pid != me]
+    if not cgroups.kill(token):
+        return []
+    named = [f[0] for pid, f in found if f is not None and pid not in unnamed]
+    _collect([pid for pid, f in found if f is not None and f[1] == me])
+    cgroups.remove(token)
+    return named
 
 
 def _kill(candidates: list[int], needles: list[bytes], unnamed: Collection[int]) -> list[Leftover]:

@@ -62,6 +62,7 @@ LATE = (
     "CUDNN_MATRIX_CASE_TOKEN",  # execute/launch.py: how the tool finds what the case left
     "CUDNN_MATRIX_LEFTOVERS_FILE",  # guard.py: where the case's supervisor names what it killed
     "CUDNN_MATRIX_CPUS",  # the case's CPUs (its placement), applied by the child itself
+    "CUDNN_MATRIX_CGROUP_PROCS",  # the case's own cgroup (execute/cgroups.py), joined likewise
 )
 
 _ARGV0: list[str] = []  # the bootstrap's path: each case's sys.argv[0], as a fresh start has it
@@ -145,6 +146,16 @@ def _child(request: dict[str, Any], boot: Any, closing: list[int]) -> int:
         os.environ.pop(name, None)
     os.environ.update(request["env"])
     os.environ["CUDNN_MATRIX_PARENT_PID"] = str(os.getppid())  # guard.py: dies with this server
+    procs = request["env"].get("CUDNN_MATRIX_CGROUP_PROCS")
+    if procs:  # the case's own cgroup, as a fresh process joins it before exec
+        try:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # refused: the token scan still reaps what it leaves
     cpus = request["env"].get("CUDNN_MATRIX_CPUS")
     if cpus:  # the launcher's placement, as a fresh process gets it before exec
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})

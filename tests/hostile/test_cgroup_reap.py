@@ -1,0 +1,158 @@
+"""Reaping by a cgroup v2 (execute/cgroups.py), where the host delegates one, and the fallback
+(the subreaper and the token scan) where it does not. Real processes: a daemon double-forks,
+leaves its session with setsid and execs with an empty environment, so it carries no token;
+only its cgroup still holds it. It is found here by a marker in its command line."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from usercli import cli
+
+from validate.execute import cgroups, launch
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+SUITES = Path(__file__).resolve().parents[1] / "resources" / "hostile" / "suites"
+
+#: Double fork + setsid; the grandchild execs `sleep` under Python with the marker as its last
+#: argument and, where SCRUB is set, no environment at all (no token).
+_DAEMON = """
+import os, sys
+mark, scrub = sys.argv[1], sys.argv[2] == "1"
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        argv = [sys.executable, "-c", "import time; time.sleep(600)", mark]
+        os.execve(sys.executable, argv, {} if scrub else dict(os.environ))
+    os._exit(0)
+os.wait()
+"""
+
+
+def _with_mark(mark: str) -> list[int]:
+    """Live (not zombie) processes whose command line holds `mark`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and mark.encode() in args:
+            found.append(int(proc.name))
+    return found
+
+
+def _wait_for(mark: str, *, present: bool) -> list[int]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = _with_mark(mark)
+        if bool(found) == present:
+            return found
+        time.sleep(0.05)
+    return _with_mark(mark)
+
+
+@pytest.fixture
+def mark() -> Iterator[str]:
+    value = f"hostile_cgroup_{uuid.uuid4().hex}"
+    yield value
+    for pid in _with_mark(value):  # what a failed assertion left
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _cgroup_or_skip() -> Path:
+    base = cgroups.available()
+    if base is None:
+        pytest.skip(
+            "no writable cgroup v2 with cgroup.kill here (the tool's own cgroup refuses a child, "
+            "or CUDNN_MATRIX_CGROUP=0): the token scan alone reaps"
+        )
+    return base
+
+
+def _daemon(tmp_path: Path, mark: str, *, scrub: bool) -> tuple[str, Path]:
+    """Start the daemonizing script through the launcher, wait for it and for its daemon;
+    returns the case's token and its log."""
+    token = launch.new_token()
+    log = tmp_path / f"{token}.log"
+    proc = launch.start(
+        [sys.executable, "-c", _DAEMON, mark, "1" if scrub else "0"],
+        env=dict(os.environ),
+        log_path=log,
+        token=token,
+    )
+    assert proc.wait(timeout=30) == 0, log.read_text()
+    assert _wait_for(mark, present=True), "the daemon never started"
+    return token, log
+
+
+def test_a_daemon_without_its_token_is_ended_by_the_cases_cgroup(tmp_path: Path, mark: str) -> None:
+    base = _cgroup_or_skip()
+    token, _ = _daemon(tmp_path, mark, scrub=True)
+    [pid] = _with_mark(mark)
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert launch.TOKEN_ENV.encode() not in environ  # no scan could find it
+    assert pid in cgroups.members(token)
+    named = launch.reap(token)
+    assert [p.pid for p in named] == [pid], named
+    assert named[0].args.endswith(mark), named
+    assert _wait_for(mark, present=False) == []
+    assert not (base / f"cm-{token}").exists()  # the case's cgroup is removed with it
+
+
+def test_without_a_cgroup_the_token_scan_still_reaps(
+    tmp_path: Path, mark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(cgroups.CGROUP_ENV, "0")
+    assert cgroups.available() is None
+    token = launch.new_token()
+    assert cgroups.PROCS_ENV not in launch.case_env({}, token)  # no cgroup is made
+    token, _ = _daemon(tmp_path, mark, scrub=False)  # it keeps the token: the scan finds it
+    [pid] = _with_mark(mark)
+    assert cgroups.members(token) == []
+    named = launch.reap(token)
+    assert [p.pid for p in named] == [pid], named
+    assert _wait_for(mark, present=False) == []
+
+
+def test_run_tests_ends_a_scrubbed_daemon_and_names_it(tmp_path: Path, mark: str) -> None:
+    """As a user runs it: the daemon a pytest test leaves, with no token, ends with its share
+    process and is named in the note of the test that started it."""
+    _cgroup_or_skip()
+    run_dir = tmp_path / "run"
+    args = ["run", "--tests", str(SUITES / "scrubbed_daemon"), "--jobs", "2", "--no-api-logs"]
+    proc = cli(
+        *args,
+        *("--timeout", "60", "--results", run_dir.name),
+        cwd=tmp_path,
+        env={**os.environ, "HOSTILE_MARK": mark},
+        timeout=240,
+    )
+    assert isinstance(proc, subprocess.CompletedProcess)
+    lines = [json.loads(ln) for ln in (run_dir / "results.jsonl").read_text().splitlines()]
+    last = {r["case"]: (r["outcome"], r.get("reason", "")) for r in lines if "case" in r}
+    assert {c: o for c, (o, _) in last.items()} == {
+        "test_scrubbed.py::test_daemonizes_scrubbed": "pass",
+        "test_scrubbed.py::test_after": "pass",
+    }, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert _wait_for(mark, present=False) == [], proc.stderr
+    note = last["test_scrubbed.py::test_daemonizes_scrubbed"][1]
+    assert "1 process(es) outlived the test and were killed: " in note, note
+    assert note.endswith(mark), note

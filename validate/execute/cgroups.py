@@ -1,0 +1,179 @@
+"""A cgroup v2 per case process, where the host delegates one: the launcher's first way to reap.
+
+Where the tool's own cgroup (``/proc/self/cgroup``'s ``0::`` line, under the cgroup2 mount that
+``/proc/self/mountinfo`` names) lets it make a child cgroup with a ``cgroup.kill`` file (a
+kernel from 5.14, root or a delegated subtree), every process the launcher starts for a case
+joins a cgroup of its own, ``cm-<token>``, before it runs (the child writes itself into its
+``cgroup.procs``; a forked case does it itself, resources/fork_server.py). Whatever it starts
+stays in that cgroup: a daemon that scrubbed its environment of the case's token, left its
+session and its parent, is still found. When the case ends, `kill` reads what is left, writes
+``cgroup.kill`` and removes the cgroup. Where none is allowed (most CI containers, an
+unprivileged user without systemd's delegation), nothing changes: the launcher's subreaper and
+its scan for the token do the reaping alone (execute/launch.py). ``CUDNN_MATRIX_CGROUP=0`` turns
+this off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Final
+
+__all__ = ["CGROUP_ENV", "PROCS_ENV", "available", "create", "join", "kill", "members", "remove"]
+
+#: "0": use no cgroup (the subreaper and the token scan only).
+CGROUP_ENV: Final = "CUDNN_MATRIX_CGROUP"
+#: The case's ``cgroup.procs`` file: a forked case writes itself into it (fork_server.py).
+PROCS_ENV: Final = "CUDNN_MATRIX_CGROUP_PROCS"
+_PREFIX: Final = "cm-"
+_EMPTY_S: Final = 2.0
+
+_LOCK = threading.Lock()
+_BASE: list[Path | None] = []  # found once: the folder the cases' cgroups are made in
+_MADE: set[Path] = set()  # made and not removed yet: removed at exit where empty
+
+
+def _own_folder() -> Path | None:
+    """The tool's own cgroup v2 folder, from /proc; None where there is no cgroup2 mount that
+    holds it."""
+    try:
+        own = next(
+            line[3:]
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if line.startswith("0::")
+        )
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except (OSError, StopIteration):
+        return None
+    for line in mounts:
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        dash = fields.index("-")
+        if fields[dash + 1 : dash + 2] != ["cgroup2"]:
+            continue
+        root, point = fields[3], fields[4]
+        if own == root or own.startswith(root.rstrip("/") + "/"):
+            return Path(point) / own[len(root.rstrip("/")) :].lstrip("/")
+    return None
+
+
+def _probe() -> Path | None:
+    """The tool's cgroup where it may make a child with ``cgroup.kill`` and move processes
+    into it; else None."""
+    folder = _own_folder()
+    if folder is None or not os.access(folder / "cgroup.procs", os.W_OK):
+        return None
+    probe = folder / f"{_PREFIX}probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return None
+    try:
+        ok = (probe / "cgroup.kill").is_file() and os.access(probe / "cgroup.procs", os.W_OK)
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+    return folder if ok else None
+
+
+def available() -> Path | None:
+    """The folder the cases' cgroups are made in, or None where the host allows none (or
+    ``CUDNN_MATRIX_CGROUP=0``)."""
+    if os.environ.get(CGROUP_ENV, "").strip() == "0":
+        return None
+    with _LOCK:
+        if not _BASE:
+            _BASE.append(_probe())
+        return _BASE[0]
+
+
+def _folder(token: str) -> Path | None:
+    base = available()
+    return base / f"{_PREFIX}{token}" if base is not None else None
+
+
+def create(token: str) -> Path | None:
+    """A cgroup for the case of `token`: its ``cgroup.procs`` file; None where none can be made
+    (the token scan still reaps)."""
+    folder = _folder(token)
+    if folder is None:
+        return None
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    with _LOCK:
+        _MADE.add(folder)
+    return folder / "cgroup.procs"
+
+
+def join(procs: bytes) -> None:
+    """Move the calling process into the cgroup of `procs` (a ``cgroup.procs`` path): in the
+    child before it runs, so os-level calls only; a refusal leaves it where it was."""
+    try:
+        fd = os.open(procs, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.write(fd, b"0")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def members(token: str) -> list[int]:
+    """The pids in the case's cgroup (none where it has none)."""
+    folder = _folder(token)
+    if folder is None:
+        return []
+    try:
+        return [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def kill(token: str) -> bool:
+    """SIGKILL every process in the case's cgroup at once (``cgroup.kill``: what it forks
+    meanwhile too); whether it has one."""
+    folder = _folder(token)
+    if folder is None or not folder.is_dir():
+        return False
+    with contextlib.suppress(OSError):
+        (folder / "cgroup.kill").write_bytes(b"1")
+    return True
+
+
+def remove(token: str) -> None:
+    """Remove the case's cgroup once its processes have exited (at most 2 s)."""
+    folder = _folder(token)
+    if folder is None:
+        return
+    deadline = time.monotonic() + _EMPTY_S
+    while True:
+        try:
+            folder.rmdir()  # EBUSY while a process is in it (a zombie does not count)
+        except FileNotFoundError:
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
+        else:
+            break
+    with _LOCK:
+        _MADE.discard(folder)
+
+
+@atexit.register
+def _tidy() -> None:
+    """The cgroups of cases that were never reaped (an error between start and end), where
+    empty."""
+    for folder in list(_MADE):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
