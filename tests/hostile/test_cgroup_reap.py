@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -156,3 +157,29 @@ def test_run_tests_ends_a_scrubbed_daemon_and_names_it(tmp_path: Path, mark: str
     note = last["test_scrubbed.py::test_daemonizes_scrubbed"][1]
     assert "1 process(es) outlived the test and were killed: " in note, note
     assert note.endswith(mark), note
+
+
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_a_script_case_runs_in_a_cgroup_of_its_own(tmp_path: Path, fork: str) -> None:
+    """Forked by the fork server (the child joins its cgroup itself) or started fresh (the
+    launcher's child joins it before exec): the case's process is in `cm-<token>`, so all it
+    starts is too."""
+    _cgroup_or_skip()
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    seen = tmp_path / "cgroup.txt"
+    (cases / "where.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ['HOSTILE_OUT']).write_text(open('/proc/self/cgroup').read())\n"
+    )
+    run_dir = tmp_path / "run"
+    proc = cli(
+        *("run", "cases", "--jobs", "1", "--timeout", "60", "--no-api-logs"),
+        *("--results", run_dir.name),
+        cwd=tmp_path,
+        env={**os.environ, "HOSTILE_OUT": str(seen), "CUDNN_MATRIX_FORK_SERVER": fork},
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    [line] = [ln for ln in seen.read_text().splitlines() if ln.startswith("0::")]
+    assert re.fullmatch(r"0::.*/cm-[0-9a-f]{32}", line), line
