@@ -117,6 +117,41 @@ def test_a_daemon_without_its_token_is_ended_by_the_cases_cgroup(tmp_path: Path,
     assert not (base / f"cm-{token}").exists()  # the case's cgroup is removed with it
 
 
+#: A case that makes a cgroup of its own under its case's (as the tool does when a case runs it)
+#: and leaves a process there with no environment.
+_NESTED = """
+import os, sys
+inner, mark = sys.argv[1], sys.argv[2]
+os.mkdir(inner)
+if os.fork() == 0:
+    with open(os.path.join(inner, "cgroup.procs"), "w") as fh:
+        fh.write("0")
+    os.setsid()
+    os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)", mark], {})
+"""
+
+
+def test_a_cgroup_a_case_made_under_its_own_is_ended_and_removed_with_it(
+    tmp_path: Path, mark: str
+) -> None:
+    base = _cgroup_or_skip()
+    token = launch.new_token()
+    inner = base / f"cm-{token}" / "inner"
+    proc = launch.start(
+        [sys.executable, "-c", _NESTED, str(inner), mark],
+        env=dict(os.environ),
+        log_path=tmp_path / "nested.log",
+        token=token,
+    )
+    assert proc.wait(timeout=30) == 0, (tmp_path / "nested.log").read_text()
+    [pid] = _wait_for(mark, present=True)
+    assert pid in cgroups.members(token)
+    named = launch.reap(token)
+    assert [p.pid for p in named] == [pid], named
+    assert _wait_for(mark, present=False) == []
+    assert not (base / f"cm-{token}").exists()
+
+
 def test_without_a_cgroup_the_token_scan_still_reaps(
     tmp_path: Path, mark: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -183,3 +218,27 @@ def test_a_script_case_runs_in_a_cgroup_of_its_own(tmp_path: Path, fork: str) ->
     assert proc.returncode == 0, proc.stderr
     [line] = [ln for ln in seen.read_text().splitlines() if ln.startswith("0::")]
     assert re.fullmatch(r"0::.*/cm-[0-9a-f]{32}", line), line
+
+
+def test_the_empty_cgroups_a_killed_run_left_are_removed_at_the_next_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tool killed outright reaps nothing: its cases' cgroups stay, empty once their processes
+    were killed. The next tool removes those older than a minute, and leaves a new one alone (its
+    process may not have joined it yet)."""
+    base = _cgroup_or_skip()
+    stale = base / f"cm-{uuid.uuid4().hex}"
+    (stale / "inner").mkdir(parents=True)  # a case that ran the tool made its own under it
+    for each in (stale / "inner", stale):
+        os.utime(each, (time.time() - 3600,) * 2)
+    fresh = base / f"cm-{uuid.uuid4().hex}"
+    fresh.mkdir()
+    try:
+        monkeypatch.setattr(cgroups, "_BASE", [])  # as a new tool process finds it
+        assert cgroups.available() == base
+        assert not stale.exists()
+        assert fresh.is_dir()
+    finally:
+        for each in (fresh, stale / "inner", stale):
+            with contextlib.suppress(OSError):
+                each.rmdir()

@@ -31,6 +31,7 @@ CGROUP_ENV: Final = "CUDNN_MATRIX_CGROUP"
 PROCS_ENV: Final = "CUDNN_MATRIX_CGROUP_PROCS"
 _PREFIX: Final = "cm-"
 _EMPTY_S: Final = 2.0
+_STALE_S: Final = 60.0
 
 _LOCK = threading.Lock()
 _BASE: list[Path | None] = []  # found once: the folder the cases' cgroups are made in
@@ -78,7 +79,21 @@ def _probe() -> Path | None:
     finally:
         with contextlib.suppress(OSError):
             probe.rmdir()
+    if ok:
+        _sweep(folder)
     return folder if ok else None
+
+
+def _sweep(folder: Path) -> None:
+    """Remove the empty case cgroups a run of the tool that was killed left (older than
+    `_STALE_S`: a new one is empty only until its process joins it, and a case whose process
+    ended is reaped by the token scan too)."""
+    now = time.time()
+    for each in folder.glob(f"{_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if now - each.stat().st_mtime > _STALE_S:
+                for inner in _tree(each):
+                    inner.rmdir()  # a cgroup with a process in it stays (EBUSY)
 
 
 def available() -> Path | None:
@@ -127,15 +142,22 @@ def join(procs: bytes) -> None:
         os.close(fd)
 
 
+def _tree(folder: Path) -> list[Path]:
+    """`folder` and the cgroups under it (a case that runs the tool makes its own), deepest
+    first."""
+    return [Path(top) for top, _, _ in os.walk(folder, topdown=False)]
+
+
 def members(token: str) -> list[int]:
-    """The pids in the case's cgroup (none where it has none)."""
+    """The pids in the case's cgroup and the cgroups under it (none where it has none)."""
     folder = _folder(token)
     if folder is None:
         return []
-    try:
-        return [int(p) for p in (folder / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
+    pids: list[int] = []
+    for each in reversed(_tree(folder)):
+        with contextlib.suppress(OSError, ValueError):
+            pids += [int(p) for p in (each / "cgroup.procs").read_text().split()]
+    return pids
 
 
 def kill(token: str) -> bool:
@@ -150,30 +172,45 @@ def kill(token: str) -> bool:
 
 
 def remove(token: str) -> None:
-    """Remove the case's cgroup once its processes have exited (at most 2 s)."""
+    """Remove the case's cgroup once its processes have exited (at most 2 s; a zombie does not
+    count)."""
     folder = _folder(token)
     if folder is None:
         return
-    deadline = time.monotonic() + _EMPTY_S
-    while True:
-        try:
-            folder.rmdir()  # EBUSY while a process is in it (a zombie does not count)
-        except FileNotFoundError:
-            break
-        except OSError:
+    _rmdir_all([folder], time.monotonic() + _EMPTY_S)
+    if not folder.exists():
+        with _LOCK:
+            _MADE.discard(folder)
+
+
+def _rmdir_all(folders: list[Path], deadline: float) -> None:
+    """Remove each of `folders` (and the cgroups under it) once it is empty, until `deadline`."""
+    for folder in folders:
+        while True:
+            try:
+                for each in _tree(folder):
+                    each.rmdir()
+            except FileNotFoundError:
+                pass  # removed meanwhile: look again
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.005)
+            else:
+                break
             if time.monotonic() > deadline:
-                return
-            time.sleep(0.005)
-        else:
-            break
-    with _LOCK:
-        _MADE.discard(folder)
+                break
 
 
 @atexit.register
 def _tidy() -> None:
-    """The cgroups of cases that were never reaped (an error between start and end), where
-    empty."""
-    for folder in list(_MADE):
+    """At the tool's exit, the cgroups of cases that were not reaped (an interrupt, an error
+    between start and end): what is still in them is killed (a case does not outlive the
+    tool, resources/guard.py) and they are removed, within a second altogether. A tool killed
+    outright leaves them: the next one removes them (`_sweep`)."""
+    with _LOCK:
+        left = list(_MADE)
+    for folder in left:
         with contextlib.suppress(OSError):
-            folder.rmdir()
+            (folder / "cgroup.kill").write_bytes(b"1")
+    _rmdir_all(left, time.monotonic() + 1.0)
