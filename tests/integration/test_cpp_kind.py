@@ -208,6 +208,91 @@ def test_the_build_links_the_pinned_backend(fixture_run: tuple[Any, Path]) -> No
     assert "/envs/" in pinned[0].split("-DCUDNN_PATH=", 1)[1].split()[0]  # the cell's wheel
 
 
+def _cudnn_link_built() -> None:
+    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/include").is_dir():
+        pytest.skip("no CUDA toolkit headers on this host: cudnn_link is not built")
+
+
+def test_only_a_test_case_that_called_cudnn_verifies_the_pin(
+    fixture_run: tuple[Any, Path], tmp_path: Path
+) -> None:
+    """Each test case's process says which libcudnn it mapped and whether it called cuDNN (the
+    loader's debug output, resources/run_catch2.py): one that called it from the cell's backend
+    is pin evidence, one that only mapped it (its binary links libcudnn) is kept as "loaded"
+    and verifies nothing, as does one whose binary does not link it (the cell's preload maps it
+    there). The report counts the one environment, and each stored line stays small whatever the loader wrote."""
+    _cudnn_link_built()
+    _, run_dir = fixture_run
+    rows = _results(run_dir)
+    called = rows["cudnn_link.cpp::cudnnGetVersion matches the headers"]
+    env = called["env"]
+    assert env["captured_in"] == "case", env
+    assert "cudnnGetVersion" in env["cudnn_called"]
+    backend = Path(env["backend_dir"])
+    assert "/envs/" in str(backend)  # the cell's wheel
+    assert env["cudnn_libs"]
+    assert all(Path(p).resolve().parent == backend for p in env["cudnn_libs"]), env
+    mapped = rows["cudnn_link.cpp::links cuDNN and does not call it"]
+    assert mapped["outcome"] == "pass"
+    assert mapped["env"]["captured_in"] == "loaded"
+    assert mapped["env"]["cudnn_libs"]
+    assert mapped["env"]["cudnn_called"] == []
+    # the cell environment preloads the pinned libcudnn into every process: a test case of a
+    # binary that does not link it maps it too, and calls nothing
+    unlinked = rows["outcomes.cpp::passes"]["env"]
+    assert (unlinked["captured_in"], unlinked["cudnn_called"]) == ("loaded", [])
+    out = tmp_path / "report.json"
+    proc = cli("report", "--results", str(run_dir), "--format", "json", "--out", str(out),
+               cwd=tmp_path, timeout=120)  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    assert json.loads(out.read_text())["verdict"]["pins_verified"] == 1
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    traced = [ln for ln in lines if '"ld_debug"' in ln]
+    raw = [json.loads(ln)["env"]["ld_debug"]["raw_bytes"] for ln in traced]
+    assert traced
+    assert min(raw) > 100_000  # what the loader wrote per test case (about 480 kB here) ...
+    assert max(len(ln) for ln in traced) < 16_000  # ... of which a bounded part is stored
+    assert all(len(json.loads(ln)["env"]["ld_debug"]["lines"]) <= 24 for ln in traced)
+    assert not list(run_dir.rglob("*.ld.*"))  # the raw files are removed
+
+
+def test_a_test_case_that_loaded_another_libcudnn_is_an_error_naming_both_folders(
+    fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """A TEST_CASE that maps and calls a copy of libcudnn outside the cell's backend (dlopen by
+    path, CPP_FIXTURE_STRAY_CUDNN) passed by its own account: it is an `error` whose one-line
+    reason names the copy's folder and the pinned one; the other test cases are judged as ever."""
+    _cudnn_link_built()
+    _, run_dir = fixture_run
+    pinned = Path(
+        _results(run_dir)["cudnn_link.cpp::cudnnGetVersion matches the headers"]["env"][
+            "backend_dir"
+        ]
+    )
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    shutil.copy2(pinned / "libcudnn.so.9", stray / "libcudnn.so.9")
+    again = tmp_path / "again"
+    proc = _validate(
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(PROJECT), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+        *["--results", str(again)],
+        cwd=tmp_path,
+        env={**os.environ, "CPP_FIXTURE_STRAY_CUDNN": str(stray / "libcudnn.so.9")},
+    )
+    rows = _results(again)
+    row = rows["cudnn_link.cpp::calls the cuDNN it is told to"]
+    assert row["outcome"] == "error", (row, proc.stderr[-2000:])
+    assert "\n" not in row["reason"]
+    assert row["reason"].startswith(
+        f"libcudnn loaded from {stray}, not the cell's pinned backend {pinned}"
+    )
+    assert row["env"]["captured_in"] == "loaded"  # no pin verified by it
+    assert rows["cudnn_link.cpp::cudnnGetVersion matches the headers"]["outcome"] == "pass"
+    assert rows["outcomes.cpp::passes"]["outcome"] == "pass"
+
+
 def test_a_failure_only_the_backend_log_explains_is_the_no_gpu_skip_without_a_gpu(
     fixture_run: tuple[Any, Path],
 ) -> None:

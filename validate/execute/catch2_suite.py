@@ -18,7 +18,13 @@ case's time limit; the ids left run in a fresh process).
 On a host without a GPU, a TEST_CASE whose failure or crash says it wanted a device or driver is
 the skip every kind gives that (plan/requirements.py `no_gpu_skip`): the sign-off counts it as a
 GPU case not run. The binaries load the cell's backend (the cell environment's LD_LIBRARY_PATH
-and LD_PRELOAD, as every case process).
+and LD_PRELOAD, as every case process), and each test case's process says which libcudnn files
+it mapped and whether it called cuDNN (resources/run_catch2.py `cudnn_evidence`, the loader's
+debug output): a test case that mapped a libcudnn from a folder other than the cell's pinned
+backend is an `error` naming both folders, whatever it reported; one that called cuDNN from the
+pinned folder is stored with that evidence as its captured environment (`captured_in` "case",
+what the sign-off counts as pins verified); one that only mapped it (a binary linked to libcudnn
+maps it in every test case) keeps the evidence as "loaded", which verifies nothing.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ class Catch2Project:
         self.targets = tuple(targets)
         self.catch2 = catch2
         self._binary: dict[str, str] = {}  # test id -> its binary, once listed
+        self._backend_dir: Path | None = None  # the cell's pinned libcudnn folder, at prepare
 
     @classmethod
     def from_flags(
@@ -118,6 +125,7 @@ class Catch2Project:
         return Path(binary) if binary else self.root / file
 
     def judged(self, end: TestEnd, *, has_gpu: bool) -> TestEnd:
+        end = self._pinned(end)
         if end.outcome not in (Outcome.FAIL, Outcome.CRASH):
             return end
         text = "\n".join([end.reason, end.tail, str((end.exception or {}).get("traceback", ""))])
@@ -126,10 +134,38 @@ class Catch2Project:
         why = no_gpu_skip(text, has_gpu=has_gpu, what=what)
         return end if why is None else replace(end, outcome=Outcome.SKIP, reason=why)
 
+    def _pinned(self, end: TestEnd) -> TestEnd:
+        """The test case's libcudnn evidence against the cell's pinned backend (the module doc):
+        a libcudnn from elsewhere is its `error`, in one line naming both folders."""
+        seen = end.cudnn
+        if not seen:
+            return end
+        loaded = [str(p) for p in seen.get("loaded") or ()]
+        pinned = self._backend_dir.resolve() if self._backend_dir is not None else None
+        verified = bool(seen.get("called")) and bool(loaded) and pinned is not None
+        env = {
+            "captured_in": "case" if verified else "loaded",
+            "kind": "catch2",
+            "cudnn_libs": loaded,
+            "cudnn_called": list(seen.get("calls") or ()),
+            "backend_dir": str(pinned or ""),
+            "ld_debug": {k: seen.get(k) for k in ("lines", "lines_total", "raw_bytes")},
+        }
+        stray = next((p for p in loaded if pinned and Path(p).resolve().parent != pinned), None)
+        if stray is None:
+            return replace(end, env=env)
+        reason = (
+            f"libcudnn loaded from {Path(stray).parent}, not the cell's pinned backend {pinned} "
+            f"({Path(stray).name}; the test case ended {end.outcome})"
+        )
+        env["captured_in"] = "loaded"  # a pin not honoured verifies nothing
+        return replace(end, outcome=Outcome.ERROR, reason=reason, env=env)
+
     def prepare(
         self, target: ExecTarget, folder: Path, *, cpus: int, timeout_s: float
     ) -> Collected:
         folder.mkdir(parents=True, exist_ok=True)
+        self._backend_dir = target.backend_dir
         log_path = folder / "build.log"
         project = CppProject(root=self.root, targets=self.targets, catch2=self.catch2)
         cache = target.root.parent.parent if target.root is not None else cache_root()

@@ -487,6 +487,7 @@ class SuiteRun:
                     started_at=end.started_at,
                     run_id=self.options.run_id,
                     content_key=self.content_key(end.id),
+                    env=end.env or {},
                 )
             )
             if end.outcome is not Outcome.SKIP:
