@@ -335,6 +335,8 @@ def test_the_report_summarises_test_cases_per_source_file(
     rows = [ln for ln in text.splitlines() if ln.startswith("|")]
     assert any("crashes.cpp" in ln and "outcomes.cpp" not in ln for ln in rows), text
     assert any("outcomes.cpp" in ln and "crashes.cpp" not in ln for ln in rows), text
+    assert "C++ test cases, summarised per source file; columns: cells" in text
+    assert "Pytest tests" not in text
     assert "segfaults" in text
     assert "after segfault passes" not in text  # a passing TEST_CASE is in its file's counts
 
