@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -401,6 +402,63 @@ def test_a_failed_build_is_one_error_naming_the_first_compiler_error(
     assert Path(row["log_path"]).is_relative_to(run_dir)
     builds = [p for p in (env_cache / "cpp").iterdir() if p.is_dir() and p.name != "catch2"]
     assert all((p / ".complete").is_file() for p in builds)  # the failed one was removed
+
+
+#: The stuck build step's command line: no other process on the host runs `sleep 1234.5`.
+_STUCK = ("sleep", "1234.5")
+
+
+def _stuck_alive() -> list[int]:
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if [a.decode(errors="replace") for a in argv[:2]] == list(_STUCK):
+                alive.append(int(entry.name))
+    return alive
+
+
+def test_a_build_past_its_limit_is_one_error_saying_so_and_leaves_nothing_running(
+    toolchain: None,  # noqa: ARG001
+    wheelhouse: Path,
+    env_cache: Path,
+    tmp_path: Path,
+) -> None:
+    """A project whose build step never ends (a custom target that sleeps), with
+    --cpp-build-timeout 3: the build is killed at 3 s with everything it started (cmake, ninja,
+    the step), the cell's one result is the `error` that says so, and no half-built folder is
+    kept in the cache."""
+    assert not _stuck_alive()
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    (stuck / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(stuck CXX)\n"
+        f"add_custom_target(never_ends ALL COMMAND {' '.join(_STUCK)})\n"
+    )
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    proc = _validate(
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(stuck), "--cpp-build-timeout", "3", "--results", str(run_dir)],
+        cwd=tmp_path,
+    )
+    took = time.monotonic() - started
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = _results(run_dir).values()
+    assert (row["case"], row["outcome"]) == ("cpp:stuck", "error")
+    assert row["reason"] == (
+        "the C++ build timed out: it ran past its time limit of 3s and was killed during "
+        "cmake --build (--cpp-build-timeout)"
+    )
+    assert "ran past its time limit of 3s" in Path(row["log_path"]).read_text()
+    assert not _stuck_alive()
+    assert took < 600  # not the step's 1234.5 s
+    builds = [p for p in (env_cache / "cpp").iterdir() if p.is_dir() and p.name != "catch2"]
+    assert all((p / ".complete").is_file() for p in builds)  # the killed one was removed
 
 
 def test_a_test_case_that_kills_the_tool_is_its_crash_after_two_resumes(

@@ -5,7 +5,9 @@ Per cell, one pool job prepares it (execute/suite.py `SuiteRun._prepare_job`):
 - **build**: env/cmake_build.py, once per content (the project, the cell's backend headers and
   libraries, CUDA, the arch list, the compiler), cached beside the environments; `-j` is the CPUs
   the ledger booked for the job. A failed build is the cell's one `error`, naming the first
-  compiler error; its log is `build.log` in the cell's evidence folder;
+  compiler error; its log is `build.log` in the cell's evidence folder. A build that runs past
+  its limit (execute/limits.py `cpp_build_limit`: --cpp-build-timeout, else 6 x --timeout, at
+  least an hour) is killed, its whole process group, and is the cell's one `error` saying so;
 - **listing**: each Catch2 binary the build made (`--list-tests -r xml`, through the launcher):
   one id per TEST_CASE, `FILE::NAME`, FILE its source file relative to the project (so the
   report summarises by source file as it does a pytest suite's ids), NAME its Catch2 name.
@@ -29,6 +31,7 @@ maps it in every test case) keeps the evidence as "loaded", which verifies nothi
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -39,12 +42,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from validate.env.cmake_build import CppBuildError, CppProject, ensure_build
+from validate.env.cmake_build import CppBuildError, CppBuildTimeout, CppProject, ensure_build
 from validate.env.venvs import cache_root
 from validate.errors import ConfigError, EnvBuildError
 from validate.execute import launch
 from validate.execute.collection import Collected, CollectedTest
 from validate.execute.resources import RESOURCES
+from validate.execute.supervise import SUPERVISOR
 from validate.model.outcome import Outcome
 from validate.plan.requirements import NEEDS_GPU_TEXT, no_gpu_skip
 
@@ -65,6 +69,14 @@ CPP_PREFIX: Final = "cpp:"
 #: Case args: `target=NAME` (a CMake target to build; none: all) and `catch2=PATH`.
 _TARGET: Final = "target="
 _CATCH2: Final = "catch2="
+
+
+def _track(kernel_file: Path, pgid: int, running: bool) -> None:
+    """A build step's process group, ended with the cases on an interrupt (supervise.py)."""
+    if running:
+        SUPERVISOR.live.add(pgid, kernel_file)
+    else:
+        SUPERVISOR.live.discard(pgid)
 
 
 class Catch2Project:
@@ -162,7 +174,13 @@ class Catch2Project:
         return replace(end, outcome=Outcome.ERROR, reason=reason, env=env)
 
     def prepare(
-        self, target: ExecTarget, folder: Path, *, cpus: int, timeout_s: float
+        self,
+        target: ExecTarget,
+        folder: Path,
+        *,
+        cpus: int,
+        timeout_s: float,
+        build_timeout_s: float | None = None,
     ) -> Collected:
         folder.mkdir(parents=True, exist_ok=True)
         self._backend_dir = target.backend_dir
@@ -170,7 +188,19 @@ class Catch2Project:
         project = CppProject(root=self.root, targets=self.targets, catch2=self.catch2)
         cache = target.root.parent.parent if target.root is not None else cache_root()
         try:
-            build = ensure_build(project, target, cache=cache, jobs=cpus, log_path=log_path)
+            build = ensure_build(
+                project,
+                target,
+                cache=cache,
+                jobs=cpus,
+                log_path=log_path,
+                timeout_s=build_timeout_s,
+                track=functools.partial(_track, log_path.with_suffix(".kernel")),
+            )
+        except CppBuildTimeout as exc:
+            return self._whole(
+                f"the C++ build timed out: {exc.first} (--cpp-build-timeout)", exc.log_path
+            )
         except CppBuildError as exc:
             return self._whole(f"the C++ build failed: {exc.first}", exc.log_path)
         except EnvBuildError as exc:
