@@ -494,6 +494,70 @@ def test_a_test_case_that_kills_the_tool_is_its_crash_after_two_resumes(
     assert rows["crashes.cpp::segfaults"]["outcome"] == "crash"  # the rest judged as ever
 
 
+BISECTED = "cudnn_link.cpp::fails from backend 9.13 on"
+
+
+def test_validate_case_runs_only_the_named_test_cases_of_the_project(
+    fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """`--case FILE::NAME` (or a glob) with --cpp keeps those TEST_CASEs of the listing; one
+    that matches none is the cell's one error naming the listed ids."""
+    _cudnn_link_built()
+    fixture_run  # noqa: B018 - the build is cached by then
+    args = [
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(PROJECT), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+    ]
+    one = _validate(*args, "--case", BISECTED, "--results", str(tmp_path / "one"), cwd=tmp_path)
+    assert one.returncode == 1, one.stdout + one.stderr[-2000:]
+    assert {c: r["outcome"] for c, r in _results(tmp_path / "one").items()} == {BISECTED: "fail"}
+    glob = _validate(
+        *args, "--case", "outcomes.cpp::[ps]*", "--results", str(tmp_path / "glob"), cwd=tmp_path
+    )
+    assert set(_results(tmp_path / "glob")) == {
+        "outcomes.cpp::passes",
+        "outcomes.cpp::skips with a reason",
+        "outcomes.cpp::stderr noise, exit 0",
+    }, glob.stderr[-2000:]
+    none = _validate(
+        *args, "--case", "nowhere.cpp::x", "--results", str(tmp_path / "none"), cwd=tmp_path
+    )
+    (row,) = _results(tmp_path / "none").values()
+    assert (row["case"], row["outcome"]) == ("cpp:catch2_project", "error"), none.stderr[-2000:]
+    assert row["reason"].startswith("--case nowhere.cpp::x: matches none of the ")
+
+
+def test_bisect_finds_the_first_backend_a_test_case_fails_on(
+    fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """`bisect --cpp DIR --case FILE::NAME`: each probe builds the project against its cell's
+    backend (9.12.0.46, 9.13.0.50 from the wheelhouse) and runs that TEST_CASE alone; the first
+    bad backend is the one whose headers and library make it fail."""
+    _cudnn_link_built()
+    fixture_run  # noqa: B018 - the 9.13 build is cached by then
+    folder = tmp_path / "bisect"
+    proc = cli(
+        "bisect",
+        *["--axis", "cudnn", "--good", "9.12.0.46", "--bad", "9.13.0.50"],
+        *["--frontend", "1.27.0", "--cuda", "13.0", "--driver", "580", "--arch", "sm90"],
+        "--no-backend-deps",
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(PROJECT), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+        *["--case", BISECTED, "--results", str(folder)],
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "first bad: 9.13.0.50" in proc.stdout
+    assert "last good: 9.12.0.46" in proc.stdout
+    state = json.loads((folder / "bisect.json").read_text())
+    seen = {p["candidate"]: p["observations"][0]["outcome"] for p in state["probes"]}
+    assert seen == {"9.12.0.46": "pass", "9.13.0.50": "fail"}
+    for probe in folder.glob("probes/*/r1"):  # each probe ran that one TEST_CASE, nothing else
+        assert list(_results(probe)) == [BISECTED]
+
+
 def _outcomes_binary(rows: dict[str, dict[str, Any]]) -> Path:
     return Path(rows["outcomes.cpp::passes"]["case_path"])
 

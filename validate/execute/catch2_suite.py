@@ -31,6 +31,7 @@ maps it in every test case) keeps the evidence as "loaded", which verifies nothi
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import logging
 import os
@@ -66,9 +67,10 @@ log = logging.getLogger(__name__)
 BOOTSTRAP: Final = RESOURCES / "run_catch2.py"
 #: The case name of a result about the whole project (its build failed), e.g. "cpp:cudnn-frontend".
 CPP_PREFIX: Final = "cpp:"
-#: Case args: `target=NAME` (a CMake target to build; none: all) and `catch2=PATH`.
+#: Case args: `target=NAME` (a CMake target to build; none: all), `catch2=PATH` and `case=ID`.
 _TARGET: Final = "target="
 _CATCH2: Final = "catch2="
+_SELECT: Final = "case="  # --case: a TEST_CASE to run (`FILE::NAME`, or a glob)
 
 
 def _track(kernel_file: Path, pgid: int, running: bool) -> None:
@@ -87,17 +89,27 @@ class Catch2Project:
     kind = "cpp"
 
     def __init__(
-        self, root: Path, *, targets: Sequence[str] = (), catch2: Path | None = None
+        self,
+        root: Path,
+        *,
+        targets: Sequence[str] = (),
+        catch2: Path | None = None,
+        select: Sequence[str] = (),
     ) -> None:
         self.root = root
         self.targets = tuple(targets)
         self.catch2 = catch2
+        self.select = tuple(select)  # --case: the TEST_CASEs to run (names or globs; none: all)
         self._binary: dict[str, str] = {}  # test id -> its binary, once listed
         self._backend_dir: Path | None = None  # the cell's pinned libcudnn folder, at prepare
 
     @classmethod
     def from_flags(
-        cls, path: Path, targets: Sequence[str] = (), catch2: Path | None = None
+        cls,
+        path: Path,
+        targets: Sequence[str] = (),
+        catch2: Path | None = None,
+        select: Sequence[str] = (),
     ) -> Catch2Project:
         """`--cpp DIR --cpp-target NAME --cpp-catch2 PATH`, checked: bad input is a ConfigError."""
         if not (path / "CMakeLists.txt").is_file():
@@ -110,19 +122,36 @@ class Catch2Project:
         if bad:
             msg = f"--cpp-target {bad[0]!r}: not a CMake target name"
             raise ConfigError(msg)
-        return cls(path.resolve(), targets=targets, catch2=catch2.resolve() if catch2 else None)
+        resolved = catch2.resolve() if catch2 else None
+        return cls(path.resolve(), targets=targets, catch2=resolved, select=select)
 
     @classmethod
     def from_args(cls, root: Path, args: Sequence[str]) -> Catch2Project:
         """From a case's `args` (cases/__init__.py `cpp_case`)."""
         targets = [a.removeprefix(_TARGET) for a in args if a.startswith(_TARGET)]
         catch2 = next((Path(a.removeprefix(_CATCH2)) for a in args if a.startswith(_CATCH2)), None)
-        return cls(root, targets=targets, catch2=catch2)
+        select = [a.removeprefix(_SELECT) for a in args if a.startswith(_SELECT)]
+        return cls(root, targets=targets, catch2=catch2, select=select)
 
     def args(self) -> tuple[str, ...]:
         """Its case args (the inverse of `from_args`)."""
         catch2 = (f"{_CATCH2}{self.catch2}",) if self.catch2 else ()
-        return (*(f"{_TARGET}{t}" for t in self.targets), *catch2)
+        select = tuple(f"{_SELECT}{p}" for p in self.select)
+        return (*(f"{_TARGET}{t}" for t in self.targets), *catch2, *select)
+
+    def _selected(self, tests: list[CollectedTest]) -> tuple[list[CollectedTest], str]:
+        """The listed test cases --case keeps (an exact `FILE::NAME` or a glob; a pattern that
+        names the whole project keeps all), or why none is kept."""
+        if not self.select or any(fnmatch.fnmatchcase(self.name, p) for p in self.select):
+            return tests, ""
+        kept = [
+            t for t in tests if any(t.id == p or fnmatch.fnmatchcase(t.id, p) for p in self.select)
+        ]
+        if kept:
+            return kept, ""
+        names = ", ".join(t.id for t in tests[:5]) + (", ..." if len(tests) > 5 else "")
+        why = f"--case {' '.join(self.select)}: matches none of the {len(tests)} TEST_CASEs listed ({names})"
+        return [], why
 
     @property
     def name(self) -> str:
@@ -220,6 +249,9 @@ class Catch2Project:
                     continue
                 self._binary[test.id] = test.runner
                 tests.append(test)
+        tests, unmatched = self._selected(tests)
+        if unmatched:
+            problems.append((self.name, Outcome.ERROR, unmatched))
         built = "reused" if build.reused else f"built in {build.seconds:g}s"
         log.info(
             "cell %s: %s %s, %d test binaries, %d TEST_CASEs",

@@ -42,3 +42,8 @@ TEST_CASE("calls the cuDNN it is told to", "[cudnn]") {
     REQUIRE(get != nullptr);
     REQUIRE(get() > 0);
 }
+
+TEST_CASE("fails from backend 9.13 on", "[cudnn][bisect]") {
+    // what `bisect --cpp` finds (tests/integration/test_cpp_kind.py): 9.12 passes, 9.13 fails
+    REQUIRE(cudnnGetVersion() < 91300);
+}
