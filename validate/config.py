@@ -117,6 +117,7 @@ class ValidateConfig:
     cpp: Path | None = None  # --cpp: a CMake project with Catch2 tests, one result per TEST_CASE
     cpp_targets: tuple[str, ...] = ()  # --cpp-target: the CMake targets to build (none: all)
     cpp_catch2: Path | None = None  # --cpp-catch2: a Catch2 source folder or archive
+    cpp_build_timeout_s: float | None = None  # --cpp-build-timeout (None: limits.cpp_build_limit)
     case_names: tuple[str, ...] = ()  # --case: names or fnmatch patterns to keep
     executor: str = "local"  # a name in execute.EXECUTORS; workflow.run resolves "auto" once
     base_image: str | None = None  # docker: the cell images' base (env.builder.base_image_for)

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,91 @@ def test_the_build_links_the_pinned_backend(fixture_run: tuple[Any, Path]) -> No
     assert "/envs/" in pinned[0].split("-DCUDNN_PATH=", 1)[1].split()[0]  # the cell's wheel
 
 
+def _cudnn_link_built() -> None:
+    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/include").is_dir():
+        pytest.skip("no CUDA toolkit headers on this host: cudnn_link is not built")
+
+
+def test_only_a_test_case_that_called_cudnn_verifies_the_pin(
+    fixture_run: tuple[Any, Path], tmp_path: Path
+) -> None:
+    """Each test case's process says which libcudnn it mapped and whether it called cuDNN (the
+    loader's debug output, resources/run_catch2.py): one that called it from the cell's backend
+    is pin evidence, one that only mapped it (its binary links libcudnn) is kept as "loaded"
+    and verifies nothing, as does one whose binary does not link it (the cell's preload maps it
+    there). The report counts the one environment, and each stored line stays small whatever the loader wrote."""
+    _cudnn_link_built()
+    _, run_dir = fixture_run
+    rows = _results(run_dir)
+    called = rows["cudnn_link.cpp::cudnnGetVersion matches the headers"]
+    env = called["env"]
+    assert env["captured_in"] == "case", env
+    assert "cudnnGetVersion" in env["cudnn_called"]
+    backend = Path(env["backend_dir"])
+    assert "/envs/" in str(backend)  # the cell's wheel
+    assert env["cudnn_libs"]
+    assert all(Path(p).resolve().parent == backend for p in env["cudnn_libs"]), env
+    mapped = rows["cudnn_link.cpp::links cuDNN and does not call it"]
+    assert mapped["outcome"] == "pass"
+    assert mapped["env"]["captured_in"] == "loaded"
+    assert mapped["env"]["cudnn_libs"]
+    assert mapped["env"]["cudnn_called"] == []
+    # the cell environment preloads the pinned libcudnn into every process: a test case of a
+    # binary that does not link it maps it too, and calls nothing
+    unlinked = rows["outcomes.cpp::passes"]["env"]
+    assert (unlinked["captured_in"], unlinked["cudnn_called"]) == ("loaded", [])
+    out = tmp_path / "report.json"
+    proc = cli("report", "--results", str(run_dir), "--format", "json", "--out", str(out),
+               cwd=tmp_path, timeout=120)  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    assert json.loads(out.read_text())["verdict"]["pins_verified"] == 1
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    traced = [ln for ln in lines if '"ld_debug"' in ln]
+    raw = [json.loads(ln)["env"]["ld_debug"]["raw_bytes"] for ln in traced]
+    assert traced
+    assert min(raw) > 100_000  # what the loader wrote per test case (about 480 kB here) ...
+    assert max(len(ln) for ln in traced) < 16_000  # ... of which a bounded part is stored
+    assert all(len(json.loads(ln)["env"]["ld_debug"]["lines"]) <= 24 for ln in traced)
+    assert not list(run_dir.rglob("*.ld.*"))  # the raw files are removed
+
+
+def test_a_test_case_that_loaded_another_libcudnn_is_an_error_naming_both_folders(
+    fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """A TEST_CASE that maps and calls a copy of libcudnn outside the cell's backend (dlopen by
+    path, CPP_FIXTURE_STRAY_CUDNN) passed by its own account: it is an `error` whose one-line
+    reason names the copy's folder and the pinned one; the other test cases are judged as ever."""
+    _cudnn_link_built()
+    _, run_dir = fixture_run
+    pinned = Path(
+        _results(run_dir)["cudnn_link.cpp::cudnnGetVersion matches the headers"]["env"][
+            "backend_dir"
+        ]
+    )
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    shutil.copy2(pinned / "libcudnn.so.9", stray / "libcudnn.so.9")
+    again = tmp_path / "again"
+    proc = _validate(
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(PROJECT), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+        *["--results", str(again)],
+        cwd=tmp_path,
+        env={**os.environ, "CPP_FIXTURE_STRAY_CUDNN": str(stray / "libcudnn.so.9")},
+    )
+    rows = _results(again)
+    row = rows["cudnn_link.cpp::calls the cuDNN it is told to"]
+    assert row["outcome"] == "error", (row, proc.stderr[-2000:])
+    assert "\n" not in row["reason"]
+    assert row["reason"].startswith(
+        f"libcudnn loaded from {stray}, not the cell's pinned backend {pinned}"
+    )
+    assert row["env"]["captured_in"] == "loaded"  # no pin verified by it
+    assert rows["cudnn_link.cpp::cudnnGetVersion matches the headers"]["outcome"] == "pass"
+    assert rows["outcomes.cpp::passes"]["outcome"] == "pass"
+
+
 def test_a_failure_only_the_backend_log_explains_is_the_no_gpu_skip_without_a_gpu(
     fixture_run: tuple[Any, Path],
 ) -> None:
@@ -250,6 +336,8 @@ def test_the_report_summarises_test_cases_per_source_file(
     rows = [ln for ln in text.splitlines() if ln.startswith("|")]
     assert any("crashes.cpp" in ln and "outcomes.cpp" not in ln for ln in rows), text
     assert any("outcomes.cpp" in ln and "crashes.cpp" not in ln for ln in rows), text
+    assert "C++ test cases, summarised per source file; columns: cells" in text
+    assert "Pytest tests" not in text
     assert "segfaults" in text
     assert "after segfault passes" not in text  # a passing TEST_CASE is in its file's counts
 
@@ -316,6 +404,63 @@ def test_a_failed_build_is_one_error_naming_the_first_compiler_error(
     assert all((p / ".complete").is_file() for p in builds)  # the failed one was removed
 
 
+#: The stuck build step's command line: no other process on the host runs `sleep 1234.5`.
+_STUCK = ("sleep", "1234.5")
+
+
+def _stuck_alive() -> list[int]:
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if [a.decode(errors="replace") for a in argv[:2]] == list(_STUCK):
+                alive.append(int(entry.name))
+    return alive
+
+
+def test_a_build_past_its_limit_is_one_error_saying_so_and_leaves_nothing_running(
+    toolchain: None,  # noqa: ARG001
+    wheelhouse: Path,
+    env_cache: Path,
+    tmp_path: Path,
+) -> None:
+    """A project whose build step never ends (a custom target that sleeps), with
+    --cpp-build-timeout 3: the build is killed at 3 s with everything it started (cmake, ninja,
+    the step), the cell's one result is the `error` that says so, and no half-built folder is
+    kept in the cache."""
+    assert not _stuck_alive()
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    (stuck / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(stuck CXX)\n"
+        f"add_custom_target(never_ends ALL COMMAND {' '.join(_STUCK)})\n"
+    )
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    proc = _validate(
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(stuck), "--cpp-build-timeout", "3", "--results", str(run_dir)],
+        cwd=tmp_path,
+    )
+    took = time.monotonic() - started
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = _results(run_dir).values()
+    assert (row["case"], row["outcome"]) == ("cpp:stuck", "error")
+    assert row["reason"] == (
+        "the C++ build timed out: it ran past its time limit of 3s and was killed during "
+        "cmake --build (--cpp-build-timeout)"
+    )
+    assert "ran past its time limit of 3s" in Path(row["log_path"]).read_text()
+    assert not _stuck_alive()
+    assert took < 600  # not the step's 1234.5 s
+    builds = [p for p in (env_cache / "cpp").iterdir() if p.is_dir() and p.name != "catch2"]
+    assert all((p / ".complete").is_file() for p in builds)  # the killed one was removed
+
+
 def test_a_test_case_that_kills_the_tool_is_its_crash_after_two_resumes(
     fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
 ) -> None:
@@ -347,6 +492,70 @@ def test_a_test_case_that_kills_the_tool_is_its_crash_after_two_resumes(
     listed = _listed(_outcomes_binary(rows))
     assert {c.split("::", 1)[1] for c in rows if c.startswith(("outcomes", "crashes"))} == listed
     assert rows["crashes.cpp::segfaults"]["outcome"] == "crash"  # the rest judged as ever
+
+
+BISECTED = "cudnn_link.cpp::fails from backend 9.13 on"
+
+
+def test_validate_case_runs_only_the_named_test_cases_of_the_project(
+    fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """`--case FILE::NAME` (or a glob) with --cpp keeps those TEST_CASEs of the listing; one
+    that matches none is the cell's one error naming the listed ids."""
+    _cudnn_link_built()
+    fixture_run  # noqa: B018 - the build is cached by then
+    args = [
+        *CELL,
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(PROJECT), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+    ]
+    one = _validate(*args, "--case", BISECTED, "--results", str(tmp_path / "one"), cwd=tmp_path)
+    assert one.returncode == 1, one.stdout + one.stderr[-2000:]
+    assert {c: r["outcome"] for c, r in _results(tmp_path / "one").items()} == {BISECTED: "fail"}
+    glob = _validate(
+        *args, "--case", "outcomes.cpp::[ps]*", "--results", str(tmp_path / "glob"), cwd=tmp_path
+    )
+    assert set(_results(tmp_path / "glob")) == {
+        "outcomes.cpp::passes",
+        "outcomes.cpp::skips with a reason",
+        "outcomes.cpp::stderr noise, exit 0",
+    }, glob.stderr[-2000:]
+    none = _validate(
+        *args, "--case", "nowhere.cpp::x", "--results", str(tmp_path / "none"), cwd=tmp_path
+    )
+    (row,) = _results(tmp_path / "none").values()
+    assert (row["case"], row["outcome"]) == ("cpp:catch2_project", "error"), none.stderr[-2000:]
+    assert row["reason"].startswith("--case nowhere.cpp::x: matches none of the ")
+
+
+def test_bisect_finds_the_first_backend_a_test_case_fails_on(
+    fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
+) -> None:
+    """`bisect --cpp DIR --case FILE::NAME`: each probe builds the project against its cell's
+    backend (9.12.0.46, 9.13.0.50 from the wheelhouse) and runs that TEST_CASE alone; the first
+    bad backend is the one whose headers and library make it fail."""
+    _cudnn_link_built()
+    fixture_run  # noqa: B018 - the 9.13 build is cached by then
+    folder = tmp_path / "bisect"
+    proc = cli(
+        "bisect",
+        *["--axis", "cudnn", "--good", "9.12.0.46", "--bad", "9.13.0.50"],
+        *["--frontend", "1.27.0", "--cuda", "13.0", "--driver", "580", "--arch", "sm90"],
+        "--no-backend-deps",
+        *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
+        *["--cpp", str(PROJECT), "--cpp-catch2", str(CATCH2), "--timeout", str(TIMEOUT_S)],
+        *["--case", BISECTED, "--results", str(folder)],
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "first bad: 9.13.0.50" in proc.stdout
+    assert "last good: 9.12.0.46" in proc.stdout
+    state = json.loads((folder / "bisect.json").read_text())
+    seen = {p["candidate"]: p["observations"][0]["outcome"] for p in state["probes"]}
+    assert seen == {"9.12.0.46": "pass", "9.13.0.50": "fail"}
+    for probe in folder.glob("probes/*/r1"):  # each probe ran that one TEST_CASE, nothing else
+        assert list(_results(probe)) == [BISECTED]
 
 
 def _outcomes_binary(rows: dict[str, dict[str, Any]]) -> Path:

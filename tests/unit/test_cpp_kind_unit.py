@@ -27,6 +27,8 @@ PROJECT = Path(__file__).resolve().parents[1] / "resources" / "cpp" / "catch2_pr
         (["--cpp", "/nonexistent/project"], "--cpp /nonexistent/project: no CMakeLists.txt there"),
         (["--cpp", "."], "no CMakeLists.txt there (expected a CMake project"),
         (["--cpp-target", "samples"], "--cpp-target and --cpp-catch2 need --cpp DIR"),
+        (["--cpp-build-timeout", "60"], "--cpp-build-timeout needs --cpp DIR"),
+        (["--cpp", str(PROJECT), "--cpp-build-timeout", "0"], "--cpp-build-timeout"),
         (
             ["--cpp", str(PROJECT), "--cpp-catch2", "/nonexistent/catch2.tgz"],
             "--cpp-catch2 /nonexistent/catch2.tgz: no such folder or archive",

@@ -84,3 +84,18 @@ def test_the_scan_finds_a_planted_limit() -> None:
         "TIMEOUT_FLOOR",
         "reads grace_s",
     ]
+
+
+@pytest.mark.parametrize(
+    ("timeout", "given", "limit"),
+    [
+        (600.0, None, 3600.0),  # the default --timeout: the one-hour floor
+        (1000.0, None, 6000.0),  # 6 x --timeout above it
+        (600.0, 90.0, 90.0),  # --cpp-build-timeout wins, below the floor too
+        (600.0, 7200.0, 7200.0),
+    ],
+)
+def test_cpp_build_limit(timeout: float, given: float | None, limit: float) -> None:
+    from validate.execute.limits import cpp_build_limit
+
+    assert cpp_build_limit(timeout, given) == limit

@@ -194,3 +194,46 @@ def test_a_bisect_probe_of_a_test_id_reads_that_test_among_its_suites(tmp_path: 
     assert (
         _observation(latest, run).outcome.count("=") == 2
     )  # no case named: every outcome, as before
+
+
+@pytest.mark.parametrize(
+    ("cases", "heading", "html_heading", "column"),
+    [
+        (
+            [f"{MHA}::test_sdpa[fp16-64]"],
+            "Pytest tests, summarised per test file; columns: cells",
+            "<h3>Pytest tests per test file</h3>",
+            "test file",
+        ),
+        (
+            ["samples/cpp/sdpa/fp16_cached.cpp::Cached sdpa", "test/cpp/a.cu::kernel"],
+            "C++ test cases, summarised per source file; columns: cells",
+            "<h3>C++ test cases per source file</h3>",
+            "source file",
+        ),
+        (
+            [f"{MHA}::test_sdpa[fp16-64]", "samples/cpp/sdpa/fp16_cached.cpp::Cached sdpa"],
+            "Pytest tests and C++ test cases, summarised per file; columns: cells",
+            "<h3>Pytest tests and C++ test cases per file</h3>",
+            "file",
+        ),
+    ],
+)
+def test_the_per_file_summary_is_headed_by_the_kinds_it_holds(
+    tmp_path: Path, cases: list[str], heading: str, html_heading: str, column: str
+) -> None:
+    """Pytest ids alone keep the heading the committed compat.md has; C++ TEST_CASEs (a source
+    file of the C++ kind) are named as such, and a mix names both."""
+    run = tmp_path / "run"
+    store = ResultStore(run / "results.jsonl")
+    for case in cases:
+        store.append(_result(case, "pass", "9.24.0.43"))
+    report = build_report(load_runs([run]), link_base=tmp_path)
+    for fmt in ("md", "rst"):
+        text = render(report, fmt)
+        assert heading in text, text
+        assert text.count("summarised per") == 1
+    md = render(report, "md")
+    header = next(ln for ln in md.splitlines() if ln.startswith(f"| {column} "))
+    assert header.split("|")[1].strip() == column
+    assert html_heading in render(report, "html")

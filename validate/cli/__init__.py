@@ -335,7 +335,8 @@ def add_tests_args(group: argparse._ActionsContainer) -> None:
 
 
 def add_cpp_args(group: argparse._ActionsContainer) -> None:
-    """--cpp, --cpp-target and --cpp-catch2 of `validate`: a CMake project's Catch2 tests."""
+    """--cpp, --cpp-target, --cpp-catch2 and --cpp-build-timeout of `validate`: a CMake project's
+    Catch2 tests."""
     group.add_argument(
         "--cpp",
         type=caller_path,
@@ -359,6 +360,13 @@ def add_cpp_args(group: argparse._ActionsContainer) -> None:
         metavar="PATH",
         help="Catch2 v3 source folder or .tar.gz archive for --cpp, for builds without network "
         "(default: the project's find_package(Catch2) or FetchContent)",
+    )
+    group.add_argument(
+        "--cpp-build-timeout",
+        type=positive(float, 1),
+        metavar="S",
+        help="seconds one cell's --cpp build (configure and compile) may take; past it the build "
+        "is killed and is that cell's one error (default: 6 x --timeout, at least 3600)",
     )
 
 

@@ -289,8 +289,10 @@ def _probe_config(
 
 
 def _check_case(config: ValidateConfig) -> None:
-    """--case names a case the probes will find (a pytest test id is found by its suite)."""
-    if config.tests is None:
+    """--case names a case the probes will find (a pytest test id is found by its suite, a C++
+    TEST_CASE by its project's build: each probe builds the --cpp project against its cell's
+    backend and runs that one TEST_CASE, execute/catch2_suite.py)."""
+    if config.tests is None and config.cpp is None:
         from validate.workflow import cases_stage
 
         cases_stage(config)  # CaseError: `--case X: matches none of the N cases (...)`

@@ -257,6 +257,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
     elif args.cpp_targets or args.cpp_catch2 is not None:
         msg = "--cpp-target and --cpp-catch2 need --cpp DIR"
         raise ConfigError(msg)
+    if args.cpp is None and args.cpp_build_timeout is not None:
+        msg = "--cpp-build-timeout needs --cpp DIR"
+        raise ConfigError(msg)
     if args.backend_store is not None:  # checked now: a bad store is bad input (exit 2)
         from validate.env.sources import Sources
 
@@ -270,6 +273,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         cpp=args.cpp.resolve() if args.cpp is not None else None,
         cpp_targets=tuple(args.cpp_targets),
         cpp_catch2=args.cpp_catch2.resolve() if args.cpp_catch2 is not None else None,
+        cpp_build_timeout_s=args.cpp_build_timeout,
         case_names=tuple(args.case_names),
         executor=args.executor,
         base_image=args.base_image,

@@ -36,6 +36,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -48,13 +49,14 @@ from validate import scratch
 from validate.errors import EnvBuildError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from validate.env.target import ExecTarget
 
 __all__ = [
     "CppBuild",
     "CppBuildError",
+    "CppBuildTimeout",
     "CppProject",
     "ensure_build",
     "first_error",
@@ -66,6 +68,7 @@ log = logging.getLogger(__name__)
 
 _COMPLETE: Final = ".complete"
 _MANIFEST: Final = "manifest.json"
+_TERM_GRACE_S: Final = 5.0  # a step past its limit: from TERM to KILL
 #: Variables of the caller's that would steer cmake/cuDNN.cmake away from the pinned backend.
 _STEERING: Final = ("CUDNN_PATH", "CUDNN_INCLUDE_PATH", "CUDNN_LIBRARY_PATH", "CUDNN_HOME")
 #: Error lines of a build log, most telling first: the compiler's (gcc, clang, nvcc), the
@@ -312,12 +315,80 @@ def _configure_argv(
     return argv
 
 
-def _run_logged(argv: Sequence[str], log_fh: Any, env: dict[str, str]) -> int:
+class CppBuildTimeout(CppBuildError):
+    """The build ran past its limit (execute/limits.py `cpp_build_limit`) and was killed."""
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> its children's pids, of every process on the host (/proc)."""
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text(encoding="utf-8", errors="replace")
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def _end_tree(proc: subprocess.Popen[bytes]) -> None:
+    """End a build step that ran past its limit, and everything under it: ninja runs each
+    command in a process group of its own and ends them on SIGTERM, so the step's group gets
+    TERM first; after a grace, every process still under the step (found through /proc) and the
+    step's group get KILL."""
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=_TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        tree, found, todo = _children(), [], [proc.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo.extend(tree.get(pid, ()))
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _run_logged(
+    argv: Sequence[str],
+    log_fh: Any,
+    env: dict[str, str],
+    *,
+    deadline: float | None = None,
+    track: Callable[[int, bool], object] | None = None,
+) -> int | None:
+    """One step of the build, its output in the log; None where it ran past `deadline`
+    (time.monotonic()): its whole process group (cmake, ninja, the compilers) is killed.
+    `track(pgid, running)`: its process group started (True) or ended (False), for the caller
+    to end on an interrupt (it runs in a session of its own)."""
     log_fh.write(f"+ {' '.join(argv)}\n")
     log_fh.flush()
-    proc = subprocess.run(argv, stdout=log_fh, stderr=subprocess.STDOUT, env=env, check=False)
+    proc = subprocess.Popen(
+        list(argv), stdout=log_fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    if track is not None:
+        track(proc.pid, True)
+    status: int | None = None
+    try:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        status = proc.wait(timeout=left)
+    except subprocess.TimeoutExpired:
+        status = None
+    finally:
+        if proc.returncode is None:
+            _end_tree(proc)
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what the step left running in its group
+        if track is not None:
+            track(proc.pid, False)
     log_fh.flush()
-    return proc.returncode
+    return status
 
 
 def _check_pinned(folder: Path, cudnn_root: Path) -> None:
@@ -370,10 +441,14 @@ def ensure_build(
     cache: Path,
     jobs: int,
     log_path: Path,
+    timeout_s: float | None = None,
+    track: Callable[[int, bool], object] | None = None,
 ) -> CppBuild:
     """The project built for the cell `target` runs (see the module doc): reused from
     `<cache>/cpp/<key>` where a complete build is there, else built with `jobs` parallel
-    compiles, its log in `log_path`."""
+    compiles, its log in `log_path`. `timeout_s`: the limit of the configure and compile
+    together (past it: CppBuildTimeout, the half-built folder removed); `track`: as
+    `_run_logged`'s."""
     inputs = _inputs(target)
     catch2 = _catch2_source(project.catch2, cache / "cpp")
     key, facts = _key(project, inputs, catch2)
@@ -393,6 +468,7 @@ def ensure_build(
                 return CppBuild(folder=folder, binaries=binaries, reused=True, facts=facts)
         shutil.rmtree(folder, ignore_errors=True)  # half-built (a killed tool's): never reused
         started = time.monotonic()
+        deadline = None if timeout_s is None else started + timeout_s
         env = {k: v for k, v in os.environ.items() if k not in _STEERING}
         if inputs.cuda_root is not None:
             env["PATH"] = f"{inputs.cuda_root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
@@ -401,13 +477,23 @@ def ensure_build(
             query.parent.mkdir(parents=True)
             query.touch()
             log.info("building the C++ project %s into %s (-j %d)", project.root, folder, jobs)
-            status = _run_logged(_configure_argv(project, inputs, folder, catch2), fh, env)
+            configure = _configure_argv(project, inputs, folder, catch2)
+            status = _run_logged(configure, fh, env, deadline=deadline, track=track)
+            step = "the configure step"
             if status == 0:
                 _check_pinned(folder, inputs.cudnn_root)
                 build = [inputs.cmake, "--build", str(folder), "-j", str(parallel(jobs))]
                 if project.targets:
                     build += ["--target", *project.targets]
-                status = _run_logged(build, fh, env)
+                status = _run_logged(build, fh, env, deadline=deadline, track=track)
+                step = "cmake --build"
+            if status is None:
+                took = time.monotonic() - started
+                first = f"it ran past its time limit of {timeout_s:g}s and was killed during {step}"
+                fh.write(f"cudnn-matrix: {first} (after {took:.1f}s)\n")
+                fh.flush()
+                msg = f"the C++ build of {project.root}: {first}"
+                raise CppBuildTimeout(msg, first=first, log_path=log_path)
             if status != 0:
                 fh.flush()
                 text = log_path.read_text(encoding="utf-8", errors="replace")

@@ -57,6 +57,8 @@ class RunOptions:
     history: Path | None = None
     #: Bytes of output kept per case process, its first and last half (0: all of it).
     capture_cap: int = DEFAULT_CAPTURE_CAP
+    #: --cpp-build-timeout: a C++ build's limit (None: limits.cpp_build_limit of timeout_s).
+    cpp_build_timeout_s: float | None = None
 
 
 def case_dir(case: Case, target: ExecTarget, options: RunOptions) -> Path:

@@ -94,6 +94,10 @@ class TestEnd:
     tail: str = ""
     log_path: str = ""
     started_at: str = ""
+    #: which libcudnn the test's process loaded, where its bootstrap traced it (a C++ test
+    #: case: resources/run_catch2.py `cudnn_evidence`); the kind judges it (`judged`)
+    cudnn: Mapping[str, Any] | None = None
+    env: Mapping[str, Any] | None = None  # what the result stores as its captured environment
 
 
 def plugin_env(base: Mapping[str, str], record: Path, ids: Path | None = None) -> dict[str, str]:
@@ -205,6 +209,7 @@ def _end_from_done(event: Mapping[str, Any], log_path: Path, started: float | No
         tail=text[-_TEXT_LIMIT:] if result[0] is not Outcome.PASS else "",
         log_path=str(log_path),
         started_at=_stamp(started),
+        cudnn=event.get("cudnn") if isinstance(event.get("cudnn"), dict) else None,
     )
 
 

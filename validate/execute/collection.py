@@ -95,10 +95,17 @@ class BatchedSuite(Protocol):
         ...
 
     def prepare(
-        self, target: ExecTarget, folder: Path, *, cpus: int, timeout_s: float
+        self,
+        target: ExecTarget,
+        folder: Path,
+        *,
+        cpus: int,
+        timeout_s: float,
+        build_timeout_s: float | None = None,
     ) -> Collected:
-        """The suite's ids for the cell `target` (a build with `cpus` parallel jobs and a
-        listing, their files under `folder`), or the results of what could not be prepared."""
+        """The suite's ids for the cell `target` (a build with `cpus` parallel jobs, ended at
+        `build_timeout_s`, and a listing ended at `timeout_s`, their files under `folder`), or
+        the results of what could not be prepared."""
         ...
 
     def case_path(self, test_id: str, file: str) -> Path:
@@ -151,6 +158,7 @@ class Suite:
         *,
         cpus: int,  # noqa: ARG002 - the protocol's
         timeout_s: float,
+        build_timeout_s: float | None = None,  # noqa: ARG002 - the protocol's
     ) -> Collected:
         """Not called: a pytest suite collects in its shares (`collects_in_shares`)."""
         return collect(self, target, folder, timeout_s)

@@ -53,6 +53,7 @@ def run_options(
     return RunOptions(
         timeout_s=config.timeout_s,
         capture_cap=config.capture_cap,
+        cpp_build_timeout_s=config.cpp_build_timeout_s,
         jobs=slots,
         reruns=config.reruns,
         results_dir=results_dir,

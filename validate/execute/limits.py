@@ -60,3 +60,25 @@ def container_limit(timeout_s: float, cases: int, reruns: int) -> float:
     """The wall limit of a docker cell's container: each case's limit for each of its attempts,
     one after another, plus the container's start-up."""
     return timeout_s * max(1, cases) * (reruns + 1) + CONTAINER_GRACE_S
+
+
+# --- a C++ build (--cpp): one cell's configure and compile, not a case -------------------------
+
+#: A C++ build's limit: CPP_BUILD_FACTOR times --timeout, at least CPP_BUILD_FLOOR_S (the
+#: frontend's samples are about 70 sources built with -Werror: minutes on a few cores, far more
+#: on a crowded host), so a hung configure or compiler still ends at a limit the user set;
+#: `--cpp-build-timeout S` overrides both.
+CPP_BUILD_FLOOR_S: Final = 3600.0
+CPP_BUILD_FACTOR: Final = 6.0
+
+
+def cpp_build_limit(timeout_s: float, given_s: float | None = None) -> float:
+    """The wall limit of one cell's C++ build (configure and compile together): `given_s`
+    (--cpp-build-timeout) where given, else max(CPP_BUILD_FLOOR_S, CPP_BUILD_FACTOR x
+    `timeout_s` (--timeout))."""
+    if given_s is not None:
+        return float(given_s)
+    return max(CPP_BUILD_FLOOR_S, CPP_BUILD_FACTOR * timeout_s)
+
+
+__all__ += ["CPP_BUILD_FACTOR", "CPP_BUILD_FLOOR_S", "cpp_build_limit"]

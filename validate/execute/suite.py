@@ -52,7 +52,7 @@ from validate.execute.collection import (
 from validate.execute.deaths import TOOL_KILLED, alone_job, find_deaths
 from validate.execute.history import History
 from validate.execute.ledger import host_cpus
-from validate.execute.limits import case_timeout
+from validate.execute.limits import case_timeout, cpp_build_limit
 from validate.execute.pool import Job
 from validate.execute.resources.shares import split
 from validate.execute.runner import default_gpu_load
@@ -186,6 +186,9 @@ class SuiteRun:
                 self.folder,
                 cpus=cpus,
                 timeout_s=case_timeout(self.options.timeout_s, None, startup=True),
+                build_timeout_s=cpp_build_limit(
+                    self.options.timeout_s, self.options.cpp_build_timeout_s
+                ),
             )
             self.tests = collected.tests
             self.paths = {t.id: t.file for t in collected.tests}
@@ -486,6 +489,7 @@ class SuiteRun:
                     started_at=end.started_at,
                     run_id=self.options.run_id,
                     content_key=self.content_key(end.id),
+                    env=end.env or {},
                 )
             )
             if end.outcome is not Outcome.SKIP:

@@ -162,7 +162,20 @@ class CaseMatrix:
         return self.file_entries.get((file, column.ident))
 
     def file_headers(self) -> list[str]:
-        return ["test file", *(c.label for c in self.columns)]
+        return [self.file_kinds()[1], *(c.label for c in self.columns)]
+
+    def file_kinds(self) -> tuple[str, str]:
+        """What the per-file rows summarise, and what a row is: ("Pytest tests", "test file"),
+        ("C++ test cases", "source file") where every file is a C++ source (a TEST_CASE's,
+        execute/cases/catch2.py), or both kinds named, per "file"."""
+        from validate.execute.cases.catch2 import CPP_SUFFIXES  # the C++ kind's sources
+
+        cpp = sum(1 for f in self.files if f.endswith(CPP_SUFFIXES))
+        if cpp == 0:
+            return "Pytest tests", "test file"
+        if cpp == len(self.files):
+            return "C++ test cases", "source file"
+        return "Pytest tests and C++ test cases", "file"
 
     def entry(self, case: str, column: MatrixColumn) -> MatrixEntry | None:
         return self.entries.get((case, column.ident))

@@ -270,8 +270,9 @@ def _file_rows(report: Report, matrix: CaseMatrix) -> str:
         if items
         else ""
     )
+    what, per = matrix.file_kinds()
     return (
-        f'<h3>Pytest tests per test file</h3><div class="scroll"><table class="matrix files">'
+        f'<h3>{html.escape(what)} per {per}</h3><div class="scroll"><table class="matrix files">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{listed}"
     )
 

@@ -150,7 +150,8 @@ def _file_rows(report: Report, matrix: CaseMatrix, tablefmt: str) -> list[str]:
     ]
     if tablefmt == "github":
         body = [[cell.replace("|", "\\|") for cell in row] for row in body]
-    scope = "Pytest tests, summarised per test file; columns: cells"
+    what, per = matrix.file_kinds()
+    scope = f"{what}, summarised per {per}; columns: cells"
     scope += f" ({', '.join(matrix.common)} in every column)." if matrix.common else "."
     table = tabulate(body, headers=matrix.file_headers(), tablefmt=tablefmt, disable_numparse=True)
     out = [scope, "", table, ""]

@@ -259,13 +259,19 @@ def suite_case(root: Path, select: str | None) -> Case:
     )
 
 
-def cpp_case(root: Path, targets: Sequence[str] = (), catch2: Path | None = None) -> Case:
-    """A CMake project with Catch2 tests (`--cpp`) as one case of the C++ kind: its targets and
-    Catch2 source in `args`. Its results are named by TEST_CASE (`FILE::NAME`); the project's
-    own name only where it could not be built."""
+def cpp_case(
+    root: Path,
+    targets: Sequence[str] = (),
+    catch2: Path | None = None,
+    select: Sequence[str] = (),
+) -> Case:
+    """A CMake project with Catch2 tests (`--cpp`) as one case of the C++ kind: its targets,
+    Catch2 source and the TEST_CASEs `select`ed (--case: `FILE::NAME` or a glob; none: all) in
+    `args`. Its results are named by TEST_CASE (`FILE::NAME`); the project's own name only where
+    it could not be built."""
     from validate.execute.catch2_suite import Catch2Project  # same stage; imported when named
 
-    project = Catch2Project.from_flags(root, targets, catch2)
+    project = Catch2Project.from_flags(root, targets, catch2, select)
     return Case(
         name=project.name,
         path=project.root,
@@ -292,6 +298,12 @@ def select_cases(
     return kept
 
 
+def plain(config: ValidateConfig) -> bool:
+    """Whether the config names cases other than a suite's (files, samples) or a pytest suite:
+    --case then keeps those by name (a pytest suite's ids are selected with --tests-select)."""
+    return bool(config.cases) or config.samples is not None or config.tests is not None
+
+
 def cases_for(config: ValidateConfig) -> list[Case]:
     """The cases a config names: its files/folders, a frontend checkout's samples, else the
     shipped ones; kept by --case. The same on the host and inside a cell's container."""
@@ -299,11 +311,16 @@ def cases_for(config: ValidateConfig) -> list[Case]:
     if config.samples is not None:
         cases += discover_samples(config.samples)
     suites = [suite_case(config.tests, config.tests_select)] if config.tests is not None else []
+    # --case with --cpp and nothing else named: the TEST_CASEs to run (`FILE::NAME`, globs), as
+    # `bisect --cpp DIR --case FILE::NAME` probes one; they are known once the project is built
+    select = config.case_names if config.cpp is not None and not plain(config) else ()
     if config.cpp is not None:
-        suites.append(cpp_case(config.cpp, config.cpp_targets, config.cpp_catch2))
+        suites.append(cpp_case(config.cpp, config.cpp_targets, config.cpp_catch2, select))
     if not config.cases and config.samples is None and not suites:
         cases = discover_cases([SHIPPED_CASES])
     if suites:
+        if select:
+            return suites
         if config.case_names and not cases:
             msg = "--case keeps cases by name; select a suite's tests with --tests-select"
             raise CaseError(msg)

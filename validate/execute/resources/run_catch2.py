@@ -22,6 +22,15 @@ unless the caller set its own), and a `fail` runs once more with the frontend's 
 without a driver says so ("cudaGetDeviceCount(&count) != cudaSuccess", "cuda_get_device(&device)
 failed with CUDA driver version is insufficient").
 
+Which libcudnn each test case loaded (the pin's evidence): its process runs with the loader's
+debug output (LD_DEBUG=files,bindings, to its own file, LD_DEBUG_OUTPUT), unless the caller set
+LD_DEBUG itself. Of it only the lines about libcudnn objects are kept, bounded (`cudnn_evidence`:
+the folders they were loaded from, whether the test case called into cuDNN after the program
+started, a few lines); the raw file is removed. "Called" is a lazy binding of a cuDNN symbol made
+after the loader handed control to the program, or a libcudnn object loaded after that (a
+sub-library the dispatcher opens, a dlopen): a binary linked to libcudnn maps it in every test
+case, and only one that called it proves anything of the pin.
+
 A test case whose process dies of a signal (abort, segfault; Catch2 re-raises the signal after
 writing its report) ends this process with the same signal right after: the tool sees the process
 die during that id (its `start` has no `done`), names the crash with the signal and the output
@@ -34,6 +43,7 @@ frontend's CUDA_CHECK calls FAIL(), not abort). Stdlib only.
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 import resource
@@ -54,6 +64,13 @@ _RERUN_FLOOR_S = 30.0  # the logged re-run of a failure: 3x the first run, at le
 #: Characters Catch2's test spec parser reads as syntax (a backslash makes the next one literal).
 _SPEC_CHARS = '\\,[]*"~'
 _FAILURES = ("Expression", "Failure", "Exception", "FatalErrorCondition")
+#: The loader's debug output of a test case's processes (LD_DEBUG_OUTPUT appends `.PID`).
+_LD_DEBUG = "files,bindings"
+_LD_LINES = 24  # libcudnn lines kept per test case (the rest counted)
+_LD_LINE_CHARS = 300
+_LD_PATHS = 16  # libcudnn files named per test case
+_LD_CALLS = 8  # cuDNN symbols named per test case
+_LD_READ_BYTES = 256 << 20  # of each raw file read at most (a file is one process's)
 
 
 def _load_sibling(name: str) -> Any:
@@ -157,11 +174,13 @@ def verdict(xml_path: str, returncode: int) -> dict[str, Any]:
 
 
 _CHILD: list[subprocess.Popen[bytes]] = []  # the test case's process while it runs
+_LD_PREFIX: list[str] = []  # the loader's debug files' prefix, removed when this process dies
 
 
 def _on_term(signum: int, frame: Any) -> None:  # noqa: ARG001 - a signal handler's
     """The tool ends this process (a hang, an interrupt): the test case's process goes first,
     so nothing of the batch outlives it."""
+    _drop_ld()  # first: the tool's KILL may follow before the wait below ends
     for child in _CHILD:
         try:
             child.kill()
@@ -198,18 +217,101 @@ def _output_since(offset: int | None) -> str:
     return data.decode("utf-8", "replace")
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(ld_prefix: str) -> dict[str, str]:
     """The test case's environment: the backend logs its errors to stderr (CUDNN_LOGERR_DBG),
     so a failure says why (on a host without a driver: "cudaGetDeviceCount(&count) !=
-    cudaSuccess"), unless the caller set its own logging."""
+    cudaSuccess"), unless the caller set its own logging; the loader's debug output goes to
+    `ld_prefix.PID` (the module doc), unless the caller set LD_DEBUG."""
     env = dict(os.environ)
     if "CUDNN_LOGERR_DBG" not in env and "CUDNN_LOGDEST_DBG" not in env:
         env.update(CUDNN_LOGERR_DBG="1", CUDNN_LOGDEST_DBG="stderr")
+    if "LD_DEBUG" not in env:
+        env.update(LD_DEBUG=_LD_DEBUG, LD_DEBUG_OUTPUT=ld_prefix)
     return env
+
+
+def _is_cudnn(path: str) -> bool:
+    return Path(path).name.startswith("libcudnn")
+
+
+def _object(text: str) -> str:
+    """`/x/libcudnn.so.9 [0]` -> `/x/libcudnn.so.9` (the loader's object and its namespace)."""
+    return text.rsplit(" [", 1)[0].strip()
+
+
+def cudnn_evidence(prefix: str) -> dict[str, Any] | None:
+    """The libcudnn part of the loader's debug files `prefix.PID` (one per process the test case
+    ran), which are removed: `loaded` (the libcudnn files mapped, full paths), `called` (a cuDNN
+    symbol bound, or a libcudnn object loaded, after control passed to the program), `calls`
+    (those symbols), `lines` (the first libcudnn lines, cut), `lines_total` and `raw_bytes`
+    (what the loader wrote). None when the loader wrote nothing (LD_DEBUG not honoured)."""
+    where = Path(prefix)
+    files = sorted(where.parent.glob(f"{glob.escape(where.name)}.*"))
+    if not files:
+        return None
+    loaded: dict[str, None] = {}
+    calls: dict[str, None] = {}
+    lines: list[str] = []
+    called = False
+    total = raw = 0
+    for path in files:
+        running = False  # past "transferring control": what binds or loads now, the test did
+        try:
+            raw += path.stat().st_size
+            with path.open("rb") as fh:
+                data = fh.read(_LD_READ_BYTES)
+        except OSError:
+            continue
+        finally:
+            path.unlink(missing_ok=True)
+        for raw_line in data.decode("utf-8", "replace").splitlines():
+            body = raw_line.split(":\t", 1)[-1].strip()  # without the pid
+            if body.startswith("transferring control:"):
+                running = True
+                continue
+            if "libcudnn" not in body:
+                continue
+            if body.startswith("binding file "):
+                source, _, rest = body.removeprefix("binding file ").partition(" to ")
+                target, _, symbol = rest.partition(": ")
+                if not _is_cudnn(_object(target)):
+                    continue  # a libcudnn object's own binding to libc & co: not evidence
+                loaded.setdefault(_object(target))
+                if _is_cudnn(_object(source)):
+                    continue  # cuDNN calling itself
+                if running:
+                    called = True
+                    calls.setdefault(symbol.split("`", 1)[-1].split("'", 1)[0])
+            elif body.startswith(("calling init: ", "opening file=")):
+                found = _object(body.split(": ", 1)[-1].removeprefix("opening file=").split(";")[0])
+                if _is_cudnn(found):
+                    loaded.setdefault(found)
+            elif running and body.startswith("file=") and "generating link map" in body:
+                called = True  # a libcudnn object loaded while the test case ran
+            total += 1
+            if len(lines) < _LD_LINES:
+                lines.append(body[:_LD_LINE_CHARS])
+    return {
+        "loaded": list(loaded)[:_LD_PATHS],
+        "called": called,
+        "calls": list(calls)[:_LD_CALLS],
+        "lines": lines,
+        "lines_total": total,
+        "raw_bytes": raw,
+    }
+
+
+def _drop_ld() -> None:
+    """The loader's output of a test case this process will not judge (it dies): removed."""
+    for prefix in _LD_PREFIX:
+        where = Path(prefix)
+        for path in where.parent.glob(f"{glob.escape(where.name)}.*"):
+            path.unlink(missing_ok=True)
 
 
 def _die_like(sig: int) -> None:
     """End this process with the signal its test case died of (see the module doc)."""
+    _drop_ld()
     sys.stdout.flush()
     sys.stderr.flush()
     _no_core()
@@ -228,13 +330,19 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _on_term)
     record = _load_sibling("markers").Markers(record_path)
     report = f"{record_path}.case.xml"
-    env = _child_env()
+    ld_prefix = f"{record_path}.ld"
+    _LD_PREFIX.append(ld_prefix)
+    env = _child_env(ld_prefix)
+    traced = env.get("LD_DEBUG_OUTPUT") == ld_prefix  # else the caller's own LD_DEBUG
+    ours = ("LD_DEBUG", "LD_DEBUG_OUTPUT") if traced else ()
+    plain = {k: v for k, v in env.items() if k not in ours}  # the logged re-run's, untraced
     for ident in ids:
         name = ident.split("::", 1)[1] if "::" in ident else ident
         offset = _stdout_offset()
         record.start(ident, t=time.time(), offset=offset, pid0=_last_pid())
         if os.path.exists(report):  # noqa: PTH110
             os.unlink(report)  # noqa: PTH108
+        cudnn_evidence(ld_prefix)  # a stale one (a process a killed batch left) is not this one's
         started = time.monotonic()
         argv = [binary, spec_for(name), "-r", "xml", "-o", report, "--durations", "yes"]
         child = subprocess.Popen(argv, env=env, preexec_fn=_no_core)  # noqa: PLW1509
@@ -246,12 +354,15 @@ def main() -> int:
             _die_like(-returncode)
         done = verdict(report, returncode)
         done.setdefault("duration", round(time.monotonic() - started, 6))
+        evidence = cudnn_evidence(ld_prefix) if traced else None
+        if evidence is not None:
+            done["cudnn"] = evidence
         if done["outcome"] == "fail" and "CUDNN_FRONTEND_LOG_INFO" not in os.environ:
             # once more with the frontend's log, for the evidence only: the verdict stays the
             # first run's (a frontend failure logs its cause only there)
             print(f"[cudnn-matrix] TEST_CASE {name!r} failed: once more with the frontend's log")
             sys.stdout.flush()
-            logged = {**env, "CUDNN_FRONTEND_LOG_INFO": "1", "CUDNN_FRONTEND_LOG_FILE": "stderr"}
+            logged = {**plain, "CUDNN_FRONTEND_LOG_INFO": "1", "CUDNN_FRONTEND_LOG_FILE": "stderr"}
             # the console reporter: the XML one would capture the log (std::cerr) into its report
             again = [binary, spec_for(name), "-r", "console"]
             _CHILD.append(subprocess.Popen(again, env=logged, preexec_fn=_no_core))  # noqa: PLW1509
@@ -272,6 +383,7 @@ def main() -> int:
                 done["text"] = text[-_TEXT_LIMIT:]
         done.update(ev="done", id=ident, t=time.time(), pid1=_last_pid())
         record.write(done)
+    cudnn_evidence(ld_prefix)  # none is left behind
     record.write({"ev": "end"})
     record.close()
     return 0
