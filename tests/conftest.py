@@ -1,5 +1,14 @@
 """Shared fixtures: the real-wheel wheelhouse every install test reuses; the session's own cache
-and state folders, and the check that the user's ~/.cache/cudnn-matrix is left as it was."""
+and state folders, and the check that the user's ~/.cache/cudnn-matrix is left as it was.
+
+The tests run the installed tool, not the checkout (issue #36: an editable install hid a wheel
+that lacked two packages): `pip install .` first, not editable, as nox and .ci/run do. Here the
+checkout that Python itself puts first on sys.path (`python -m pytest` started in it) is taken
+off, so `import validate` finds the installed package; the session stops at once where none is
+installed. A checkout that the configuration names (pytest's `pythonpath`, PYTHONPATH) is left
+where it is: tests/unit/test_installed.py fails on it. An editable install of this checkout is
+left alone (it is the checkout).
+"""
 
 from __future__ import annotations
 
@@ -14,9 +23,39 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from installedtool import CHECKOUT, editable_from, installed_dist, is_checkout
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test module is imported: the installed tool, never the checkout's folder that
+    `python -m pytest` put on sys.path; stop where the tool is not installed."""
+    dist = installed_dist()
+    if dist is None:
+        pytest.exit(
+            f"cudnn-matrix is not installed for {sys.executable}: `pip install .` first (not "
+            "editable; the tests run the installed tool, as a user has it)",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
+    editable = editable_from(dist)
+    if editable is not None:
+        if editable != CHECKOUT:
+            pytest.exit(
+                f"cudnn-matrix is installed editable from {editable}, not from this checkout "
+                f"{CHECKOUT}: `pip install .` here first",
+                returncode=pytest.ExitCode.USAGE_ERROR,
+            )
+        return  # the installed package is the checkout's folder
+    named = [str(p) for p in config.getini("pythonpath")]
+    named += os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    keep = sum(1 for entry in named if entry and is_checkout(entry))
+    found = [i for i, entry in enumerate(sys.path) if is_checkout(entry)]
+    for i in reversed(found[keep:]):
+        del sys.path[i]
+
 
 #: tests/resources holds suites written for the tests (pytest_suite/ has a conftest of its own
 #: and tests that crash on purpose): run by the tool under test, never collected here.

@@ -9,6 +9,9 @@ of what a test says, and the checkout is the one folder a user never starts from
 environment point PYTHONPATH at the checkout (an editable checkout hid a wheel without two of its
 packages).
 
+`tool_venv()` is a venv of its own that runs the tool installed for the tests' interpreter (an
+interpreter path of its own, as nox's and a user's venvs have; an older pip where a test needs it).
+
 `elsewhere()` is a folder outside the checkout for a test with no tmp_path whose command writes
 nothing (`plan`, a refused flag).
 
@@ -28,10 +31,13 @@ import shutil
 import struct
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import termios
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+
+from installedtool import installed_dist
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -46,6 +52,7 @@ __all__ = [
     "on_a_terminal",
     "own_cache",
     "start",
+    "tool_venv",
 ]
 
 
@@ -145,6 +152,27 @@ def own_cache(cwd: Path) -> dict[str, str]:
     """This environment with the tool's cache in `cwd/cache`: a test's durations and environments
     stay in its own folder, never the user's cache."""
     return {**os.environ, "CUDNN_MATRIX_CACHE": str(cwd / "cache")}
+
+
+def tool_venv(root: Path, pip_wheel: Path | None = None) -> Path:
+    """`python -m venv --without-pip ROOT` that runs the tool installed for this interpreter: this
+    interpreter's site-packages (where `pip install .` put the tool and its dependencies; never
+    the checkout) reach it through a .pth line, after the venv's own, where `pip_wheel` (a
+    user's older pip) goes and so wins over this interpreter's pip. Returns the venv's python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    if pip_wheel is not None:
+        install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
+        subprocess.run([*install, "--no-index", "--no-deps", str(pip_wheel)], check=True)
+    code = "import site; print(site.getsitepackages()[0])"
+    own = subprocess.run(
+        [python, "-c", code], capture_output=True, text=True, check=True, cwd=elsewhere()
+    )
+    dist = installed_dist()
+    assert dist is not None, "cudnn-matrix is not installed (tests/conftest.py stops before this)"
+    lines = dict.fromkeys([str(dist.locate_file("")), sysconfig.get_paths()["purelib"]])
+    (Path(own.stdout.strip()) / "_tool.pth").write_text("".join(f"{ln}\n" for ln in lines))
+    return python
 
 
 def fetch_pip(wheelhouse: Path, version: str) -> Path:

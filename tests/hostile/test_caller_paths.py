@@ -20,6 +20,7 @@ import pytest
 from usercli import cli, own_cache
 
 from validate.cli import build_parser
+from validate.model.matrix import MATRIX_DIR
 from validate.model.results import read_results
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def caller(tmp_path: Path) -> Path:
     (data / "cases").mkdir()
     shutil.copy(RESOURCES / "scripts" / "pass_script.py", data / "cases")
     for name in ("default.toml", "rules.toml", "known_issues.toml", "runners.toml"):
-        shutil.copy(ROOT / "matrix" / name, data / name)
+        shutil.copy(MATRIX_DIR / name, data / name)  # the installed package's data
     (data / "durations.json").write_text('{"pass_script.py": 1.0}', encoding="utf-8")
     (data / "wheels").mkdir()
     here = tmp_path / "caller"

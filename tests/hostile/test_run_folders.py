@@ -133,7 +133,11 @@ def test_a_run_folder_is_locked_while_its_run_is_open(tmp_path: Path) -> None:
     )
     argv = ["run", "--jobs", "1", "--no-api-logs", "--results", str(folder)]
     with subprocess.Popen(
-        [sys.executable, "-c", hold, str(folder)], env=_env(), stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", hold, str(folder)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,  # the installed package, never the checkout's (`-c` puts cwd on the path)
     ) as holder:
         try:
             assert holder.stdout is not None

@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 from usercli import cli
 
+from validate.execute.cases import SHIPPED_CASES
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 CASE = ROOT / "tests" / "resources" / "bisect" / "frontend_before_1_27.py"
-PIN_CHECK = ROOT / "validate" / "execute" / "resources" / "cases" / "pin_check.py"
+PIN_CHECK = SHIPPED_CASES / "pin_check.py"  # the installed package's copy
 CELL = ["--cudnn", "9.13.0.50", "--cuda", "13.0", "--driver", "580", "--arch", "sm90"]
 
 

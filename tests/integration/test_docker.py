@@ -27,6 +27,7 @@ from validate.env.builder import BuildResult, ImageBuilder, base_image_for, dock
 from validate.env.images import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE, ImageSpec
 from validate.errors import DockerError, ImageBuildError
 from validate.execute import ExecTarget
+from validate.execute.cases import SHIPPED_CASES
 from validate.execute.docker import DockerExecutor
 from validate.model.matrix import Cell
 from validate.model.results import CaseResult, load_results
@@ -41,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WHEELHOUSE = Path(os.environ.get("CUDNN_MATRIX_TEST_WHEELHOUSE", ROOT / ".cache" / "wheelhouse"))
 BACKEND = "9.12.0.46"  # nvidia-cudnn-cu13: the smallest real 9.x backend wheel (~314 MB)
 FRONTENDS = ("1.26.0", "1.27.0")
-CASES = ROOT / "validate" / "execute" / "resources" / "cases"
+CASES = SHIPPED_CASES  # the installed package's cases
 
 
 def _cell(frontend: str) -> Cell:

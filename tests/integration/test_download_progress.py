@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from test_pip_floor import REPO, _tool_python
-from usercli import fetch_pip
+from usercli import fetch_pip, tool_venv
 
 from validate.env.venvs import TOOLING
 
@@ -135,7 +134,6 @@ def _build(python: Path | str, installer: str, url: str, tmp_path: Path) -> list
         "UV_NO_CONFIG": "1",
         "UV_DEFAULT_INDEX": url,
         "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
-        "PYTHONPATH": str(REPO),
     }
     if installer == "uv":  # the tooling in uv's cache first: the tool then downloads bigpkg alone
         warm = tmp_path / "warm"
@@ -172,7 +170,7 @@ def test_the_floor_pip_shows_bytes_and_percent_too(
     wheelhouse: Path, index: str, tmp_path: Path
 ) -> None:
     """pip 23.1 has no `--progress-bar raw`: the bytes come from the file it downloads into."""
-    python = _tool_python(tmp_path / "tool", fetch_pip(wheelhouse, "23.1"))
+    python = tool_venv(tmp_path / "tool", fetch_pip(wheelhouse, "23.1"))
     version = subprocess.run(
         [python, "-m", "pip", "--version"], capture_output=True, text=True, check=True
     )

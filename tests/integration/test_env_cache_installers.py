@@ -2,8 +2,8 @@
 venv, uv) and the pip way (another venv, pip) over one CPython reuse each other's environments.
 
 Each "tool" is a venv of its own, as nox's session venv and a user's `pip install` venv are: its
-interpreter path differs, its base interpreter is this one. The checkout and this interpreter's
-packages reach it through a .pth line (as in test_pip_floor.py). The environments hold the tooling
+interpreter path differs, its base interpreter is this one. The installed tool and this
+interpreter's packages reach it through a .pth line (tests/usercli.py `tool_venv`). The environments hold the tooling
 and a frontend wheel, installed offline from the shared wheelhouse; the backend is left as it is.
 """
 
@@ -14,14 +14,16 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from usercli import tool_venv
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 _PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 
 #: Ensures one environment with the given installer; prints what it got as one JSON line.
@@ -46,21 +48,12 @@ print(json.dumps({
 """
 
 
-def _tool(root: Path) -> Path:
-    """A venv that runs this checkout's tool (and this interpreter's pip) from its own path."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    python = root / "bin" / "python"
-    code = "import site; print(site.getsitepackages()[0])"
-    own = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
-    lines = [str(REPO), sysconfig.get_paths()["purelib"]]
-    (Path(own.stdout.strip()) / "_tool.pth").write_text("\n".join(lines) + "\n")
-    return python
-
-
 def _ensure(tool: Path, cache: Path, frontend: Path, installer: str) -> dict[str, object]:
     env = {**os.environ, "CI": "true", "PYTHONPATH": ""}
     argv = [str(tool), "-c", _SCRIPT, str(cache), str(frontend), installer]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, cwd=REPO)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=env, check=False, cwd=cache.parent
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     seen: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["tool"] == str(tool)
@@ -77,7 +70,7 @@ def _frontend_in(python: object) -> str:
 def test_an_environment_built_by_one_installer_is_reused_by_the_other(
     wheelhouse: Path, tmp_path: Path
 ) -> None:
-    nox_tool, pip_tool = _tool(tmp_path / "nox-venv"), _tool(tmp_path / "pip-venv")
+    nox_tool, pip_tool = tool_venv(tmp_path / "nox-venv"), tool_venv(tmp_path / "pip-venv")
     cache = tmp_path / "cache"
     first, second = (
         min(wheelhouse.glob(f"nvidia_cudnn_frontend-{version}-{_PY}-*.whl"))

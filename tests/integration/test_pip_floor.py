@@ -3,7 +3,8 @@ Debian bookworm seeds into the base image's venv (python3-venv: pip 23.0.1). Bot
 `--progress-bar raw` (pip 24.1): the tool asks pip's version and passes only what it has.
 
 The tool runs from an interpreter of its own whose first site-packages holds the old pip; the
-tool's other dependencies come from this test interpreter's site-packages through a .pth line,
+installed tool and its other dependencies come from this test interpreter's site-packages through
+a .pth line (tests/usercli.py `tool_venv`),
 so `python -m pip` there is the old pip, as in a fresh `python3 -m venv v && v/bin/pip install .`
 with Python 3.11's bundled pip. Everything installs offline from the shared wheelhouse.
 """
@@ -14,15 +15,16 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from usercli import fetch_pip
+from usercli import fetch_pip, tool_venv
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 FRONTEND = "1.26.0"
 _PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 
@@ -53,27 +55,13 @@ print(json.dumps({
 """
 
 
-def _tool_python(root: Path, pip_wheel: Path) -> Path:
-    """A venv that runs this checkout's tool with `pip_wheel` as its pip."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    python = root / "bin" / "python"
-    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
-    subprocess.run([*install, "--no-index", "--no-deps", str(pip_wheel)], check=True)
-    code = "import site; print(site.getsitepackages()[0])"
-    own = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
-    # after the env's own site-packages: its pip wins over this interpreter's newer one
-    lines = [str(REPO), sysconfig.get_paths()["purelib"]]
-    (Path(own.stdout.strip()) / "_tool.pth").write_text("\n".join(lines) + "\n")
-    return python
-
-
 @pytest.mark.parametrize(
     "pip", ["23.1", "23.0.1"], ids=["pyproject-floor", "debian-bookworm-base-image"]
 )
 def test_an_old_pip_builds_environments_and_fetches_wheels(
     pip: str, wheelhouse: Path, tmp_path: Path
 ) -> None:
-    python = _tool_python(tmp_path / "tool", fetch_pip(wheelhouse, pip))
+    python = tool_venv(tmp_path / "tool", fetch_pip(wheelhouse, pip))
     frontend = min(wheelhouse.glob(f"nvidia_cudnn_frontend-{FRONTEND}-{_PY}-*.whl"))
     flit = min(wheelhouse.glob("flit_core-*.whl")).name
     env = {

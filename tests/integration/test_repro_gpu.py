@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from validate.env.target import ExecTarget
-from validate.execute.cases import discover_cases
+from validate.execute.cases import SHIPPED_CASES, discover_cases
 from validate.execute.runner import RunOptions, run_case
 from validate.model.outcome import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "validate" / "execute" / "resources" / "cases" / "repro_fusion_uid.py"
+SCRIPT = SHIPPED_CASES / "repro_fusion_uid.py"  # the installed package's copy
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 
 

@@ -11,7 +11,7 @@ import select
 import shutil
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from testwheels import make_wheel
@@ -21,7 +21,8 @@ from validate.env.progress import activity, interactive, ninja_line, pip_line, u
 from validate.env.streamed import run_streamed
 from validate.errors import EnvBuildError
 
-ROOT = Path(__file__).resolve().parents[2]
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _plain(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -145,7 +146,7 @@ def test_interactive_only_on_a_terminal_outside_ci(monkeypatch: pytest.MonkeyPat
     assert not interactive()
 
 
-def test_on_a_terminal_rich_draws_the_rows() -> None:
+def test_on_a_terminal_rich_draws_the_rows(tmp_path: Path) -> None:
     """A child on a real pseudo-terminal: nested steps are rows of one rich display."""
     code = (
         "import logging, time\n"
@@ -164,10 +165,9 @@ def test_on_a_terminal_rich_draws_the_rows() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TERM")} | {
         "TERM": "xterm-256color",
         "COLUMNS": "160",
-        "PYTHONPATH": str(ROOT),
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=child, stdout=child, stderr=child, env=env
+    proc = subprocess.Popen(  # in a folder of its own: `-c` puts cwd, never the checkout, first
+        [sys.executable, "-c", code], stdin=child, stdout=child, stderr=child, env=env, cwd=tmp_path
     )
     os.close(child)
     chunks: list[bytes] = []

@@ -27,8 +27,10 @@ from typing import Any
 
 import pytest
 
+from validate.execute.cases import SHIPPED_CASES
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "validate" / "execute" / "resources" / "cases" / "repro_fusion_uid.py"
+SCRIPT = SHIPPED_CASES / "repro_fusion_uid.py"  # the installed package's copy
 CACHE = ROOT / ".cache"
 WHEELHOUSE = CACHE / "wheelhouse"
 BACKEND = "9.13.1.26"  # smallest backend wheel that meets the repro's 9.13 floor

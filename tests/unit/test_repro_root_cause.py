@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from validate.env.target import ExecTarget
-from validate.execute.cases import discover_cases
+from validate.execute.cases import SHIPPED_CASES, discover_cases
 from validate.execute.classify import ExecResult, classify
 from validate.execute.runner import RunOptions, run_case
 from validate.model.outcome import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "validate" / "execute" / "resources" / "cases" / "repro_fusion_uid.py"
+SCRIPT = SHIPPED_CASES / "repro_fusion_uid.py"  # the installed package's copy
 #: The H200 evidence of repro_fusion_uid[backward] on 9.24.0.43 / fe 1.26.0 (committed run).
 H200 = (
     REPO / "reports/gpu/2026-12-02-h200-matrix/y/validate/cases/81bb9b271a"

@@ -5,13 +5,12 @@ lines of older versions that still verify."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
 import tracemalloc
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,7 +23,8 @@ from validate.model.results import (
     read_results,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _WRITER = textwrap.dedent(
     """
@@ -53,13 +53,12 @@ def test_a_result_stored_by_a_batch_is_on_disk_when_the_writer_is_killed(
 ) -> None:
     file = tmp_path / "run" / "results.jsonl"
     monkeypatch.setenv("CUDNN_MATRIX_STATE_DIR", str(tmp_path / "keys"))  # the run's key
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     with subprocess.Popen(
         [sys.executable, "-c", _WRITER, str(file)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env=env,
+        cwd=tmp_path,  # the installed package, never the checkout's (`-c` puts cwd on the path)
     ) as proc:
         assert proc.stdin is not None
         assert proc.stdout is not None

@@ -97,6 +97,7 @@ def test_a_hung_interrupt_still_exits_and_removes_its_folders(tmp_path: Path) ->
     folder = _tree(tmp_path / ".hash.ghi")
     proc = subprocess.run(
         [sys.executable, "-c", HUNG_AFTER_CTRL_C, str(folder)],
+        cwd=tmp_path,  # the installed package, never the checkout's (`-c` puts cwd on the path)
         capture_output=True,
         text=True,
         timeout=60,

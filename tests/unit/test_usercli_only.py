@@ -2,7 +2,9 @@
 file spells `-m validate` or builds the tool's command line from `installed_tool()`, and none
 starts it in the checkout (`cwd=REPO`): a test that started `python -m validate` from the
 checkout (cwd and PYTHONPATH at it) ran the checkout's package, and so hid a wheel that crashed
-for every user who installed it.
+for every user who installed it. Nor does a test put the checkout on a python path
+(`PYTHONPATH=REPO`, `setenv("PYTHONPATH", ...)`, `sys.path.insert(0, ROOT)`) or start a python
+(`-c`, `-m`) in it: the tests run the installed tool (tests/unit/test_installed.py).
 
 Read from the test files' syntax trees, not their text: a docstring that says `python -m
 validate` is prose, a string or a list that holds it is a command line.
@@ -75,10 +77,48 @@ def _name(node: ast.expr) -> str:
     return node.attr if isinstance(node, ast.Attribute) else ""
 
 
+def _checkout(node: ast.AST) -> bool:
+    """Whether an expression names the checkout (REPO, ROOT, `str(REPO)`, `f"{ROOT}:..."`)."""
+    return any(isinstance(n, ast.Name) and n.id in _CHECKOUT for n in ast.walk(node))
+
+
+def _on_the_path(node: ast.AST) -> str | None:
+    """How `node` puts the checkout on a python path, if it does."""
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values, strict=True):
+            if key is not None and _is(key, "PYTHONPATH") and _checkout(value):
+                return "PYTHONPATH at the checkout"
+    if not isinstance(node, ast.Call):
+        return None
+    for kw in node.keywords:
+        if kw.arg == "PYTHONPATH" and _checkout(kw.value):
+            return "PYTHONPATH at the checkout"
+        if kw.arg == "cwd" and _checkout(kw.value) and node.args and _python_argv(node.args[0]):
+            return "a python started in the checkout (cwd is first on its path)"
+    for first, second in itertools.pairwise(node.args):
+        if _is(first, "PYTHONPATH") and _checkout(second):
+            return "PYTHONPATH at the checkout"
+    func = node.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr in ("insert", "append")
+        and ast.unparse(func.value) == "sys.path"
+        and any(_checkout(arg) for arg in node.args)
+    ):
+        return "the checkout on sys.path"
+    return None
+
+
+def _python_argv(node: ast.expr) -> bool:
+    """An argv display with `-c` or `-m` in it: a python that puts its cwd first on its path."""
+    return isinstance(node, ast.List | ast.Tuple) and any(_is(e, "-c", "-m") for e in node.elts)
+
+
 def offences(source: str) -> list[str]:
     """Where `source` starts the tool itself: `"-m", "validate"` in a sequence, `-m validate` in
     a string that is no docstring, a call of `installed_tool()`, usercli's `cli`, `start` or
-    `on_a_terminal` with `cwd=REPO` (or ROOT)."""
+    `on_a_terminal` with `cwd=REPO` (or ROOT); and where it puts the checkout on a python path
+    (PYTHONPATH, sys.path) or starts a python in it."""
     tree = ast.parse(source)
     found = []
     for line, items in _sequences(tree):
@@ -100,6 +140,8 @@ def offences(source: str) -> list[str]:
             for kw in node.keywords:
                 if kw.arg == "cwd" and _name(kw.value) in _CHECKOUT:
                     found.append(f"line {node.lineno}: cwd={_name(kw.value)}, the checkout")
+        if (how := _on_the_path(node)) is not None:
+            found.append(f"line {getattr(node, 'lineno', 0)}: {how}")
     return sorted(set(found))
 
 
@@ -112,7 +154,8 @@ def test_no_test_file_starts_the_tool_its_own_way() -> None:
             wrong[name] = found
     assert wrong == {}, (
         "start the tool through tests/usercli.py (cli, start, command; on_a_terminal(command(...)))"
-        f", in a folder that is not the checkout: {wrong}"
+        ", in a folder that is not the checkout, and leave the checkout off every python path (the"
+        f" tests run the installed tool): {wrong}"
     )
 
 
@@ -134,6 +177,13 @@ def test_the_allowed_files_are_still_there() -> None:
         'cli("plan", cwd=REPO)',
         'usercli.start("run", "cases", cwd=ROOT, stdout=PIPE)',
         "on_a_terminal(command('report'), width=80, cwd=REPO)",
+        'env = {**os.environ, "PYTHONPATH": str(REPO)}',
+        'env = {"PATH": "/bin", "PYTHONPATH": f"{ROOT}:{site}"}',
+        "env = dict(os.environ, PYTHONPATH=str(ROOT))",
+        'monkeypatch.setenv("PYTHONPATH", str(REPO))',
+        "sys.path.insert(0, str(ROOT))",
+        'subprocess.run([sys.executable, "-c", code], cwd=REPO)',
+        'subprocess.Popen([python, "-m", "pytest", "x.py"], cwd=ROOT)',
     ],
 )
 def test_each_way_of_spelling_it_is_found(source: str) -> None:
@@ -151,6 +201,12 @@ def test_each_way_of_spelling_it_is_found(source: str) -> None:
         'subprocess.run([sys.executable, "-c", "import validate"])',
         'subprocess.run(["git", "status"], cwd=REPO)',
         'cli("plan", "--matrix", str(REPO / "m.toml"), cwd=tmp_path)',
+        'env = {**os.environ, "PYTHONPATH": str(site)}',
+        'env = {**os.environ, "PYTHONPATH": ""}',
+        'monkeypatch.setenv("PYTHONPATH", str(tmp_path))',
+        "sys.path.insert(0, str(tmp_path))",
+        'subprocess.run([sys.executable, "-c", code], cwd=tmp_path)',
+        'subprocess.run(["git", "-C", str(REPO), "-c", "user.name=t"], cwd=tmp_path)',
     ],
 )
 def test_what_is_not_starting_the_tool_is_left_alone(source: str) -> None:
