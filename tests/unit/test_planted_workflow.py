@@ -237,6 +237,7 @@ class ListedSuite:
         *,
         cpus: int,  # noqa: ARG002
         timeout_s: float,  # noqa: ARG002
+        build_timeout_s: float | None = None,  # noqa: ARG002
     ) -> Collected:
         from validate.execute.collection import Collected, CollectedTest
 
