@@ -18,7 +18,9 @@
 #                     (`T -r junit`), the cell's backend on LD_LIBRARY_PATH, one process for every
 #                     TEST_CASE, under `timeout DIRECT_T` (default 900 s), its exit status kept;
 #                     first for the first cell, then `warm`, then the other cells;
-#   warm              the cold command into a new results folder: the builds are the cache's.
+#   warm              the cold command into a new results folder: the builds are the cache's
+#                     (WARM=0 leaves it out where the device time is short; the warm re-run is
+#                     also measured on CPU by bench/cpp_build_bench.py).
 # bench/gpu_cpp_figures.py compares them TEST_CASE by TEST_CASE and prints the ratios.
 set -uo pipefail
 W=${WCPP:-/tmp/wcpp}; KIT=${KIT39:-/tmp/kit}; TOOL=${TOOL39:-/tmp/tool}
@@ -86,7 +88,7 @@ drive() {
     --timeout 300 --no-speed --cache-dir /tmp/envs-cpp)
   echo "$(stamp) cold"; timed cold "${cmd[@]}" --results "$W/cold/run"
   direct "${CELLS[0]}"
-  echo "$(stamp) warm"; timed warm "${cmd[@]}" --results "$W/warm/run"
+  if [ "${WARM:-1}" != 0 ]; then echo "$(stamp) warm"; timed warm "${cmd[@]}" --results "$W/warm/run"; fi
   for cell in "${CELLS[@]:1}"; do direct "$cell"; done
   echo "$(stamp) end"; touch "$W/all.done"
 }
