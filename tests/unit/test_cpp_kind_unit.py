@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from usercli import cli
 
-from validate.env.cmake_build import first_error
+from validate.env.cmake_build import BUILTIN_TARGETS, declared_targets, first_error
 from validate.execute import batches
 from validate.execute.cases.kinds import KINDS, BatchedKind, kind_for_result
 from validate.execute.catch2_suite import Catch2Project
@@ -33,6 +33,10 @@ PROJECT = Path(__file__).resolve().parents[1] / "resources" / "cpp" / "catch2_pr
             ["--cpp", str(PROJECT), "--cpp-catch2", "/nonexistent/catch2.tgz"],
             "--cpp-catch2 /nonexistent/catch2.tgz: no such folder or archive",
         ),
+        (
+            ["--cpp", str(PROJECT), "--cpp-target", "outcomes", "--cpp-target", "sampels"],
+            "--cpp-target sampels: no such target in ",
+        ),
     ],
 )
 def test_bad_cpp_input_is_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -42,6 +46,26 @@ def test_bad_cpp_input_is_one_line_exit_2(tmp_path: Path, args: list[str], messa
     assert len(lines) == 1, proc.stderr
     assert message in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_declared_targets_are_the_projects_own_builds(tmp_path: Path) -> None:
+    """What --cpp-target is checked against: the literal first argument of each add_executable,
+    add_library, add_custom_target and wrapper (python_add_library), less IMPORTED and ALIAS
+    names, across subfolders; a name made from a variable leaves the check to the build."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "CMakeLists.txt").write_text(
+        "add_subdirectory(sub)\nADD_LIBRARY(core INTERFACE)\n"
+        "add_library(Dep::lib UNKNOWN IMPORTED)\nadd_library(alias ALIAS core)\n"
+    )
+    (tmp_path / "sub" / "CMakeLists.txt").write_text(
+        "add_executable(\n    samples\n    a.cpp)\npython_add_library(_mod MODULE m.cpp)\n"
+        "add_custom_target(docs ALL)\nadd_test(NAME t COMMAND samples)\n"
+    )
+    known, variable = declared_targets(tmp_path)
+    assert known - BUILTIN_TARGETS == {"core", "samples", "_mod", "docs"}
+    assert not variable
+    (tmp_path / "sub" / "more.cmake").write_text("add_executable(${PROJECT_NAME}_x x.cpp)\n")
+    assert declared_targets(tmp_path)[1]
 
 
 def test_the_cpp_kind_is_batched_and_owns_cpp_ids_before_pytest() -> None:
