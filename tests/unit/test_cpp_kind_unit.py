@@ -4,6 +4,9 @@ report's per-file summary on C++ ids (tests/integration/test_cpp_kind.py builds 
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,49 @@ def test_bad_cpp_input_is_one_line_exit_2(tmp_path: Path, args: list[str], messa
     assert len(lines) == 1, proc.stderr
     assert message in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cpp", "nowhere"], "/nowhere: no CMakeLists.txt there"),
+        (["--cpp", "."], ": no CMakeLists.txt there (expected a CMake project"),
+        (
+            ["--cpp", "project", "--cpp-target", "sampels"],
+            "--cpp-target sampels: no such target in /",
+        ),
+        (["--cpp-target", "tests"], "run: --cpp-target and --cpp-catch2 need --cpp DIR"),
+        (["--cpp-build-timeout", "60"], "run: --cpp-build-timeout needs --cpp DIR"),
+        (["--cpp", "project", "--tests", "."], "run: pass --tests PATH or --cpp DIR, not both"),
+        (["--cpp", "project", "case.py"], "run --cpp DIR: pass no CASE_OR_DIR or --samples"),
+        (["--cpp", "project", "--cpp-catch2", "no.tgz"], "no.tgz: no such folder or archive"),
+        (
+            ["--cpp", "project", "--interpreter", "bare/bin/python"],
+            "/bare/bin/python has no cuDNN wheel; the C++ build compiles and links against",
+        ),
+    ],
+)
+def test_bad_run_cpp_input_is_one_line_exit_2_nothing_written(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """`run --cpp` as a user types it (relative paths): bad input is one line, exit 2, and no
+    results folder. An interpreter without a cuDNN wheel has nothing to build against."""
+    shutil.copytree(PROJECT, tmp_path / "project")
+    (tmp_path / "case.py").write_text("print('VERDICT pass')\n")
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True
+    )
+    proc = cli("run", *args, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert message in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "reports").exists()
+    if "sampels" in args:  # the targets the project has, to pick from
+        assert lines[0].endswith(
+            "project's CMake files (targets there: cudnn_link, helper_tool, outcomes)"
+        )
 
 
 def test_declared_targets_are_the_projects_own_builds(tmp_path: Path) -> None:

@@ -244,17 +244,32 @@ def discover_samples(checkout: Path, *, requirements: Path | None = None) -> lis
     return discover_cases(notebooks, table=table)
 
 
-def suite_case(root: Path, select: str | None) -> Case:
-    """A pytest suite (`--tests`) as one case of the pytest kind: its selection in `args`. Its
+def suite_case(root: Path, select: str | None, ids: Sequence[str] = ()) -> Case:
+    """A pytest suite (`--tests`) as one case of the pytest kind: its selection in `args`, and
+    the node ids `--case` names (`FILE::NAME[PARAM]`, as its results are named) after it. Its
     results are named by test id; the suite's own name only where it could not be collected."""
     from validate.execute.collection import Suite  # same stage; imported when a suite is named
 
     suite = Suite.from_flags(root, select)
+    for node in ids:
+        if any(c in node.split("[", 1)[0] for c in "*?"):
+            msg = (
+                f"--case {node}: a pytest node id is exact (pytest matches no glob); select "
+                "tests by pattern with --tests-select '-k EXPR'"
+            )
+            raise CaseError(msg)
+        file = node.split("::", 1)[0]
+        if not file or not (suite.root / file).exists():
+            msg = (
+                f"--case {node}: no {file or 'file'} in {suite.root} (a pytest node id, "
+                "FILE::NAME as the results name it, FILE relative to --tests)"
+            )
+            raise CaseError(msg)
     return Case(
         name=suite.name,
         path=suite.root,
         kind=pytest_suite.KIND.name,
-        args=suite.select,
+        args=(*suite.select, *ids),
         source=str(root),
     )
 
