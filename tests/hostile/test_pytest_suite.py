@@ -409,7 +409,8 @@ def test_validate_runs_the_suite_in_the_cell_environment(tmp_path: Path) -> None
         (["--tests", "/no/such/suite"], "--tests /no/such/suite: not a folder"),
         (["--tests-select", "-m L0"], "--tests-select needs --tests PATH"),
         (["--tests", str(SUITE), "--tests-select", '-k "unclosed'], "--tests-select"),
-        (["--tests", str(SUITE), "--case", "x.py"], "select a suite's tests with --tests-select"),
+        (["--tests", str(SUITE), "--case", "x.py::t"], "--case x.py::t: no x.py in "),
+        (["--tests", str(SUITE), "--case", "test_m*.py::t"], "a pytest node id is exact"),
     ],
 )
 def test_bad_suite_flags_are_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
