@@ -94,6 +94,26 @@ def test_bad_run_cpp_input_is_one_line_exit_2_nothing_written(
         )
 
 
+def test_the_docker_executor_refuses_cpp_in_one_line_naming_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    """A cell's image has no C++ toolchain and no mount for the project: `--executor docker`
+    with --cpp is bad input before any work (no daemon is asked), one line that says so and
+    names the executor that builds it."""
+    proc = cli(
+        *("validate", "--cudnn", "9.24.0.43", "--frontend", "1.27.0", "--executor", "docker"),
+        *("--cpp", str(PROJECT)),
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "--executor docker: --cpp is not supported: a cell's image has no C++ toolchain" in line
+    assert "use --executor local" in line
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "reports").exists()  # no run folder claimed
+
+
 def test_declared_targets_are_the_projects_own_builds(tmp_path: Path) -> None:
     """What --cpp-target is checked against: the literal first argument of each add_executable,
     add_library, add_custom_target and wrapper (python_add_library), less IMPORTED and ALIAS
