@@ -99,6 +99,8 @@ _WANTED = {
     f"nvidia_cudnn_frontend-1.27.0-{_PY}-*.whl": ["nvidia-cudnn-frontend==1.27.0"],
     "nbclient-*.whl": ["nbclient", "nbformat", "ipykernel", "nvidia-ml-py"],
     "flit_core-*.whl": ["flit_core"],  # build backend of the packages tests build from git
+    # a `validate --tests` cell gets the tests' own pytest (bisect of a pytest node id)
+    f"pytest-{pytest.__version__}-*.whl": [f"pytest=={pytest.__version__}"],
 }
 
 

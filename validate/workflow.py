@@ -393,7 +393,7 @@ def run(
     input files are read, before any work."""
     from validate.judge.signoff import decide  # the report side is only needed at the end
 
-    config = replace(config, executor=resolve_executor(config.executor))
+    config = replace(config, executor=resolve_executor(config.executor, cpp=config.cpp is not None))
     executor = EXECUTORS[config.executor]()
     executor.check(config)  # before any work: options the executor cannot honour are bad input
     if config.resume and config.results_dir is None:

@@ -230,6 +230,20 @@ def test_run_of_a_suite_that_needs_a_gpu_is_one_skip(tmp_path: Path) -> None:
     assert row["case_path"] == str(GPU_SUITE)
 
 
+def test_run_case_runs_only_the_named_pytest_node_ids(tmp_path: Path) -> None:
+    """`run --tests SUITE --case NODEID` (repeatable): pytest selects those ids, parametrized
+    ones included, and nothing else runs; each is its one result, named as pytest names it (the
+    way `bisect --tests --case` probes one id)."""
+    ids = ["test_marks.py::test_xpass", "test_many.py::test_quick[7]"]
+    proc = _cli(
+        "run", "--tests", str(SUITE), *(f"--case={i}" for i in ids), "--results", "run",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    got = {r["case"]: r["outcome"] for r in _lines(tmp_path / "run")}
+    assert got == {"test_marks.py::test_xpass": "xpass", "test_many.py::test_quick[7]": "pass"}
+
+
 def test_a_suite_that_finds_its_gpu_collects(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -395,7 +409,8 @@ def test_validate_runs_the_suite_in_the_cell_environment(tmp_path: Path) -> None
         (["--tests", "/no/such/suite"], "--tests /no/such/suite: not a folder"),
         (["--tests-select", "-m L0"], "--tests-select needs --tests PATH"),
         (["--tests", str(SUITE), "--tests-select", '-k "unclosed'], "--tests-select"),
-        (["--tests", str(SUITE), "--case", "x.py"], "select a suite's tests with --tests-select"),
+        (["--tests", str(SUITE), "--case", "x.py::t"], "--case x.py::t: no x.py in "),
+        (["--tests", str(SUITE), "--case", "test_m*.py::t"], "a pytest node id is exact"),
     ],
 )
 def test_bad_suite_flags_are_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

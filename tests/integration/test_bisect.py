@@ -80,6 +80,43 @@ def test_bisect_finds_the_first_bad_frontend_and_resumes(wheelhouse: Path, tmp_p
     assert not list(folder.glob("probes/*/r2"))
 
 
+SUITE = ROOT / "tests" / "resources" / "bisect_suite"
+NODE = "test_frontend.py::test_before[1.27]"
+
+
+def test_bisect_finds_the_first_bad_frontend_of_one_pytest_node_id(
+    wheelhouse: Path, tmp_path: Path
+) -> None:
+    """`bisect --tests SUITE --case NODEID`: each probe is a `validate --tests` whose pytest
+    selects that one parametrized id (the suite's other test fails everywhere and is never
+    run); the id passes on 1.26.0 and fails on 1.27.0. A glob or an id whose file is not in the
+    suite is bad input before any probe."""
+    folder, envs = tmp_path / "bisect", tmp_path / "envs"
+    args = ["--good", "1.26.0", "--bad", "1.27.0", "--tests", str(SUITE)]
+    proc = _bisect(wheelhouse, envs, *args, "--case", NODE, "--results", str(folder))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "first bad: 1.27.0" in proc.stdout
+    assert "last good: 1.26.0" in proc.stdout
+    assert "frontend 1.27.0 is >= 1.27" in proc.stdout  # the probe's evidence: the assertion
+    state = json.loads((folder / "bisect.json").read_text())
+    seen = {p["candidate"]: p["observations"][0]["outcome"] for p in state["probes"]}
+    assert seen == {"1.26.0": "pass", "1.27.0": "fail"}
+    for version, outcome in (("1.26.0", "pass"), ("1.27.0", "fail")):
+        lines = (folder / "probes" / version / "r1" / "results.jsonl").read_text().splitlines()
+        rows = {json.loads(text)["case"]: json.loads(text) for text in lines}
+        assert list(rows) == [NODE]  # that id alone: test_always_fails never ran
+        assert (rows[NODE]["outcome"], rows[NODE]["cell"]["frontend"]) == (outcome, version)
+    for bad, message in (
+        ("test_frontend.py::test_*", "a pytest node id is exact"),
+        ("test_elsewhere.py::test_before", "--case test_elsewhere.py::test_before: no "),
+    ):
+        refused = _bisect(wheelhouse, envs, *args, "--case", bad, "--results", str(tmp_path / "x"))
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert message in refused.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in refused.stderr
+        assert not (tmp_path / "x" / "probes").exists()
+
+
 def test_bisect_ends_with_the_same_outcome_are_a_finding(wheelhouse: Path, tmp_path: Path) -> None:
     """Both ends pass: exit 6 (its own row of the exit-code table, not 2's "nothing run"), the
     finding on stdout and in bisect.json, nothing between the ends probed."""

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -556,6 +557,74 @@ def test_bisect_finds_the_first_backend_a_test_case_fails_on(
     assert seen == {"9.12.0.46": "pass", "9.13.0.50": "fail"}
     for probe in folder.glob("probes/*/r1"):  # each probe ran that one TEST_CASE, nothing else
         assert list(_results(probe)) == [BISECTED]
+
+
+@pytest.fixture(scope="module")
+def cudnn_venv(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A C++ user's environment: a plain venv with the backend wheel installed (its headers and
+    library), nothing else: no frontend, no pytest. Returns its python."""
+    root = tmp_path_factory.mktemp("cudnn-venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    (wheel,) = wheelhouse.glob(f"nvidia_cudnn_cu13-{BACKEND}-*.whl")
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
+    subprocess.run([*install, "--no-index", "--no-deps", str(wheel)], check=True, timeout=600)
+    return python
+
+
+def test_run_cpp_builds_against_the_environments_wheel_one_result_per_test_case(
+    toolchain: None,  # noqa: ARG001 - skips without one
+    cudnn_venv: Path,
+    tmp_path: Path,
+) -> None:
+    """`run --cpp DIR` as a user types it: relative paths, started in the folder that holds the
+    project, the default results folder. The project is built against the interpreter's own
+    cuDNN wheel (no cell to build), each TEST_CASE the build's binaries list is one result with
+    the outcome `validate --cpp` gives it, the exit code is 1 (a fail and crashes), and run.json
+    names the project and the backend folder. `--case FILE::NAME` runs that TEST_CASE alone from
+    the cached build: exit 0."""
+    shutil.copytree(PROJECT, tmp_path / "project")
+    shutil.copy2(CATCH2, tmp_path / CATCH2.name)
+    args = ["--cpp", "project", "--cpp-catch2", CATCH2.name, "--timeout", str(TIMEOUT_S)]
+    args += ["--interpreter", str(cudnn_venv)]
+    proc = cli("run", *args, cwd=tmp_path, timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    (run_dir,) = (tmp_path / "reports" / "runs").iterdir()  # the default results folder
+    rows = _results(run_dir)
+    binaries = {Path(r["case_path"]) for r in rows.values()}
+    assert {b.name for b in binaries} <= {"outcomes", "cudnn_link"}
+    listed = set().union(*(_listed(b) for b in binaries))
+    assert {c.split("::", 1)[1] for c in rows} == listed
+    assert f"{len(listed)} test cases, " in proc.stderr
+    expected = {
+        "outcomes.cpp::passes": "pass",
+        "outcomes.cpp::fails an assertion": "fail",
+        "outcomes.cpp::skips with a reason": "skip",
+        "crashes.cpp::aborts": "crash",
+        "crashes.cpp::segfaults": "crash",
+        "crashes.cpp::hangs": "timeout",
+        "crashes.cpp::after segfault passes": "pass",
+    }
+    assert {c: rows[c]["outcome"] for c in expected} == expected
+    wheel_lib = cudnn_venv.parent.parent.glob("lib/python*/site-packages/nvidia/cudnn/lib")
+    backend = next(wheel_lib).resolve()
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert Path(meta["cpp"]) == (tmp_path / "project").resolve()
+    assert Path(meta["backend_dir"]).resolve() == backend
+    assert meta["cell"]["cudnn"] == BACKEND  # the wheel's, though no frontend says it
+    if shutil.which("nvcc") is not None or Path("/usr/local/cuda/include").is_dir():
+        called = rows["cudnn_link.cpp::cudnnGetVersion matches the headers"]
+        assert called["outcome"] == "pass", called["reason"]
+        assert called["env"]["captured_in"] == "case"
+        assert Path(called["env"]["backend_dir"]) == backend
+    one = cli("run", *args, "--case", "outcomes.cpp::passes", cwd=tmp_path, timeout=900)
+    assert one.returncode == 0, one.stdout + one.stderr[-3000:]
+    assert "reusing the C++ build" in one.stderr
+    (second,) = set((tmp_path / "reports" / "runs").iterdir()) - {run_dir}
+    assert {c: r["outcome"] for c, r in _results(second).items()} == {
+        "outcomes.cpp::passes": "pass"
+    }
 
 
 def _outcomes_binary(rows: dict[str, dict[str, Any]]) -> Path:

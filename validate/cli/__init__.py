@@ -335,15 +335,16 @@ def add_tests_args(group: argparse._ActionsContainer) -> None:
 
 
 def add_cpp_args(group: argparse._ActionsContainer) -> None:
-    """--cpp, --cpp-target, --cpp-catch2 and --cpp-build-timeout of `validate`: a CMake project's
-    Catch2 tests."""
+    """--cpp, --cpp-target, --cpp-catch2 and --cpp-build-timeout, shared by `validate` and `run`:
+    a CMake project's Catch2 tests."""
     group.add_argument(
         "--cpp",
         type=caller_path,
         metavar="DIR",
         help="a CMake project with Catch2 tests (e.g. a cudnn-frontend checkout: its samples/cpp "
-        "and test/cpp), built per cell against the cell's backend (cached): one result per "
-        "TEST_CASE, each in a process of its own, every crash named",
+        "and test/cpp), built per cell against the cell's backend (`run`: against the "
+        "environment's cuDNN wheel; cached): one result per TEST_CASE, each in a process of its "
+        "own, every crash named",
     )
     group.add_argument(
         "--cpp-target",

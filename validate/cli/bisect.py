@@ -289,13 +289,14 @@ def _probe_config(
 
 
 def _check_case(config: ValidateConfig) -> None:
-    """--case names a case the probes will find (a pytest test id is found by its suite, a C++
-    TEST_CASE by its project's build: each probe builds the --cpp project against its cell's
-    backend and runs that one TEST_CASE, execute/catch2_suite.py)."""
-    if config.tests is None and config.cpp is None:
-        from validate.workflow import cases_stage
+    """--case names a case the probes will find: a file case by its name; a pytest node id of
+    --tests is the one test each probe's pytest selects (an exact id whose file is in the suite;
+    its collection finds the rest); a C++ TEST_CASE is found by its project's build (each probe
+    builds the --cpp project against its cell's backend and runs that one TEST_CASE,
+    execute/catch2_suite.py)."""
+    from validate.workflow import cases_stage
 
-        cases_stage(config)  # CaseError: `--case X: matches none of the N cases (...)`
+    cases_stage(config)  # CaseError: `--case X: matches none of the N cases (...)`, a glob...
 
 
 def _check_one_cell(config: ValidateConfig, axis: str, end: str) -> None:

@@ -7,20 +7,30 @@ import logging
 import shlex
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from validate.cli import (
+    add_cpp_args,
     add_run_options,
     add_tests_args,
     caller_path,
     caller_program,
     writable_dir,
 )
-from validate.env.found import FoundCell, find_cell
+from validate.env.found import UNKNOWN, FoundCell, find_cell
 from validate.env.target import ExecTarget
+from validate.env.venvs import backend_env
 from validate.errors import ConfigError
-from validate.execute.cases import discover_cases, discover_samples, select_cases, suite_case
+from validate.execute.cases import (
+    cpp_case,
+    discover_cases,
+    discover_samples,
+    select_cases,
+    suite_case,
+)
+from validate.execute.cases.kinds import KINDS
 from validate.execute.jobs import run_jobs
 from validate.execute.progress import pool_progress, progress
 from validate.execute.records import now_stamp
@@ -49,8 +59,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add the `run` command."""
     parser = subparsers.add_parser(
         "run",
-        help="run notebooks/scripts in the current environment, one process each",
-        description="Run cases (.ipynb / .py, or folders of them) in this Python environment.",
+        help="run notebooks/scripts, a pytest suite or a C++ project's Catch2 tests in the current "
+        "environment",
+        description="Run cases (.ipynb / .py, or folders of them), a pytest suite (--tests) or a "
+        "CMake project's Catch2 tests (--cpp, built against this environment's cuDNN wheel) in "
+        "this Python environment.",
     )
     parser.add_argument("cases", nargs="*", type=caller_path, metavar="CASE_OR_DIR")
     parser.add_argument(
@@ -71,15 +84,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="run only cases with this name or fnmatch pattern (repeatable)",
+        help="run only cases with this name or fnmatch pattern (repeatable); with --tests a "
+        "pytest node id, with --cpp a TEST_CASE as FILE::NAME or a glob of it",
     )
     add_tests_args(parser)
+    add_cpp_args(parser)
     parser.add_argument(
         "--interpreter",
         type=caller_program,
         metavar="PY",
-        help="the Python the cases (and a --tests suite) run under (default: the one running "
-        "the tool)",
+        help="the Python the cases (and a --tests suite) run under, whose cuDNN wheel a --cpp "
+        "project is built against (default: the one running the tool)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
     parser.add_argument(
@@ -111,20 +126,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from validate.execute.incontainer import run_payload
 
         return run_payload(args.config)
-    suite = None
-    if args.tests is not None:
-        if args.cases or args.samples is not None or args.case_names:
-            msg = "run --tests: pass no CASE_OR_DIR, --samples or --case with it (one kind per run)"
-            raise ConfigError(msg)
-        suite = suite_case(args.tests, args.tests_select)  # checked: bad input exits 2
-    elif args.tests_select is not None:
-        msg = "run: --tests-select needs --tests PATH"
-        raise ConfigError(msg)
+    suite = _suite(args)
     cases = discover_cases(args.cases) if args.cases else []
     if args.samples is not None:
         cases += discover_samples(args.samples)
     if not cases and suite is None:
-        msg = "run: no cases given (pass CASE_OR_DIR..., --samples CHECKOUT or --tests PATH)"
+        msg = (
+            "run: no cases given (pass CASE_OR_DIR..., --samples CHECKOUT, --tests PATH or "
+            "--cpp DIR)"
+        )
         raise ConfigError(msg)
     cases = select_cases(cases, args.case_names) if cases else []
     if args.resume and args.results is None:
@@ -142,7 +152,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.interpreter = Path(found)
     python = (args.interpreter or Path(sys.executable)).absolute()  # a bare name found here
     cell = find_cell(python, host)
-    if suite is not None and not cell.has_pytest:
+    cpp = suite is not None and suite.kind == KINDS["catch2"].name
+    if cpp:
+        cell = _cpp_cell(python, cell)
+    elif suite is not None and not cell.has_pytest:
         msg = (
             f"run --tests: {python} has no pytest; install it there "
             f"({shlex.quote(str(python))} -m pip install pytest) or pass --interpreter PY of an "
@@ -159,6 +172,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     jobs = bound.slots
     target = ExecTarget(
         python=python,
+        # a C++ project's binaries load the wheel they were built against, as a cell's do
+        env=backend_env(str(cell.backend_dir)) if cpp else {},
+        backend_dir=cell.backend_dir if cpp else None,
         expected_backend=args.expect_backend,
         host_arch=host.arch,
         has_gpu=host.has_gpu,
@@ -175,6 +191,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         options = RunOptions(
             timeout_s=args.timeout,
             capture_cap=int(args.capture_cap * 1024 * 1024),
+            cpp_build_timeout_s=args.cpp_build_timeout,
             jobs=jobs,
             reruns=args.reruns,
             results_dir=run.folder,
@@ -185,7 +202,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # the one step from cases to jobs that validate's executors take (execute/jobs.py):
         # the same placement, limits, ledger and re-runs
         if suite is not None:
-            what = "tests"
+            what = "test cases" if cpp else "tests"
             with pool_progress() as on_change:
                 results = run_jobs(
                     [suite], target, options, run.store, ledger=ledger, on_change=on_change
@@ -226,13 +243,61 @@ def failing_lines(bad: Sequence[CaseResult], shown: int = _SHOWN) -> list[str]:
     return lines
 
 
+def _suite(args: argparse.Namespace) -> Case | None:
+    """The batched case `run` names, checked (bad input exits 2): a pytest suite (--tests) or a
+    C++ project (--cpp), each the only kind of its run; --case selects in it (a node id, a
+    TEST_CASE)."""
+    if args.tests is not None and args.cpp is not None:
+        msg = "run: pass --tests PATH or --cpp DIR, not both (one kind per run)"
+        raise ConfigError(msg)
+    if args.tests is None and args.tests_select is not None:
+        msg = "run: --tests-select needs --tests PATH"
+        raise ConfigError(msg)
+    if args.cpp is None and (args.cpp_targets or args.cpp_catch2 is not None):
+        msg = "run: --cpp-target and --cpp-catch2 need --cpp DIR"
+        raise ConfigError(msg)
+    if args.cpp is None and args.cpp_build_timeout is not None:
+        msg = "run: --cpp-build-timeout needs --cpp DIR"
+        raise ConfigError(msg)
+    flag = "--tests PATH" if args.tests is not None else "--cpp DIR"
+    if (args.tests is not None or args.cpp is not None) and (args.cases or args.samples):
+        msg = f"run {flag}: pass no CASE_OR_DIR or --samples with it (one kind per run)"
+        raise ConfigError(msg)
+    if args.tests is not None:
+        return suite_case(args.tests, args.tests_select, ids=args.case_names)
+    if args.cpp is not None:
+        return cpp_case(args.cpp, args.cpp_targets, args.cpp_catch2, args.case_names)
+    return None
+
+
+def _cpp_cell(python: Path, found: FoundCell) -> FoundCell:
+    """The cell a --cpp project is built for: `python`'s cuDNN wheel, its headers and library
+    (bad input where it has none); the backend pin is the wheel's where no frontend said it."""
+    lib = found.backend_dir
+    if lib is None or not (lib.parent / "include" / "cudnn.h").is_file():
+        what = f"a cuDNN wheel without headers ({lib.parent})" if lib else "no cuDNN wheel"
+        msg = (
+            f"run --cpp: {python} has {what}; the C++ build compiles and links against the "
+            f"environment's nvidia/cudnn (include/cudnn.h, lib/libcudnn.so.9): install one there "
+            f"({shlex.quote(str(python))} -m pip install nvidia-cudnn-cu13) or pass "
+            "--interpreter PY of an environment that has it"
+        )
+        raise ConfigError(msg)
+    if found.pins.get("cudnn") != UNKNOWN or not found.backend_wheel:
+        return found
+    notes = {k: v for k, v in found.notes.items() if k != "cudnn"}
+    return replace(found, pins={**found.pins, "cudnn": found.backend_wheel}, notes=notes)
+
+
 def _meta(python: Path, found: FoundCell, suite: Case | None) -> dict[str, Any]:
     """run.json of a `run`: what ran where, and the cell found there (model/runs.py RUN_META)."""
+    cpp = suite.path if suite is not None and suite.kind == KINDS["catch2"].name else None
     return {
         "command": "cudnn-matrix " + shlex.join(sys.argv[1:]),
         "started_at": now_stamp(),
         "interpreter": str(python),
-        "tests": str(suite.path) if suite is not None else None,
+        "tests": str(suite.path) if suite is not None and cpp is None else None,
+        **({"cpp": str(cpp), "backend_dir": str(found.backend_dir)} if cpp else {}),
         "cell": dict(found.pins),
         "cell_unknown": dict(found.notes),  # why each `unknown` pin could not be found
     }

@@ -76,7 +76,9 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="run only cases with this name or fnmatch pattern (repeatable)",
+        help="run only cases with this name or fnmatch pattern (repeatable); with --tests or "
+        "--cpp and no other cases: an exact pytest node id, or a TEST_CASE as FILE::NAME (globs "
+        "allowed)",
     )
     env = parser.add_argument_group("environments")
     env.add_argument(

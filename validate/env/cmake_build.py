@@ -54,10 +54,12 @@ if TYPE_CHECKING:
     from validate.env.target import ExecTarget
 
 __all__ = [
+    "BUILTIN_TARGETS",
     "CppBuild",
     "CppBuildError",
     "CppBuildTimeout",
     "CppProject",
+    "declared_targets",
     "ensure_build",
     "first_error",
     "parallel",
@@ -152,6 +154,50 @@ def _tree_digest(root: Path, digest: Any) -> None:
             digest.update(str(path.relative_to(root)).encode("utf-8", "surrogateescape") + b"\0")
             with contextlib.suppress(OSError):
                 digest.update(hashlib.sha256(path.read_bytes()).digest())
+
+
+#: A command that defines a target: add_executable, add_library, add_custom_target and the
+#: wrappers named after them (python_add_library, pybind11_add_module, cuda_add_executable).
+_DEFINING: Final = re.compile(r"add_(executable|library|custom_target|module)$")
+_DEFINES: Final = re.compile(r"(?im)^\s*(\w*add_\w+)\s*\(([^()]*)")
+_COMMENT: Final = re.compile(r"#[^\n]*")
+#: What every generator makes, whatever the project declares.
+BUILTIN_TARGETS: Final = frozenset({"all", "clean", "install", "test", "help"})
+
+
+def declared_targets(root: Path) -> tuple[frozenset[str], bool]:
+    """The targets the project's own CMake files build, by their literal names (the first
+    argument of an `add_*` command, IMPORTED and ALIAS names left out; build trees and .git not
+    read), and whether some such name is made from a variable (`${...}`), which only configuring
+    can tell. A dependency's targets (Catch2 through
+    FetchContent) are not among them."""
+    names: set[str] = set(BUILTIN_TARGETS)
+    variable = False
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if "CMakeCache.txt" in filenames and here != root:
+            dirnames[:] = []
+            continue
+        dirnames[:] = [d for d in dirnames if d not in (".git", "__pycache__", "_deps")]
+        for name in filenames:
+            if name != "CMakeLists.txt" and not name.endswith(".cmake"):
+                continue
+            try:
+                text = (here / name).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            for command, body in _DEFINES.findall(text):
+                words = _COMMENT.sub("", body).split()
+                if not words or not _DEFINING.search(command.lower()):
+                    continue  # add_subdirectory, add_test, add_compile_options, ...
+                if "IMPORTED" in words or "ALIAS" in words:
+                    continue  # not built: a name for something else
+                first = words[0]
+                if "${" in first:
+                    variable = True
+                else:
+                    names.add(first.strip("\"'"))
+    return frozenset(names), variable
 
 
 def _output(argv: Sequence[str]) -> str:

@@ -1,4 +1,5 @@
-"""What an interpreter offers `run`: pytest, and the cell it is (issue 36, item 5).
+"""What an interpreter offers `run`: pytest, its cuDNN wheel's folder, and the cell it is (issue
+36, item 5).
 
 `run` takes an environment as it is, so its cell is not declared but found: the frontend and the
 backend it loads, the CUDA they were built for, asked of the interpreter in one child process;
@@ -12,13 +13,13 @@ from __future__ import annotations
 import json
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from validate.env.sources import decode_backend_version, same_backend
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
 
     from validate.plan.host import HostFacts
 
@@ -28,8 +29,16 @@ UNKNOWN: Final = "unknown"
 _NONE: Final = "none"
 #: Run by the interpreter: stdlib only, nothing printed but the last JSON line.
 _PROBE: Final = r"""
-import importlib.metadata as md, importlib.util, json, re
+import importlib.metadata as md, importlib.util, json, os, re
 out = {"pytest": importlib.util.find_spec("pytest") is not None}
+try:
+    spec = importlib.util.find_spec("nvidia.cudnn")
+except BaseException:
+    spec = None
+for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+    if os.path.isfile(os.path.join(folder, "lib", "libcudnn.so.9")):
+        out["cudnn_lib"] = os.path.join(folder, "lib")
+        break
 dists = {}
 for d in md.distributions():
     name = (d.metadata["Name"] or "").lower().replace("_", "-")
@@ -56,6 +65,10 @@ class FoundCell:
     has_pytest: bool
     pins: Mapping[str, str] = field(default_factory=dict)
     notes: Mapping[str, str] = field(default_factory=dict)  # axis -> why it is unknown
+    #: The backend wheel's library folder (`nvidia/cudnn/lib`), what a C++ build compiles and
+    #: links against (`run --cpp`); None where the interpreter has no cuDNN wheel.
+    backend_dir: Path | None = None
+    backend_wheel: str | None = None  # that wheel's version, e.g. 9.13.0.50
 
 
 def find_cell(python: Path, host: HostFacts, timeout: float = 120) -> FoundCell:
@@ -95,7 +108,15 @@ def find_cell(python: Path, host: HostFacts, timeout: float = 120) -> FoundCell:
         notes["frontend"] = why or "cudnn.__version__ not set"
     if pins["cuda"] == UNKNOWN:
         notes["cuda"] = "no nvidia-cuda-runtime or nvidia-cudnn-cuNN wheel installed"
-    return FoundCell(has_pytest=data.get("pytest") is True, pins=pins, notes=notes)
+    lib = data.get("cudnn_lib")
+    wheel = next((v for n, v in wheels.items() if n.startswith("nvidia-cudnn-cu")), None)
+    return FoundCell(
+        has_pytest=data.get("pytest") is True,
+        pins=pins,
+        notes=notes,
+        backend_dir=Path(lib) if isinstance(lib, str) else None,
+        backend_wheel=wheel,
+    )
 
 
 def _backend(loaded: object, wheels: Mapping[str, str]) -> str:

@@ -129,12 +129,13 @@ def docker_gpu_ready() -> bool:
     return info is not None and info.nvidia
 
 
-def resolve_executor(name: str) -> str:
+def resolve_executor(name: str, *, cpp: bool = False) -> str:
     """The one place `auto` is decided: docker when a daemon with an NVIDIA runtime answers,
-    else local. Any other name must be in EXECUTORS."""
+    else local; local for a run with a C++ project (`cpp`), which docker cannot build (its
+    `check`). Any other name must be in EXECUTORS."""
     if name == "auto":
-        chosen = "docker" if docker_gpu_ready() else "local"
-        logger.info("executor auto -> %s", chosen)
+        chosen = "docker" if not cpp and docker_gpu_ready() else "local"
+        logger.info("executor auto -> %s%s", chosen, " (--cpp builds on the host)" if cpp else "")
         return chosen
     if name not in EXECUTORS:
         known = ", ".join(["auto", *EXECUTORS])

@@ -43,7 +43,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from validate.env.cmake_build import CppBuildError, CppBuildTimeout, CppProject, ensure_build
+from validate.env.cmake_build import (
+    BUILTIN_TARGETS,
+    CppBuildError,
+    CppBuildTimeout,
+    CppProject,
+    declared_targets,
+    ensure_build,
+)
 from validate.env.venvs import cache_root
 from validate.errors import ConfigError, EnvBuildError
 from validate.execute import launch
@@ -122,6 +129,16 @@ class Catch2Project:
         if bad:
             msg = f"--cpp-target {bad[0]!r}: not a CMake target name"
             raise ConfigError(msg)
+        if targets:
+            known, variable = declared_targets(path)
+            unknown = [t for t in targets if t not in known]
+            if unknown and not variable:  # a name made from a variable: the build will tell
+                names = ", ".join(sorted(known - BUILTIN_TARGETS)) or "none"
+                msg = (
+                    f"--cpp-target {unknown[0]}: no such target in {path}'s CMake files "
+                    f"(targets there: {names})"
+                )
+                raise ConfigError(msg)
         resolved = catch2.resolve() if catch2 else None
         return cls(path.resolve(), targets=targets, catch2=resolved, select=select)
 

@@ -261,7 +261,12 @@ class DockerExecutor:
         """A cell's image holds its pins: no layering on this host's Python, no extra pins; a
         C++ project is built on the host's toolchain (not in a cell's image yet)."""
         if config.cpp is not None:
-            msg = "--executor docker: --cpp is not supported yet (use --executor local)"
+            msg = (
+                "--executor docker: --cpp is not supported: a cell's image has no C++ toolchain "
+                "(cmake, ninja, a compiler, the CUDA toolkit's headers) and the project is not "
+                "mounted into it; use --executor local (or auto), which builds it on this host "
+                "against each cell's own backend wheel"
+            )
             raise ConfigError(msg)
         if config.env_mode != "isolated" or config.extras:
             flag = f"--env {config.env_mode}" if config.env_mode != "isolated" else "--with"

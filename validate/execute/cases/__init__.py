@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias
 from validate.datafile import Key, read_toml
 from validate.errors import CaseError
 from validate.execute.cases import pytest_suite
+from validate.execute.cases.catch2 import CPP_SUFFIXES
 from validate.execute.cases.kinds import KINDS, kind_for_path
 from validate.execute.resources import RESOURCES
 from validate.plan.requirements import DEFAULT_CASES_TOML, Requirements, RequirementTable
@@ -244,17 +245,32 @@ def discover_samples(checkout: Path, *, requirements: Path | None = None) -> lis
     return discover_cases(notebooks, table=table)
 
 
-def suite_case(root: Path, select: str | None) -> Case:
-    """A pytest suite (`--tests`) as one case of the pytest kind: its selection in `args`. Its
+def suite_case(root: Path, select: str | None, ids: Sequence[str] = ()) -> Case:
+    """A pytest suite (`--tests`) as one case of the pytest kind: its selection in `args`, and
+    the node ids `--case` names (`FILE::NAME[PARAM]`, as its results are named) after it. Its
     results are named by test id; the suite's own name only where it could not be collected."""
     from validate.execute.collection import Suite  # same stage; imported when a suite is named
 
     suite = Suite.from_flags(root, select)
+    for node in ids:
+        if any(c in node.split("[", 1)[0] for c in "*?"):
+            msg = (
+                f"--case {node}: a pytest node id is exact (pytest matches no glob); select "
+                "tests by pattern with --tests-select '-k EXPR'"
+            )
+            raise CaseError(msg)
+        file = node.split("::", 1)[0]
+        if not file or not (suite.root / file).exists():
+            msg = (
+                f"--case {node}: no {file or 'file'} in {suite.root} (a pytest node id, "
+                "FILE::NAME as the results name it, FILE relative to --tests)"
+            )
+            raise CaseError(msg)
     return Case(
         name=suite.name,
         path=suite.root,
         kind=pytest_suite.KIND.name,
-        args=suite.select,
+        args=(*suite.select, *ids),
         source=str(root),
     )
 
@@ -299,9 +315,15 @@ def select_cases(
 
 
 def plain(config: ValidateConfig) -> bool:
-    """Whether the config names cases other than a suite's (files, samples) or a pytest suite:
-    --case then keeps those by name (a pytest suite's ids are selected with --tests-select)."""
-    return bool(config.cases) or config.samples is not None or config.tests is not None
+    """Whether the config names cases other than a suite's (files, samples): --case then keeps
+    those by name."""
+    return bool(config.cases) or config.samples is not None
+
+
+def _cpp_id(name: str) -> bool:
+    """Whether a --case id names a C++ TEST_CASE (`FILE.cpp::NAME`) rather than a
+    pytest node id."""
+    return name.split("::", 1)[0].endswith(CPP_SUFFIXES)
 
 
 def cases_for(config: ValidateConfig) -> list[Case]:
@@ -310,20 +332,23 @@ def cases_for(config: ValidateConfig) -> list[Case]:
     cases: list[Case] = discover_cases(config.cases) if config.cases else []
     if config.samples is not None:
         cases += discover_samples(config.samples)
-    suites = [suite_case(config.tests, config.tests_select)] if config.tests is not None else []
-    # --case with --cpp and nothing else named: the TEST_CASEs to run (`FILE::NAME`, globs), as
-    # `bisect --cpp DIR --case FILE::NAME` probes one; they are known once the project is built
-    select = config.case_names if config.cpp is not None and not plain(config) else ()
-    if config.cpp is not None:
-        suites.append(cpp_case(config.cpp, config.cpp_targets, config.cpp_catch2, select))
+    # --case with a suite and no files or samples named: what to run of the suite, as `bisect
+    # --case` probes one: pytest node ids of --tests (exact), TEST_CASEs of --cpp (`FILE::NAME`,
+    # globs; known once the project is built). With both, each id goes to the suite it names.
+    select = config.case_names if not plain(config) else ()
+    both = config.tests is not None and config.cpp is not None
+    cpp_ids = tuple(n for n in select if not both or _cpp_id(n))
+    test_ids = tuple(n for n in select if not both or not _cpp_id(n))
+    suites = []
+    if config.tests is not None and (test_ids or not (both and select)):
+        suites.append(suite_case(config.tests, config.tests_select, test_ids))
+    if config.cpp is not None and (cpp_ids or not (both and select)):
+        suites.append(cpp_case(config.cpp, config.cpp_targets, config.cpp_catch2, cpp_ids))
     if not config.cases and config.samples is None and not suites:
         cases = discover_cases([SHIPPED_CASES])
     if suites:
         if select:
             return suites
-        if config.case_names and not cases:
-            msg = "--case keeps cases by name; select a suite's tests with --tests-select"
-            raise CaseError(msg)
         cases = select_cases(check_unique(cases), config.case_names) if cases else []
         return [*cases, *suites]
     return select_cases(check_unique(cases), config.case_names)
