@@ -1,4 +1,5 @@
-"""The ledger: each GPU booked on its own, the host's CPUs booked by each case's CPU share.
+"""The ledger: each GPU booked on its own, the host's CPUs booked by each case's CPU share and
+each case pinned to the CPU ids its share was given.
 
 This host has no GPU: the topology is declared at the NVML boundary (plan/host.py
 DECLARED_GPUS_ENV, read where NVML would be) and is the only fake here. The cases are real
@@ -13,14 +14,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
 import pytest
 from usercli import cli
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
 
 #: 4 GPUs of different free memory; a case without a recorded peak holds 4 GiB of its GPU.
 FOUR = "sm90:16384,sm90:8192,sm90:4096,sm90:4096"
@@ -336,3 +334,173 @@ def test_a_placed_case_is_judged_by_its_own_gpus_utilization() -> None:
         for proc in (hot, cool):
             proc.kill()
             proc.wait()
+
+
+def test_cpu_ids_follow_the_shares_and_never_hold_a_case_back() -> None:
+    """Each booking gets ceil(its share) CPU ids (at least 1), the least loaded ones; a share of
+    every CPU or an exclusive job gets all; fractional shares that fit the CPUs share ids rather
+    than wait; ids come back on release. Without ids (or without the CPU booked) none are set."""
+    from validate.execute.ledger import Ledger, Need
+
+    ledger = Ledger(8, cpu_ids=(4, 5, 6, 7))
+    assert ledger.cpus == 4.0  # the ids are the CPUs
+    one, two = ledger.book(Need(cpu=1.0)), ledger.book(Need(cpu=1.5))
+    assert one is not None
+    assert two is not None
+    assert one.placement.cpus == frozenset({4})
+    assert two.placement.cpus == frozenset({5, 6})  # ceil(1.5): the least loaded, then the lowest
+    nap = ledger.book(Need(cpu=0.0))  # a case that sleeps still runs somewhere: one id
+    assert nap is not None
+    assert nap.placement.cpus == frozenset({7})
+    assert ledger.book(Need(cpu=2.0)) is None  # 4.5 of 4: the share binds, not the ids
+    # fractional shares: 1.5 CPUs left, every id taken; they share the least loaded ids
+    rest = [ledger.book(Need(cpu=0.5)) for _ in range(3)]
+    assert all(b is not None and len(b.placement.cpus or ()) == 1 for b in rest)
+    # 7 carries 0, then 0.5; then 5 (0.75 of the 1.5 share), not 4 (1.0)
+    assert [b.placement.cpus for b in rest if b is not None] == [
+        frozenset({7}),
+        frozenset({7}),
+        frozenset({5}),
+    ]
+    ledger.release(two)
+    again = ledger.book(Need(cpu=1.5))
+    assert again is not None
+    assert again.placement.cpus == frozenset({5, 6})  # given back
+    for booking in [one, again, nap, *rest]:
+        assert booking is not None
+        ledger.release(booking)
+    assert set(ledger.pinned().values()) == frozenset({0})
+    whole = ledger.book(Need(cpu=4.0))
+    assert whole is not None
+    assert whole.placement.cpus == frozenset({4, 5, 6, 7})
+    ledger.release(whole)
+    alone = ledger.book(Need(cpu=0.2, exclusive=True))
+    assert alone is not None
+    assert alone.placement.cpus == frozenset({4, 5, 6, 7})
+    assert Ledger(2, cpus=2.0).book(Need()).placement.cpus is None  # type: ignore[union-attr]
+    assert "pinned to ceil(share) of CPUs 4-7" in Ledger(2, cpu_ids=(4, 5, 6, 7)).lines()[-1]
+
+
+_AFFINITY = """\
+import json, os, pathlib, time
+start = time.time()
+time.sleep(SLEEP)
+out = pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem
+out.write_text(json.dumps({"cpus": sorted(os.sched_getaffinity(0)), "start": start,
+                           "end": time.time()}))
+"""
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["fork-server", "fresh"])
+def test_a_case_process_runs_on_exactly_the_cpus_the_ledger_booked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool
+) -> None:
+    """Real cases through the real pool and launcher: each process's affinity is the CPU ids
+    its booking holds; two that ran at once on whole shares ran on disjoint CPUs."""
+    from validate.env.target import ExecTarget
+    from validate.execute.attempt import RunOptions, run_attempt
+    from validate.execute.cases import discover_cases
+    from validate.execute.forkserver import OFF_ENV
+    from validate.execute.launch import placement_now
+    from validate.execute.ledger import Ledger, host_cpu_ids
+    from validate.execute.pool import Job, Pool
+    from validate.execute.runner import run_pool
+
+    ids = host_cpu_ids()
+    if len(ids) < 2:
+        pytest.skip(f"this process may run on {len(ids)} CPU; disjoint CPUs need 2")
+    if not forked:
+        monkeypatch.setenv(OFF_ENV, "0")
+    (tmp_path / "seen").mkdir()
+    options = RunOptions(results_dir=tmp_path / "run", timeout_s=60, api_logs=False)
+    target = ExecTarget(python=Path(sys.executable))
+    booked: dict[str, list[int]] = {}
+
+    def job(name: str, share: float) -> Job:
+        script = tmp_path / f"{name}.py"
+        script.write_text(_AFFINITY.replace("SLEEP", "1.5"))
+        (case,) = discover_cases([script])
+
+        def run() -> tuple[Job, ...]:
+            booked[name] = sorted(placement_now().cpus or ())
+            folder = tmp_path / "run" / name
+            folder.mkdir(parents=True)
+            result, _ = run_attempt(case, target, options, folder, 1, api_logs=False)
+            assert result.returncode == 0, result.tail
+            return ()
+
+        return Job(name=name, run=run, cpu=share)
+
+    pool = Pool(2, ledger=Ledger(2, cpu_ids=ids[:2]))
+    pool.submit([job("a", 1.0), job("b", 1.0), job("both", 2.0)])
+    pool.close()
+    run_pool(pool)
+    seen = {p.name: json.loads(p.read_text()) for p in (tmp_path / "seen").iterdir()}
+    assert {name: s["cpus"] for name, s in seen.items()} == booked
+    assert len(booked["a"]) == len(booked["b"]) == 1
+    assert booked["both"] == list(ids[:2])
+    a, b = seen["a"], seen["b"]
+    assert a["start"] < b["end"]  # the two whole shares ran at once (2 slots, 2 CPUs) ...
+    assert b["start"] < a["end"]
+    assert set(booked["a"]).isdisjoint(booked["b"])  # ... each on a CPU of its own
+
+
+def test_validate_pins_each_case_to_its_booked_share_and_says_so(tmp_path: Path) -> None:
+    """`validate` end to end: with shares of one CPU on record, cases that ran at once ran on
+    disjoint single CPUs, a notebook's kernel too; a share of every CPU got them all; the start
+    line says the cases are pinned. With the CPU ledger off, nothing is pinned."""
+    from validate.execute.ledger import host_cpu_ids
+
+    ids = host_cpu_ids()
+    if len(ids) < 2:
+        pytest.skip(f"this process may run on {len(ids)} CPU; disjoint CPUs need 2")
+    nb = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {},
+                   "outputs": [], "source": _AFFINITY.replace(
+                       'pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem',
+                       'pathlib.Path("SEEN") / "nb"').replace("SLEEP", "1.5")}],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }  # fmt: skip
+    spans: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, env in (("booked", {}), ("unbooked", {"CUDNN_MATRIX_CPU_LEDGER": "0"})):
+        cases = tmp_path / name
+        (cases / "seen").mkdir(parents=True)
+        for stem in ("one", "two", "three"):
+            (cases / f"{stem}.py").write_text(_AFFINITY.replace("SLEEP", "1.5"))
+        (cases / "all.py").write_text(_AFFINITY.replace("SLEEP", "0"))
+        seen_dir = json.dumps(str(cases / "seen"))[1:-1]
+        (cases / "nb.ipynb").write_text(json.dumps(nb).replace("SEEN", seen_dir))
+        shares = {"one.py": 1.0, "two.py": 1.0, "three.py": 1.0, "nb.ipynb": 1.0}
+        shares["all.py"] = float(len(ids))
+        cache = tmp_path / f"{name}-cache"
+        cache.mkdir()
+        (cache / "durations.json").write_text(json.dumps({"#cpu_share": shares}))
+        proc = _cli(
+            "validate", *VALIDATE, "--cases", str(cases), "--jobs", "2",
+            "--results", str(tmp_path / f"{name}-run"), "--cache-dir", str(cache),
+            env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        start = next(line for line in proc.stderr.splitlines() if "slots:" in line)
+        spans[name] = {p.name: json.loads(p.read_text()) for p in (cases / "seen").iterdir()}
+        assert set(spans[name]) == {"one", "two", "three", "all", "nb"}, proc.stderr
+        if name == "unbooked":
+            assert "cpu: not booked" in start
+            assert {tuple(s["cpus"]) for s in spans[name].values()} == {ids}
+            continue
+        assert "each case pinned to ceil(share) of CPUs" in start, start
+        seen = spans[name]
+        assert tuple(seen["all"]["cpus"]) == ids
+        singles = {k: v for k, v in seen.items() if k != "all"}
+        assert all(len(s["cpus"]) == 1 and s["cpus"][0] in ids for s in singles.values()), seen
+        overlapped = 0
+        names = sorted(singles)
+        for i, x in enumerate(names):
+            for y in names[i + 1 :]:
+                sx, sy = singles[x], singles[y]
+                if sx["start"] < sy["end"] and sy["start"] < sx["end"]:
+                    overlapped += 1
+                    assert sx["cpus"] != sy["cpus"], (x, y, seen)
+        assert overlapped, seen  # 2 slots, whole shares of 2 CPUs: some ran at once

@@ -19,6 +19,15 @@ wait. `release` gives the booking back when the job ends.
   other job shares; the other GPUs and the CPUs stay booked as usual (without GPUs: as exclusive).
 - An exclusive job (a contended case's alone re-run) holds everything: every slot, every CPU,
   every GPU (its placement names all).
+- CPU ids (`cpu_ids`: the CPUs this process may run on, `os.sched_getaffinity(0)`; empty: not
+  pinned): a booked job is also handed concrete CPUs, its placement's `cpus`, which the launcher
+  pins every process of the job to. It gets ceil(share) of them, at least 1; a share of every
+  CPU, or an exclusive job, gets all. Each id carries the shares of the jobs on it (a job's
+  share spread evenly over its ids), and a job takes the ids that carry the least (then hold
+  the fewest jobs, then the lowest id), given back on release. The shares are what bind (they
+  stay within the CPUs); the ids never make a job wait: where fractional shares leave no id
+  free (three 0.6 shares on two CPUs), ids are shared by the least loaded rule, so whole shares
+  that fit get disjoint ids (two 1.0 shares on two CPUs: one each) and fractional ones pack.
 
 Without GPUs (`gpus=()`) placements leave ``CUDA_VISIBLE_DEVICES`` alone; a GPU budget without
 an index (`GpuBudget(index=None)`, the pool's old single budget) books memory and load but
@@ -28,11 +37,12 @@ places nothing.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from validate.execute.placement import UNPLACED, Placement
+from validate.execute.placement import UNPLACED, Placement, cpu_list
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -44,6 +54,7 @@ __all__ = [
     "GpuBudget",
     "Ledger",
     "Need",
+    "host_cpu_ids",
     "host_cpus",
 ]
 
@@ -58,10 +69,16 @@ _SLACK: Final = 1e-9  # float sums
 
 def host_cpus() -> int:
     """The CPUs this process may run on (its affinity; a cgroup's quota is not read)."""
+    return len(host_cpu_ids()) or os.cpu_count() or 1
+
+
+def host_cpu_ids() -> tuple[int, ...]:
+    """The ids of the CPUs this process may run on (its affinity; empty where unknown): what
+    the ledger pins the cases to."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        return tuple(sorted(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        return ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +117,10 @@ class Booking:
     gpu_exclusive: bool = False
 
 
+def _place(gpus: tuple[int, ...] | None, cpus: frozenset[int] | None) -> Placement:
+    return UNPLACED if gpus is None and cpus is None else Placement(gpus=gpus, cpus=cpus)
+
+
 @dataclass
 class _Gpu:
     budget: GpuBudget
@@ -111,22 +132,31 @@ class _Gpu:
 
 @dataclass
 class Ledger:
-    """`slots` slots, `cpus` CPUs (None: not booked), and `gpus` each on its own. Not locked:
-    the pool books and releases under its own lock."""
+    """`slots` slots, `cpus` CPUs (None: not booked), and `gpus` each on its own; `cpu_ids`:
+    the CPU ids a booking is pinned to (empty: none pinned; given without `cpus`, their count
+    is the CPUs). Not locked: the pool books and releases under its own lock."""
 
     slots: int
     gpus: Sequence[GpuBudget] = ()
     cpus: float | None = None
     default_cpu: float | None = None  # None: cpus / slots
+    cpu_ids: Sequence[int] = ()
     _free: int = field(init=False)
     _cpu_used: float = field(init=False, default=0.0)
     _books: list[_Gpu] = field(init=False)
     _exclusive: bool = field(init=False, default=False)
+    _id_load: dict[int, float] = field(init=False)  # CPU id -> the shares on it
+    _id_jobs: dict[int, int] = field(init=False)  # CPU id -> the jobs pinned to it
 
     def __post_init__(self) -> None:
         self.slots = max(1, self.slots)
         self._free = self.slots
         self._books = [_Gpu(budget) for budget in self.gpus]
+        self.cpu_ids = tuple(sorted(set(self.cpu_ids)))
+        if self.cpu_ids and self.cpus is None:
+            self.cpus = float(len(self.cpu_ids))
+        self._id_load = dict.fromkeys(self.cpu_ids, 0.0)
+        self._id_jobs = dict.fromkeys(self.cpu_ids, 0)
         if self.default_cpu is None and self.cpus is not None:
             self.default_cpu = min(1.0, self.cpus / self.slots)
 
@@ -166,7 +196,7 @@ class Ledger:
             self._take(slots, cpu)
             self._exclusive = True
             indices = tuple(b.budget.index for b in self._books if b.budget.index is not None)
-            placement = Placement(gpus=indices) if indices else UNPLACED
+            placement = _place(indices or None, self._pin(cpu, whole=True))
             for book in self._books:
                 book.jobs += 1
                 book.mib = book.budget.free_mib or 0.0
@@ -183,7 +213,13 @@ class Ledger:
         if not self._books:
             self._take(slots, cpu)
             return Booking(
-                slots=slots, cpu=cpu, gpu=None, gpu_mib=0.0, gpu_load=0.0, exclusive=False
+                slots=slots,
+                cpu=cpu,
+                gpu=None,
+                gpu_mib=0.0,
+                gpu_load=0.0,
+                exclusive=False,
+                placement=_place(None, self._pin(cpu)),
             )
         choice = self._choose(need, live or {})
         if choice is None:
@@ -206,13 +242,36 @@ class Ledger:
             gpu_mib=mib,
             gpu_load=load,
             exclusive=False,
-            placement=Placement(gpus=(index,)) if index is not None else UNPLACED,
+            placement=_place((index,) if index is not None else None, self._pin(cpu)),
             gpu_exclusive=need.gpu_exclusive,
         )
 
     def _take(self, slots: int, cpu: float) -> None:
         self._free -= slots
         self._cpu_used += cpu
+
+    def _pin(self, cpu: float, *, whole: bool = False) -> frozenset[int] | None:
+        """The CPU ids a job of share `cpu` is pinned to, taken now (None: none pinned): all of
+        them for a whole-host share, else ceil(share) (at least 1) of those that carry the least
+        share, then hold the fewest jobs, then the lowest id. Never None for want of a free id:
+        ids are shared where fractional shares leave none free."""
+        if not self.cpu_ids:
+            return None
+        count = len(self.cpu_ids)
+        if not whole and cpu < count - _SLACK:
+            count = min(count, max(1, math.ceil(cpu - _SLACK)))
+        order = sorted(self.cpu_ids, key=lambda i: (self._id_load[i], self._id_jobs[i], i))
+        ids = frozenset(order[:count])
+        for i in ids:
+            self._id_load[i] += cpu / count
+            self._id_jobs[i] += 1
+        return ids
+
+    def _unpin(self, cpu: float, ids: frozenset[int] | None) -> None:
+        for i in ids or ():
+            if i in self._id_load:
+                self._id_load[i] = max(0.0, self._id_load[i] - cpu / len(ids or ()))
+                self._id_jobs[i] = max(0, self._id_jobs[i] - 1)
 
     def _choose(self, need: Need, live: Mapping[int, float]) -> tuple[int, float, float] | None:
         """(position, memory, load) of the GPU `need` goes to: where it fits, the fewest jobs,
@@ -239,6 +298,7 @@ class Ledger:
     def release(self, booking: Booking) -> None:
         self._free += booking.slots
         self._cpu_used = max(0.0, self._cpu_used - booking.cpu)
+        self._unpin(booking.cpu, booking.placement.cpus)
         if booking.exclusive:
             self._exclusive = False
             for book in self._books:
@@ -264,6 +324,10 @@ class Ledger:
     def cpu_used(self) -> float:
         return self._cpu_used
 
+    def pinned(self) -> dict[int, int]:
+        """CPU id -> the jobs pinned to it now (empty: none pinned)."""
+        return dict(self._id_jobs)
+
     def booked(self) -> list[tuple[int | None, float, float, int]]:
         """(index, memory, load, jobs) booked on each GPU now."""
         return [(b.budget.index, b.mib, b.load, b.jobs) for b in self._books]
@@ -283,8 +347,13 @@ class Ledger:
         if self.cpus is None:
             out.append("cpu: not booked")
         else:
+            pinned = (
+                f"; each case pinned to ceil(share) of CPUs {cpu_list(self.cpu_ids)}"
+                if self.cpu_ids
+                else "; not pinned"
+            )
             out.append(
                 f"cpu: {self.cpus:g} CPUs; a case holds its CPU share on record, an unknown one"
-                f" {self.default_cpu or 0.0:.2f}"
+                f" {self.default_cpu or 0.0:.2f}{pinned}"
             )
         return out
