@@ -378,7 +378,8 @@ def test_cpu_ids_follow_the_shares_and_never_hold_a_case_back() -> None:
     assert alone is not None
     assert alone.placement.cpus == frozenset({4, 5, 6, 7})
     assert Ledger(2, cpus=2.0).book(Need()).placement.cpus is None  # type: ignore[union-attr]
-    assert "pinned to ceil(share) of CPUs 4-7" in Ledger(2, cpu_ids=(4, 5, 6, 7)).lines()[-1]
+    lines = Ledger(2, cpu_ids=(4, 5, 6, 7)).lines()
+    assert any("pinned to ceil(share) of CPUs 4-7" in line for line in lines), lines
 
 
 _AFFINITY = """\
@@ -504,3 +505,79 @@ def test_validate_pins_each_case_to_its_booked_share_and_says_so(tmp_path: Path)
                     overlapped += 1
                     assert sx["cpus"] != sy["cpus"], (x, y, seen)
         assert overlapped, seen  # 2 slots, whole shares of 2 CPUs: some ran at once
+
+
+def test_host_memory_peaks_stay_within_the_memory() -> None:
+    from validate.execute.ledger import Ledger, Need
+
+    ledger = Ledger(8, mem_mib=1000.0, default_mem=300.0)
+    big, mid = ledger.book(Need(mem_mib=600.0)), ledger.book(Need(mem_mib=300.0))
+    assert big is not None
+    assert mid is not None
+    assert ledger.book(Need()) is None  # the default, 300: 1200 of 1000
+    small = ledger.book(Need(mem_mib=100.0))
+    assert small is not None
+    assert ledger.mem_used == pytest.approx(1000.0)
+    ledger.release(big)
+    assert ledger.book(Need()) is not None  # given back
+    fresh = Ledger(4, mem_mib=1000.0)
+    assert fresh.default_mem == pytest.approx(250.0)  # no history: the memory over the slots
+    huge = fresh.book(Need(mem_mib=50_000.0))  # larger than the memory: when all is free
+    assert huge is not None
+    assert fresh.book(Need(mem_mib=1.0)) is None
+    fresh.release(huge)
+    alone = fresh.book(Need(mem_mib=1.0, exclusive=True))
+    assert alone is not None
+    assert alone.mem_mib == pytest.approx(1000.0)  # an exclusive job holds all of it
+    assert Ledger(2).book(Need(mem_mib=10.0)).mem_mib == 0.0  # type: ignore[union-attr]
+    assert "memory: 1.0 GiB available" in Ledger(2, mem_mib=1024.0).lines()[-1]
+    assert Ledger(2).lines()[-1] == "memory: not booked"
+
+
+#: Holds MiB of resident memory (written, so resident) for a while.
+_HOLD = textwrap.dedent(
+    """\
+    import time
+    held = b"x" * (MIB * 1024 * 1024)
+    time.sleep(SLEEP)
+    """
+)
+
+
+def test_host_memory_peaks_are_recorded_and_hold_cases_to_the_memory(tmp_path: Path) -> None:
+    """A run records each case's resident peak (its process tree's): one that holds 300 MiB
+    near that, one that sleeps far less. Peaks on record larger than the host's memory hold
+    those cases to one at a time, where the slots alone run them together (as they do with the
+    memory ledger off)."""
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "hold.py").write_text(_HOLD.replace("MIB", "300").replace("SLEEP", "2.5"))
+    (first / "nap.py").write_text(_HOLD.replace("MIB", "0").replace("SLEEP", "2.5"))
+    cache = tmp_path / "cache"
+    proc = _cli(
+        "validate", *VALIDATE, "--cases", str(first), "--jobs", "2",
+        "--results", str(tmp_path / "first-run"), "--cache-dir", str(cache), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    peaks = json.loads((cache / "durations.json").read_text())["#rss_mib"]
+    assert 280 < peaks["hold.py"] < 600, peaks
+    assert peaks["nap.py"] < 100, peaks
+
+    seeded = {"#rss_mib": {f"case{i:02d}.py": 1e9 for i in range(3)}}  # more than any host
+    spans = {}
+    for name, env in (("booked", {}), ("unbooked", {"CUDNN_MATRIX_MEM_LEDGER": "0"})):
+        crowd = _cases(tmp_path / name, 3, sleep=1.0)
+        (tmp_path / f"{name}-cache").mkdir()
+        (tmp_path / f"{name}-cache" / "durations.json").write_text(json.dumps(seeded))
+        proc = _cli(
+            "validate", *VALIDATE, "--cases", str(crowd), "--jobs", "3",
+            "--results", str(tmp_path / f"{name}-run"),
+            "--cache-dir", str(tmp_path / f"{name}-cache"), env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        start = next(line for line in proc.stderr.splitlines() if "slots:" in line)
+        assert ("memory: not booked" in start) == (name == "unbooked"), start
+        spans[name] = [(float(s["start"]), float(s["end"])) for s in _seen(crowd)]  # type: ignore[arg-type]
+        assert len(spans[name]) == 3
+    assert _most_at_once(spans["booked"]) == 1, spans  # each holds all the memory: one at a time
+    assert _most_at_once(spans["unbooked"]) > 1, spans  # the slots alone: together

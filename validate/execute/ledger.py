@@ -1,6 +1,6 @@
 """The pool's one account of resources: each GPU on its own, and the host on its own.
 
-A job asks with a `Need` (slots, GPU memory, GPU busy share, CPU share, exclusive); `Ledger.book`
+A job asks with a `Need` (slots, GPU memory, GPU busy share, CPU share, host memory, exclusive); `Ledger.book`
 answers with a `Booking`, which carries the job's `Placement` (the GPU it runs on), or None:
 wait. `release` gives the booking back when the job ends.
 
@@ -15,6 +15,11 @@ wait. `release` gives the booking back when the job ends.
   every CPU runs when the CPUs are all its own. `default_cpu`: what a job without a figure holds
   (the median on record, else the CPUs shared evenly among the slots, so that the slot count is
   what binds until a history says more).
+- The host's memory (`mem_mib`: what was available when the run started; None: not booked): a
+  job holds its resident peak on record (its process tree's, execute/usage.py, kept in
+  execute/history.py); the running jobs' peaks stay within it. `default_mem`: what a job
+  without a figure holds (the median peak on record, else the memory shared evenly among the
+  slots). A peak larger than the memory runs when the memory is all its own.
 - A GPU-exclusive job (a case that must have its GPU to itself) holds one whole GPU, which no
   other job shares; the other GPUs and the CPUs stay booked as usual (without GPUs: as exclusive).
 - An exclusive job (a contended case's alone re-run) holds everything: every slot, every CPU,
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CPU_LEDGER_ENV",
     "GPU_CAPACITY",
+    "MEM_LEDGER_ENV",
     "Booking",
     "GpuBudget",
     "Ledger",
@@ -64,6 +70,8 @@ log = logging.getLogger(__name__)
 GPU_CAPACITY: Final = 1.0
 #: Set to 0 to book no CPU (bench/cpu_ledger_bench.py compares a run with and without).
 CPU_LEDGER_ENV: Final = "CUDNN_MATRIX_CPU_LEDGER"
+#: Set to 0 to book no host memory per case (the slot count's 2 GiB a case still bounds).
+MEM_LEDGER_ENV: Final = "CUDNN_MATRIX_MEM_LEDGER"
 _SLACK: Final = 1e-9  # float sums
 
 
@@ -91,6 +99,8 @@ class Need:
     cpu: float | None = None
     exclusive: bool = False
     gpu_exclusive: bool = False
+    #: host memory (MiB) it holds; None: the ledger's default per slot
+    mem_mib: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +125,7 @@ class Booking:
     exclusive: bool
     placement: Placement = UNPLACED
     gpu_exclusive: bool = False
+    mem_mib: float = 0.0  # of the host's memory
 
 
 def _place(gpus: tuple[int, ...] | None, cpus: frozenset[int] | None) -> Placement:
@@ -141,8 +152,11 @@ class Ledger:
     cpus: float | None = None
     default_cpu: float | None = None  # None: cpus / slots
     cpu_ids: Sequence[int] = ()
+    mem_mib: float | None = None  # the host memory booked (MiB); None: not booked
+    default_mem: float | None = None  # None: mem_mib / slots
     _free: int = field(init=False)
     _cpu_used: float = field(init=False, default=0.0)
+    _mem_used: float = field(init=False, default=0.0)
     _books: list[_Gpu] = field(init=False)
     _exclusive: bool = field(init=False, default=False)
     _id_load: dict[int, float] = field(init=False)  # CPU id -> the shares on it
@@ -159,6 +173,8 @@ class Ledger:
         self._id_jobs = dict.fromkeys(self.cpu_ids, 0)
         if self.default_cpu is None and self.cpus is not None:
             self.default_cpu = min(1.0, self.cpus / self.slots)
+        if self.default_mem is None and self.mem_mib is not None:
+            self.default_mem = self.mem_mib / self.slots
 
     # --- asking -------------------------------------------------------------------------------
 
@@ -170,6 +186,15 @@ class Ledger:
             return self.cpus
         share = need.cpu if need.cpu is not None else (self.default_cpu or 0.0) * need.slots
         return min(share, self.cpus)
+
+    def mem_of(self, need: Need) -> float:
+        """The host memory (MiB) `need` holds (0 where the memory is not booked)."""
+        if self.mem_mib is None:
+            return 0.0
+        if need.exclusive:
+            return self.mem_mib
+        mib = need.mem_mib if need.mem_mib is not None else (self.default_mem or 0.0) * need.slots
+        return min(mib, self.mem_mib)
 
     def slots_of(self, need: Need) -> int:
         return self.slots if self._whole(need) else min(need.slots, self.slots)
@@ -185,15 +210,17 @@ class Ledger:
             return None
         if self._whole(need) and not need.exclusive:
             need = Need(slots=need.slots, cpu=need.cpu, exclusive=True)
-        slots, cpu = self.slots_of(need), self.cpu_of(need)
+        slots, cpu, mem = self.slots_of(need), self.cpu_of(need), self.mem_of(need)
         if slots > self._free or (
             self.cpus is not None and self._cpu_used + cpu > self.cpus + _SLACK
         ):
             return None
+        if self.mem_mib is not None and self._mem_used + mem > self.mem_mib + _SLACK:
+            return None
         if need.exclusive:
             if self._free < self.slots or any(book.jobs for book in self._books):
                 return None
-            self._take(slots, cpu)
+            self._take(slots, cpu, mem)
             self._exclusive = True
             indices = tuple(b.budget.index for b in self._books if b.budget.index is not None)
             placement = _place(indices or None, self._pin(cpu, whole=True))
@@ -209,9 +236,10 @@ class Ledger:
                 gpu_load=0.0,
                 exclusive=True,
                 placement=placement,
+                mem_mib=mem,
             )
         if not self._books:
-            self._take(slots, cpu)
+            self._take(slots, cpu, mem)
             return Booking(
                 slots=slots,
                 cpu=cpu,
@@ -220,6 +248,7 @@ class Ledger:
                 gpu_load=0.0,
                 exclusive=False,
                 placement=_place(None, self._pin(cpu)),
+                mem_mib=mem,
             )
         choice = self._choose(need, live or {})
         if choice is None:
@@ -233,7 +262,7 @@ class Ledger:
         book.jobs += 1
         book.mib += mib
         book.load += load
-        self._take(slots, cpu)
+        self._take(slots, cpu, mem)
         index = book.budget.index
         return Booking(
             slots=slots,
@@ -244,11 +273,13 @@ class Ledger:
             exclusive=False,
             placement=_place((index,) if index is not None else None, self._pin(cpu)),
             gpu_exclusive=need.gpu_exclusive,
+            mem_mib=mem,
         )
 
-    def _take(self, slots: int, cpu: float) -> None:
+    def _take(self, slots: int, cpu: float, mem: float) -> None:
         self._free -= slots
         self._cpu_used += cpu
+        self._mem_used += mem
 
     def _pin(self, cpu: float, *, whole: bool = False) -> frozenset[int] | None:
         """The CPU ids a job of share `cpu` is pinned to, taken now (None: none pinned): all of
@@ -298,6 +329,7 @@ class Ledger:
     def release(self, booking: Booking) -> None:
         self._free += booking.slots
         self._cpu_used = max(0.0, self._cpu_used - booking.cpu)
+        self._mem_used = max(0.0, self._mem_used - booking.mem_mib)
         self._unpin(booking.cpu, booking.placement.cpus)
         if booking.exclusive:
             self._exclusive = False
@@ -323,6 +355,10 @@ class Ledger:
     @property
     def cpu_used(self) -> float:
         return self._cpu_used
+
+    @property
+    def mem_used(self) -> float:
+        return self._mem_used
 
     def pinned(self) -> dict[int, int]:
         """CPU id -> the jobs pinned to it now (empty: none pinned)."""
@@ -355,5 +391,12 @@ class Ledger:
             out.append(
                 f"cpu: {self.cpus:g} CPUs; a case holds its CPU share on record, an unknown one"
                 f" {self.default_cpu or 0.0:.2f}{pinned}"
+            )
+        if self.mem_mib is None:
+            out.append("memory: not booked")
+        else:
+            out.append(
+                f"memory: {self.mem_mib / 1024:.1f} GiB available; a case holds its resident"
+                f" peak on record, an unknown one {(self.default_mem or 0.0) / 1024:.2f} GiB"
             )
         return out

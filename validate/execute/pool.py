@@ -6,7 +6,8 @@ estimate (the duration history across cells; a job without one counts as longest
 submission order). A job may return follow-up jobs (a failing case's API-log re-run and its
 `--reruns`); they go into the same queue. What a job holds while it runs is the ledger's
 (execute/ledger.py, the pool's one account of resources): `slots` slots (a case one, a docker
-cell's container as many as it runs at once), its `cpu` share of the host's CPUs, and on one GPU
+cell's container as many as it runs at once), its `cpu` share of the host's CPUs, its `mem_mib`
+of the host's memory, and on one GPU
 its `gpu_mib` of that GPU's free memory and its `gpu_load` (its recorded GPU busy share) of that
 GPU's capacity; the booking's placement (applied in the job's thread by `launch.placed`) is the
 GPU and the CPU ids its processes are pinned to. A `gpu_exclusive` job (a case that must have its GPU to itself) holds
@@ -104,6 +105,9 @@ class Job:
     #: CPU share it holds while it runs (CPU seconds per wall second, recorded); None: the
     #: ledger's default (the median on record)
     cpu: float | None = None
+    #: host memory (MiB) it holds while it runs (its resident peak on record); None: the
+    #: ledger's default (the median on record)
+    mem_mib: float | None = None
     exclusive: bool = False  # runs with no other job beside it (holds every slot and all load)
     #: has its GPU to itself (a case declared exclusive); the other GPUs run other jobs
     gpu_exclusive: bool = False
@@ -249,6 +253,7 @@ class Pool:
             gpu_mib=job.gpu_mib,
             gpu_load=job.gpu_load,
             cpu=job.cpu,
+            mem_mib=job.mem_mib,
             exclusive=job.exclusive,
             gpu_exclusive=job.gpu_exclusive,
         )

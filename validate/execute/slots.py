@@ -20,7 +20,8 @@
   one GPU's busy share (GPU_CAPACITY), and the host's CPUs: each case holds its recorded peak
   and busy share on the one GPU it is placed on, and its recorded CPU share of the CPUs (the
   median on record when it has none), so heavy cases spread across the GPUs and the run, and
-  CPU-bound cases never oversubscribe the CPUs; each case runs pinned to ceil(its share) of
+  CPU-bound cases never oversubscribe the CPUs, and its recorded resident peak of the host's
+  memory available at start (the median on record when it has none); each case runs pinned to ceil(its share) of
   the CPUs this process may run on (its placement's CPU ids). A case declared ``exclusive`` runs with nothing
   else beside it.
 """
@@ -37,6 +38,7 @@ from validate.errors import ConfigError
 from validate.execute.ledger import (
     CPU_LEDGER_ENV,
     GPU_CAPACITY,
+    MEM_LEDGER_ENV,
     GpuBudget,
     Ledger,
     host_cpu_ids,
@@ -246,6 +248,9 @@ def plan_ledger(
     if os.environ.get(CPU_LEDGER_ENV, "1").strip() == "0":
         cpus, ids = None, ()
     share = history.typical_cpu_share() if history is not None else None
+    mem: float | None = float(have.mem_mib) if have.mem_mib is not None else None
+    if os.environ.get(MEM_LEDGER_ENV, "1").strip() == "0":
+        mem = None
     ledger = Ledger(
         bound.slots,
         gpus=[
@@ -255,5 +260,7 @@ def plan_ledger(
         cpus=cpus,
         default_cpu=share,
         cpu_ids=ids,
+        mem_mib=mem,
+        default_mem=history.typical_rss_mib() if history is not None else None,
     )
     return bound, ledger

@@ -49,13 +49,16 @@ class CaseUsage:
     ran (/proc/stat). Together they say whether the case shared a saturated resource.
     `cpu_share`: the CPU its own process tree asks for, per wall second (its session's
     processes, up to its last poll; the time they ran or were ready to run, `_tree_ticks`, so a
-    CPU-bound case reads near 1 also on busy CPUs): what the ledger books of the host's CPUs."""
+    CPU-bound case reads near 1 also on busy CPUs): what the ledger books of the host's CPUs.
+    `rss_mib`: the largest resident memory of its process tree at one poll (summed over its
+    session's processes): what the ledger books of the host's memory."""
 
     peak_mib: float | None = None
     gpu_busy: float | None = None
     gpu_device: float | None = None
     cpu_host: float | None = None
     cpu_share: float | None = None
+    rss_mib: float | None = None
     polls: int = 0
 
     @property
@@ -93,6 +96,7 @@ class _Acc:
     ticks: dict[int, int] = field(default_factory=dict)  # pid -> its CPU ticks (user + system)
     born: int | None = None  # the earliest start of its processes (ticks since boot)
     seen_at: int | None = None  # the last poll that saw its processes (ticks since boot)
+    rss_mib: float | None = None  # the largest resident memory of its tree at one poll
 
 
 class UsageSampler:
@@ -255,7 +259,7 @@ class UsageSampler:
         cpu: float | None = None,
         live: Mapping[int, int] | None = None,
         *,
-        trees: tuple[int, list[tuple[int, int, int, int]]] | None = None,
+        trees: tuple[int, list[tuple[int, int, int, int, float]]] | None = None,
         devices: Sequence[float | None] | None = None,
         where: Mapping[int, int] | None = None,
     ) -> None:
@@ -263,8 +267,8 @@ class UsageSampler:
         peaks kept; `busy` (pid, SM busy 0..1) summed per case (None: not given per process,
         then `device` is split among the cases holding memory); `device` the GPU's and `cpu` the
         host's utilization now, counted for every live case. `live`: the sessions the poll
-        already read (None: read them now). `trees`: (now, [(pid, session, CPU ticks, start)])
-        of the live sessions' processes, in ticks since boot (`_tree_ticks`). `devices`: each
+        already read (None: read them now). `trees`: (now, [(pid, session, CPU ticks, start,
+        resident MiB)]) of the live sessions' processes, in ticks since boot (`_tree_ticks`). `devices`: each
         GPU's utilization now, and `where`: pid -> the GPU it holds memory on; a case placed on
         a GPU (execute/ledger.py) counts that GPU's utilization, not the mean of all, and
         without per-process figures it gets its share of that GPU's."""
@@ -314,7 +318,8 @@ class UsageSampler:
                     acc.cpu_polls += 1
             if trees is not None:
                 now, procs = trees
-                for pid, session, ticks, born in procs:
+                resident: dict[int, float] = {}
+                for pid, session, ticks, born, rss in procs:
                     tree = live.get(session)
                     if tree is None or tree not in self._acc:
                         continue
@@ -322,6 +327,10 @@ class UsageSampler:
                     acc.ticks[pid] = max(acc.ticks.get(pid, 0), ticks)
                     acc.born = born if acc.born is None else min(acc.born, born)
                     acc.seen_at = now
+                    resident[tree] = resident.get(tree, 0.0) + rss
+                for tree, mib in resident.items():
+                    acc = self._acc[tree]
+                    acc.rss_mib = max(acc.rss_mib or 0.0, mib)
 
     def recent(self, case: int) -> float | None:
         """The case's GPU busy share over its last few polls (None: none measured yet): what the
@@ -343,6 +352,7 @@ class UsageSampler:
             gpu_device=acc.device / acc.device_polls if acc.device_polls else None,
             cpu_host=acc.cpu / acc.cpu_polls if acc.cpu_polls else None,
             cpu_share=_share(acc),
+            rss_mib=acc.rss_mib,
             polls=acc.polls,
         )
 
@@ -425,6 +435,7 @@ def _cpu_times() -> tuple[int, int] | None:
 
 
 _CLK_TCK: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE_MIB: Final = (os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096) / 2**20
 
 
 def _share(acc: _Acc) -> float | None:
@@ -434,9 +445,11 @@ def _share(acc: _Acc) -> float | None:
     return sum(acc.ticks.values()) / (acc.seen_at - acc.born)
 
 
-def _tree_ticks(live: Mapping[int, int]) -> tuple[int, list[tuple[int, int, int, int]]] | None:
-    """(now, [(pid, session, CPU demand, start)]) for the processes of the live sessions, in
-    ticks since boot; None where /proc is not readable. A process's demand is the larger of its
+def _tree_ticks(
+    live: Mapping[int, int],
+) -> tuple[int, list[tuple[int, int, int, int, float]]] | None:
+    """(now, [(pid, session, CPU demand, start, resident MiB)]) for the processes of the live
+    sessions, in ticks since boot; None where /proc is not readable. A process's demand is the larger of its
     CPU time (/proc/<pid>/stat: user + system, every thread) and the time its main thread ran or
     waited to run (/proc/<pid>/schedstat): on CPUs shared with others a CPU-bound process gets
     only its slice, and its CPU time alone would book it as less than it needs."""
@@ -446,7 +459,7 @@ def _tree_ticks(live: Mapping[int, int]) -> tuple[int, list[tuple[int, int, int,
         entries = os.listdir("/proc")  # noqa: PTH208 - hot path (every poll), no Path
     except (OSError, ValueError, IndexError):
         return None
-    found: list[tuple[int, int, int, int]] = []
+    found: list[tuple[int, int, int, int, float]] = []
     for name in entries:
         if not name.isdigit():
             continue
@@ -455,10 +468,11 @@ def _tree_ticks(live: Mapping[int, int]) -> tuple[int, list[tuple[int, int, int,
                 data = fh.read()
             rest = data[data.rfind(b")") + 2 :].split()
             session = int(rest[3])
-            if session not in live:  # fields 6 (session), 14-15 (utime, stime), 22 (starttime)
-                continue
+            if session not in live:  # fields 6 (session), 14-15 (utime, stime), 22 (starttime),
+                continue  # 24 (rss, pages)
             ticks = int(rest[11]) + int(rest[12])
             born = int(rest[19])
+            rss = int(rest[21]) * _PAGE_MIB
         except (OSError, ValueError, IndexError):
             continue
         try:
@@ -467,5 +481,5 @@ def _tree_ticks(live: Mapping[int, int]) -> tuple[int, list[tuple[int, int, int,
             ticks = max(ticks, (ran_ns + waited_ns) * _CLK_TCK // 1_000_000_000)
         except (OSError, ValueError):
             pass  # no schedstat (CONFIG_SCHED_INFO off): the CPU time alone
-        found.append((int(name), session, ticks, born))
+        found.append((int(name), session, ticks, born, rss))
     return now, found
