@@ -581,3 +581,92 @@ def test_host_memory_peaks_are_recorded_and_hold_cases_to_the_memory(tmp_path: P
         assert len(spans[name]) == 3
     assert _most_at_once(spans["booked"]) == 1, spans  # each holds all the memory: one at a time
     assert _most_at_once(spans["unbooked"]) > 1, spans  # the slots alone: together
+
+
+#: Writes the CPUs it may run on, then keeps THREADS threads busy for SECONDS (sha256 of 1 MiB
+#: releases the GIL, so the threads run at once where they have the CPUs).
+_BUSY = """\
+import hashlib, json, os, pathlib, threading, time
+out = pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem
+out.write_text(json.dumps({"cpus": sorted(os.sched_getaffinity(0))}))
+buf = b"x" * (1 << 20)
+def spin():
+    t = time.time() + SECONDS
+    while time.time() < t:
+        hashlib.sha256(buf).digest()
+threads = [threading.Thread(target=spin) for _ in range(THREADS)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+#: Two busy processes: itself and a child it starts (one session, one case).
+_TWO_PROCS = """\
+import json, os, pathlib, subprocess, sys, time
+out = pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem
+out.write_text(json.dumps({"cpus": sorted(os.sched_getaffinity(0))}))
+spin = "import time\\nt = time.time() + 2.5\\nwhile time.time() < t: pass"
+child = subprocess.Popen([sys.executable, "-c", spin])
+exec(spin)
+child.wait()
+"""
+
+#: Busy children one after another, each shorter than a poll (0.5 s): counted by its reaped
+#: children's CPU time, and never twice where a poll saw one.
+_SHORT_CHILDREN = """\
+import json, os, pathlib, subprocess, sys
+out = pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem
+out.write_text(json.dumps({"cpus": sorted(os.sched_getaffinity(0))}))
+spin = "import time\\nt = time.time() + 0.3\\nwhile time.time() < t: pass"
+for _ in range(8):
+    subprocess.run([sys.executable, "-c", spin], check=True)
+"""
+
+
+def test_a_case_pinned_to_one_cpu_records_its_demand_and_gets_it_next_run(
+    tmp_path: Path,
+) -> None:
+    """The CPU share is demand, not the CPU granted: each case pinned to 1 CPU (shares of 1 on
+    record), 2 busy threads (or 2 busy processes) record near 2 (their run-queue wait is the
+    demand beyond the pin), 1 busy thread near 1, a sleeper little, busy children shorter than
+    a poll near 1 (counted once). With that history the next run pins the 2-thread case to 2
+    CPUs, the single thread still to 1."""
+    from validate.execute.ledger import host_cpu_ids
+
+    ids = host_cpu_ids()
+    if len(ids) < 2:
+        pytest.skip(f"this process may run on {len(ids)} CPU; a demand of 2 needs 2")
+    cases = tmp_path / "cases"
+    (cases / "seen").mkdir(parents=True)
+    busy = _BUSY.replace("SECONDS", "2.5")
+    (cases / "two_threads.py").write_text(busy.replace("THREADS", "2"))
+    (cases / "one_thread.py").write_text(busy.replace("THREADS", "1"))
+    (cases / "two_procs.py").write_text(_TWO_PROCS)
+    (cases / "short_children.py").write_text(_SHORT_CHILDREN)
+    (cases / "nap.py").write_text(SEEN.replace("SPIN", "").replace("SLEEP", "2.5"))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    names = [p.name for p in cases.glob("*.py")]
+    (cache / "durations.json").write_text(json.dumps({"#cpu_share": dict.fromkeys(names, 1.0)}))
+    seen: dict[str, dict[str, Any]] = {}
+    for run in ("first", "next"):
+        proc = _cli(
+            "validate", *VALIDATE, "--cases", str(cases), "--jobs", "1",
+            "--results", str(tmp_path / run), "--cache-dir", str(cache), cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        assert "each case pinned to ceil(share)" in proc.stderr, proc.stderr
+        seen[run] = {p.name: json.loads(p.read_text()) for p in (cases / "seen").iterdir()}
+        if run == "first":
+            assert all(len(s["cpus"]) == 1 for s in seen[run].values() if "cpus" in s), seen
+            shares = json.loads((cache / "durations.json").read_text())["#cpu_share"]
+            assert shares["two_threads.py"] > 1.5, shares
+            assert shares["two_procs.py"] > 1.5, shares
+            assert 0.7 < shares["one_thread.py"] < 1.5, shares
+            assert 0.7 < shares["short_children.py"] < 1.5, shares
+            assert shares["nap.py"] < 0.2, shares
+            assert max(shares.values()) <= len(ids), shares  # capped at the CPUs
+    assert len(seen["next"]["two_threads"]["cpus"]) == 2, seen
+    assert len(seen["next"]["two_procs"]["cpus"]) == 2, seen
+    assert len(seen["next"]["one_thread"]["cpus"]) == 1, seen

@@ -11,7 +11,8 @@ wait. `release` gives the booking back when the job ends.
   runs when the largest GPU is all its own.
 - The host: slots (how many cases at once, execute/slots.py) and the CPU budget (the CPUs this
   process may run on). A job holds its CPU share (the CPU its process tree asks for per wall
-  second: the time it ran or was ready to run, execute/usage.py, kept in execute/history.py); the running jobs' shares stay within the CPUs. A share larger than
+  second: the time its threads ran or waited on a run queue, so demand beyond its pinned CPUs
+  shows, execute/cpu_demand.py, kept in execute/history.py); the running jobs' shares stay within the CPUs. A share larger than
   every CPU runs when the CPUs are all its own. `default_cpu`: what a job without a figure holds
   (the median on record, else the CPUs shared evenly among the slots, so that the slot count is
   what binds until a history says more).
