@@ -169,13 +169,15 @@ class CpuDemand:
         for tid in [t for p, t in self.threads if p == pid]:
             self.threads[key, tid] = self.threads.pop((pid, tid))
 
-    def demand_ns(self) -> int:
-        """Run + wait of every thread seen, plus the CPU time no polled thread accounts for."""
+    def demand_ns(self, wall_ns: int) -> int:
+        """Run + wait of every thread seen (at most `wall_ns` each: a thread never asks for more
+        than one CPU; the polls' clock is read in ticks), plus the CPU time no polled thread
+        accounts for."""
         ran: dict[int, int] = {}
         total = 0
         for (pid, _tid), (r, w) in self.threads.items():
             ran[pid] = ran.get(pid, 0) + r
-            total += r + w
+            total += min(wall_ns, r + w)
         for pid, proc in self.procs.items():
             total += max(0, proc.cpu_ns - ran.get(pid, 0))
             total += max(0, proc.reaped_ns - proc.credited_ns)
@@ -187,4 +189,4 @@ class CpuDemand:
         if self.born is None or self.seen_at is None or self.seen_at <= self.born:
             return None
         wall_ns = (self.seen_at - self.born) * _NS // _CLK_TCK
-        return min(cap, self.demand_ns() / wall_ns)
+        return min(cap, self.demand_ns(wall_ns) / wall_ns)
