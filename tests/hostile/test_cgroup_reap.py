@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from usercli import cli
+from usercli import cli, start
 
 from validate.execute import cgroups, launch
 
@@ -114,7 +114,7 @@ def test_a_daemon_without_its_token_is_ended_by_the_cases_cgroup(tmp_path: Path,
     assert [p.pid for p in named] == [pid], named
     assert named[0].args.endswith(mark), named
     assert _wait_for(mark, present=False) == []
-    assert not (base / f"cm-{token}").exists()  # the case's cgroup is removed with it
+    assert not (base / f"cm-{token}-{os.getpid()}").exists()  # the case's cgroup is removed with it
 
 
 #: A case that makes a cgroup of its own under its case's (as the tool does when a case runs it)
@@ -136,7 +136,8 @@ def test_a_cgroup_a_case_made_under_its_own_is_ended_and_removed_with_it(
 ) -> None:
     base = _cgroup_or_skip()
     token = launch.new_token()
-    inner = base / f"cm-{token}" / "inner"
+    own = base / f"cm-{token}-{os.getpid()}"  # made by this process: its owner
+    inner = own / "inner"
     proc = launch.start(
         [sys.executable, "-c", _NESTED, str(inner), mark],
         env=dict(os.environ),
@@ -149,7 +150,7 @@ def test_a_cgroup_a_case_made_under_its_own_is_ended_and_removed_with_it(
     named = launch.reap(token)
     assert [p.pid for p in named] == [pid], named
     assert _wait_for(mark, present=False) == []
-    assert not (base / f"cm-{token}").exists()
+    assert not own.exists()
 
 
 def test_without_a_cgroup_the_token_scan_still_reaps(
@@ -197,8 +198,8 @@ def test_run_tests_ends_a_scrubbed_daemon_and_names_it(tmp_path: Path, mark: str
 @pytest.mark.parametrize("fork", ["1", "0"])
 def test_a_script_case_runs_in_a_cgroup_of_its_own(tmp_path: Path, fork: str) -> None:
     """Forked by the fork server (the child joins its cgroup itself) or started fresh (the
-    launcher's child joins it before exec): the case's process is in `cm-<token>`, so all it
-    starts is too."""
+    launcher's child joins it before exec): the case's process is in `cm-<token>-<tool pid>`,
+    so all it starts is too."""
     _cgroup_or_skip()
     cases = tmp_path / "cases"
     cases.mkdir()
@@ -217,15 +218,16 @@ def test_a_script_case_runs_in_a_cgroup_of_its_own(tmp_path: Path, fork: str) ->
     )
     assert proc.returncode == 0, proc.stderr
     [line] = [ln for ln in seen.read_text().splitlines() if ln.startswith("0::")]
-    assert re.fullmatch(r"0::.*/cm-[0-9a-f]{32}", line), line
+    assert re.fullmatch(r"0::.*/cm-[0-9a-f]{32}-[0-9]+", line), line
 
 
 def test_the_empty_cgroups_a_killed_run_left_are_removed_at_the_next_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A tool killed outright reaps nothing: its cases' cgroups stay, empty once their processes
-    were killed. The next tool removes those older than a minute, and leaves a new one alone (its
-    process may not have joined it yet)."""
+    were killed. Of those that name no owner (a tool from before owners were named), the next
+    tool removes those older than a minute, and leaves a new one alone (its process may not
+    have joined it yet)."""
     base = _cgroup_or_skip()
     stale = base / f"cm-{uuid.uuid4().hex}"
     (stale / "inner").mkdir(parents=True)  # a case that ran the tool made its own under it
@@ -242,3 +244,63 @@ def test_the_empty_cgroups_a_killed_run_left_are_removed_at_the_next_start(
         for each in (fresh, stale / "inner", stale):
             with contextlib.suppress(OSError):
                 each.rmdir()
+
+
+_SLEEPER = """\
+import os, pathlib, time
+pathlib.Path(os.environ["HOSTILE_OUT"]).write_text(open("/proc/self/cgroup").read())
+time.sleep(300)
+"""
+
+
+def test_a_sigkilled_tools_empty_cgroups_are_removed_at_once_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real tool SIGKILLed while its case runs leaves the case's cgroup, which names the dead
+    tool as its owner. Once empty, the next tool removes it at start, at once (it is seconds
+    old, not a minute); an empty one whose owner lives (another run's) stays."""
+    base = _cgroup_or_skip()
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "sleeper.py").write_text(_SLEEPER)
+    seen = tmp_path / "cgroup.txt"
+    tool = start(
+        *("run", "cases", "--jobs", "1", "--timeout", "280", "--no-api-logs"),
+        *("--results", "run"),
+        cwd=tmp_path,
+        env={**os.environ, "HOSTILE_OUT": str(seen)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    other = base / f"cm-{uuid.uuid4().hex}-{live.pid}"
+    left: Path | None = None
+    try:
+        deadline = time.monotonic() + 120
+        while not seen.is_file() or "cm-" not in seen.read_text():
+            assert time.monotonic() < deadline, "the case never started"
+            assert tool.poll() is None, "the tool ended before its case started"
+            time.sleep(0.1)
+        [line] = [ln for ln in seen.read_text().splitlines() if ln.startswith("0::")]
+        left = base / line.rsplit("/", 1)[-1]
+        assert left.name.endswith(f"-{tool.pid}"), (left, tool.pid)  # its owner: the tool
+        tool.kill()
+        tool.wait(timeout=30)
+        (left / "cgroup.kill").write_bytes(b"1")  # what it ran, killed: the cgroup stays, empty
+        while "populated 1" in (left / "cgroup.events").read_text():
+            assert time.monotonic() < deadline, "the case's cgroup never emptied"
+            time.sleep(0.05)
+        assert left.is_dir()
+        other.mkdir()
+        monkeypatch.setattr(cgroups, "_BASE", [])  # as a new tool process finds it
+        assert cgroups.available() == base
+        assert not left.exists()
+        assert other.is_dir()
+    finally:
+        for proc in (tool, live):
+            proc.kill()
+            proc.wait()
+        for each in (other, left):
+            if each is not None:
+                with contextlib.suppress(OSError):
+                    (each / "cgroup.kill").write_bytes(b"1")
+                    each.rmdir()

@@ -32,7 +32,7 @@ from validate.report.bugreport import bug_report
 from validate.report.model import RunInfo, StoredResult
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
 
     from validate.execute.cases import Case
 
@@ -112,9 +112,6 @@ class ShellKind:
 
     def command(self, case: Case, python: Path, report: Path, timeout_s: float) -> list[str]:  # noqa: ARG002
         return [str(self.bootstrap), str(case.path)]
-
-    def collect(self, python: Path, paths: Sequence[Path]) -> list[Case]:  # noqa: ARG002
-        return []
 
     def gather(self, run: ExecResult, result_file: Path) -> ExecResult:  # noqa: ARG002
         return run

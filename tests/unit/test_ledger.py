@@ -1,4 +1,5 @@
-"""The ledger: each GPU booked on its own, the host's CPUs booked by each case's CPU share.
+"""The ledger: each GPU booked on its own, the host's CPUs booked by each case's CPU share and
+each case pinned to the CPU ids its share was given.
 
 This host has no GPU: the topology is declared at the NVML boundary (plan/host.py
 DECLARED_GPUS_ENV, read where NVML would be) and is the only fake here. The cases are real
@@ -13,14 +14,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
 import pytest
 from usercli import cli
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
 
 #: 4 GPUs of different free memory; a case without a recorded peak holds 4 GiB of its GPU.
 FOUR = "sm90:16384,sm90:8192,sm90:4096,sm90:4096"
@@ -336,3 +334,339 @@ def test_a_placed_case_is_judged_by_its_own_gpus_utilization() -> None:
         for proc in (hot, cool):
             proc.kill()
             proc.wait()
+
+
+def test_cpu_ids_follow_the_shares_and_never_hold_a_case_back() -> None:
+    """Each booking gets ceil(its share) CPU ids (at least 1), the least loaded ones; a share of
+    every CPU or an exclusive job gets all; fractional shares that fit the CPUs share ids rather
+    than wait; ids come back on release. Without ids (or without the CPU booked) none are set."""
+    from validate.execute.ledger import Ledger, Need
+
+    ledger = Ledger(8, cpu_ids=(4, 5, 6, 7))
+    assert ledger.cpus == 4.0  # the ids are the CPUs
+    one, two = ledger.book(Need(cpu=1.0)), ledger.book(Need(cpu=1.5))
+    assert one is not None
+    assert two is not None
+    assert one.placement.cpus == frozenset({4})
+    assert two.placement.cpus == frozenset({5, 6})  # ceil(1.5): the least loaded, then the lowest
+    nap = ledger.book(Need(cpu=0.0))  # a case that sleeps still runs somewhere: one id
+    assert nap is not None
+    assert nap.placement.cpus == frozenset({7})
+    assert ledger.book(Need(cpu=2.0)) is None  # 4.5 of 4: the share binds, not the ids
+    # fractional shares: 1.5 CPUs left, every id taken; they share the least loaded ids
+    rest = [ledger.book(Need(cpu=0.5)) for _ in range(3)]
+    assert all(b is not None and len(b.placement.cpus or ()) == 1 for b in rest)
+    # 7 carries 0, then 0.5; then 5 (0.75 of the 1.5 share), not 4 (1.0)
+    assert [b.placement.cpus for b in rest if b is not None] == [
+        frozenset({7}),
+        frozenset({7}),
+        frozenset({5}),
+    ]
+    ledger.release(two)
+    again = ledger.book(Need(cpu=1.5))
+    assert again is not None
+    assert again.placement.cpus == frozenset({5, 6})  # given back
+    for booking in [one, again, nap, *rest]:
+        assert booking is not None
+        ledger.release(booking)
+    assert set(ledger.pinned().values()) == frozenset({0})
+    whole = ledger.book(Need(cpu=4.0))
+    assert whole is not None
+    assert whole.placement.cpus == frozenset({4, 5, 6, 7})
+    ledger.release(whole)
+    alone = ledger.book(Need(cpu=0.2, exclusive=True))
+    assert alone is not None
+    assert alone.placement.cpus == frozenset({4, 5, 6, 7})
+    assert Ledger(2, cpus=2.0).book(Need()).placement.cpus is None  # type: ignore[union-attr]
+    lines = Ledger(2, cpu_ids=(4, 5, 6, 7)).lines()
+    assert any("pinned to ceil(share) of CPUs 4-7" in line for line in lines), lines
+
+
+_AFFINITY = """\
+import json, os, pathlib, time
+start = time.time()
+time.sleep(SLEEP)
+out = pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem
+out.write_text(json.dumps({"cpus": sorted(os.sched_getaffinity(0)), "start": start,
+                           "end": time.time()}))
+"""
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["fork-server", "fresh"])
+def test_a_case_process_runs_on_exactly_the_cpus_the_ledger_booked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool
+) -> None:
+    """Real cases through the real pool and launcher: each process's affinity is the CPU ids
+    its booking holds; two that ran at once on whole shares ran on disjoint CPUs."""
+    from validate.env.target import ExecTarget
+    from validate.execute.attempt import RunOptions, run_attempt
+    from validate.execute.cases import discover_cases
+    from validate.execute.forkserver import OFF_ENV
+    from validate.execute.launch import placement_now
+    from validate.execute.ledger import Ledger, host_cpu_ids
+    from validate.execute.pool import Job, Pool
+    from validate.execute.runner import run_pool
+
+    ids = host_cpu_ids()
+    if len(ids) < 2:
+        pytest.skip(f"this process may run on {len(ids)} CPU; disjoint CPUs need 2")
+    if not forked:
+        monkeypatch.setenv(OFF_ENV, "0")
+    (tmp_path / "seen").mkdir()
+    options = RunOptions(results_dir=tmp_path / "run", timeout_s=60, api_logs=False)
+    target = ExecTarget(python=Path(sys.executable))
+    booked: dict[str, list[int]] = {}
+
+    def job(name: str, share: float) -> Job:
+        script = tmp_path / f"{name}.py"
+        script.write_text(_AFFINITY.replace("SLEEP", "1.5"))
+        (case,) = discover_cases([script])
+
+        def run() -> tuple[Job, ...]:
+            booked[name] = sorted(placement_now().cpus or ())
+            folder = tmp_path / "run" / name
+            folder.mkdir(parents=True)
+            result, _ = run_attempt(case, target, options, folder, 1, api_logs=False)
+            assert result.returncode == 0, result.tail
+            return ()
+
+        return Job(name=name, run=run, cpu=share)
+
+    pool = Pool(2, ledger=Ledger(2, cpu_ids=ids[:2]))
+    pool.submit([job("a", 1.0), job("b", 1.0), job("both", 2.0)])
+    pool.close()
+    run_pool(pool)
+    seen = {p.name: json.loads(p.read_text()) for p in (tmp_path / "seen").iterdir()}
+    assert {name: s["cpus"] for name, s in seen.items()} == booked
+    assert len(booked["a"]) == len(booked["b"]) == 1
+    assert booked["both"] == list(ids[:2])
+    a, b = seen["a"], seen["b"]
+    assert a["start"] < b["end"]  # the two whole shares ran at once (2 slots, 2 CPUs) ...
+    assert b["start"] < a["end"]
+    assert set(booked["a"]).isdisjoint(booked["b"])  # ... each on a CPU of its own
+
+
+def test_validate_pins_each_case_to_its_booked_share_and_says_so(tmp_path: Path) -> None:
+    """`validate` end to end: with shares of one CPU on record, cases that ran at once ran on
+    disjoint single CPUs, a notebook's kernel too; a share of every CPU got them all; the start
+    line says the cases are pinned. With the CPU ledger off, nothing is pinned."""
+    from validate.execute.ledger import host_cpu_ids
+
+    ids = host_cpu_ids()
+    if len(ids) < 2:
+        pytest.skip(f"this process may run on {len(ids)} CPU; disjoint CPUs need 2")
+    nb = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {},
+                   "outputs": [], "source": _AFFINITY.replace(
+                       'pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem',
+                       'pathlib.Path("SEEN") / "nb"').replace("SLEEP", "1.5")}],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }  # fmt: skip
+    spans: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, env in (("booked", {}), ("unbooked", {"CUDNN_MATRIX_CPU_LEDGER": "0"})):
+        cases = tmp_path / name
+        (cases / "seen").mkdir(parents=True)
+        for stem in ("one", "two", "three"):
+            (cases / f"{stem}.py").write_text(_AFFINITY.replace("SLEEP", "1.5"))
+        (cases / "all.py").write_text(_AFFINITY.replace("SLEEP", "0"))
+        seen_dir = json.dumps(str(cases / "seen"))[1:-1]
+        (cases / "nb.ipynb").write_text(json.dumps(nb).replace("SEEN", seen_dir))
+        shares = {"one.py": 1.0, "two.py": 1.0, "three.py": 1.0, "nb.ipynb": 1.0}
+        shares["all.py"] = float(len(ids))
+        cache = tmp_path / f"{name}-cache"
+        cache.mkdir()
+        (cache / "durations.json").write_text(json.dumps({"#cpu_share": shares}))
+        proc = _cli(
+            "validate", *VALIDATE, "--cases", str(cases), "--jobs", "2",
+            "--results", str(tmp_path / f"{name}-run"), "--cache-dir", str(cache),
+            env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        start = next(line for line in proc.stderr.splitlines() if "slots:" in line)
+        spans[name] = {p.name: json.loads(p.read_text()) for p in (cases / "seen").iterdir()}
+        assert set(spans[name]) == {"one", "two", "three", "all", "nb"}, proc.stderr
+        if name == "unbooked":
+            assert "cpu: not booked" in start
+            assert {tuple(s["cpus"]) for s in spans[name].values()} == {ids}
+            continue
+        assert "each case pinned to ceil(share) of CPUs" in start, start
+        seen = spans[name]
+        assert tuple(seen["all"]["cpus"]) == ids
+        singles = {k: v for k, v in seen.items() if k != "all"}
+        assert all(len(s["cpus"]) == 1 and s["cpus"][0] in ids for s in singles.values()), seen
+        overlapped = 0
+        names = sorted(singles)
+        for i, x in enumerate(names):
+            for y in names[i + 1 :]:
+                sx, sy = singles[x], singles[y]
+                if sx["start"] < sy["end"] and sy["start"] < sx["end"]:
+                    overlapped += 1
+                    assert sx["cpus"] != sy["cpus"], (x, y, seen)
+        assert overlapped, seen  # 2 slots, whole shares of 2 CPUs: some ran at once
+
+
+def test_host_memory_peaks_stay_within_the_memory() -> None:
+    from validate.execute.ledger import Ledger, Need
+
+    ledger = Ledger(8, mem_mib=1000.0, default_mem=300.0)
+    big, mid = ledger.book(Need(mem_mib=600.0)), ledger.book(Need(mem_mib=300.0))
+    assert big is not None
+    assert mid is not None
+    assert ledger.book(Need()) is None  # the default, 300: 1200 of 1000
+    small = ledger.book(Need(mem_mib=100.0))
+    assert small is not None
+    assert ledger.mem_used == pytest.approx(1000.0)
+    ledger.release(big)
+    assert ledger.book(Need()) is not None  # given back
+    fresh = Ledger(4, mem_mib=1000.0)
+    assert fresh.default_mem == pytest.approx(250.0)  # no history: the memory over the slots
+    huge = fresh.book(Need(mem_mib=50_000.0))  # larger than the memory: when all is free
+    assert huge is not None
+    assert fresh.book(Need(mem_mib=1.0)) is None
+    fresh.release(huge)
+    alone = fresh.book(Need(mem_mib=1.0, exclusive=True))
+    assert alone is not None
+    assert alone.mem_mib == pytest.approx(1000.0)  # an exclusive job holds all of it
+    assert Ledger(2).book(Need(mem_mib=10.0)).mem_mib == 0.0  # type: ignore[union-attr]
+    assert "memory: 1.0 GiB available" in Ledger(2, mem_mib=1024.0).lines()[-1]
+    assert Ledger(2).lines()[-1] == "memory: not booked"
+
+
+#: Holds MiB of resident memory (written, so resident) for a while.
+_HOLD = textwrap.dedent(
+    """\
+    import time
+    held = b"x" * (MIB * 1024 * 1024)
+    time.sleep(SLEEP)
+    """
+)
+
+
+def test_host_memory_peaks_are_recorded_and_hold_cases_to_the_memory(tmp_path: Path) -> None:
+    """A run records each case's resident peak (its process tree's): one that holds 300 MiB
+    near that, one that sleeps far less. Peaks on record larger than the host's memory hold
+    those cases to one at a time, where the slots alone run them together (as they do with the
+    memory ledger off)."""
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "hold.py").write_text(_HOLD.replace("MIB", "300").replace("SLEEP", "2.5"))
+    (first / "nap.py").write_text(_HOLD.replace("MIB", "0").replace("SLEEP", "2.5"))
+    cache = tmp_path / "cache"
+    proc = _cli(
+        "validate", *VALIDATE, "--cases", str(first), "--jobs", "2",
+        "--results", str(tmp_path / "first-run"), "--cache-dir", str(cache), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    peaks = json.loads((cache / "durations.json").read_text())["#rss_mib"]
+    assert 280 < peaks["hold.py"] < 600, peaks
+    assert peaks["nap.py"] < 100, peaks
+
+    seeded = {"#rss_mib": {f"case{i:02d}.py": 1e9 for i in range(3)}}  # more than any host
+    spans = {}
+    for name, env in (("booked", {}), ("unbooked", {"CUDNN_MATRIX_MEM_LEDGER": "0"})):
+        crowd = _cases(tmp_path / name, 3, sleep=1.0)
+        (tmp_path / f"{name}-cache").mkdir()
+        (tmp_path / f"{name}-cache" / "durations.json").write_text(json.dumps(seeded))
+        proc = _cli(
+            "validate", *VALIDATE, "--cases", str(crowd), "--jobs", "3",
+            "--results", str(tmp_path / f"{name}-run"),
+            "--cache-dir", str(tmp_path / f"{name}-cache"), env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        start = next(line for line in proc.stderr.splitlines() if "slots:" in line)
+        assert ("memory: not booked" in start) == (name == "unbooked"), start
+        spans[name] = [(float(s["start"]), float(s["end"])) for s in _seen(crowd)]  # type: ignore[arg-type]
+        assert len(spans[name]) == 3
+    assert _most_at_once(spans["booked"]) == 1, spans  # each holds all the memory: one at a time
+    assert _most_at_once(spans["unbooked"]) > 1, spans  # the slots alone: together
+
+
+#: Writes the CPUs it may run on, then keeps THREADS threads busy for SECONDS (sha256 of 1 MiB
+#: releases the GIL, so the threads run at once where they have the CPUs).
+_BUSY = """\
+import hashlib, json, os, pathlib, threading, time
+out = pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem
+out.write_text(json.dumps({"cpus": sorted(os.sched_getaffinity(0))}))
+buf = b"x" * (1 << 20)
+def spin():
+    t = time.time() + SECONDS
+    while time.time() < t:
+        hashlib.sha256(buf).digest()
+threads = [threading.Thread(target=spin) for _ in range(THREADS)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+#: Two busy processes: itself and a child it starts (one session, one case).
+_TWO_PROCS = """\
+import json, os, pathlib, subprocess, sys, time
+out = pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem
+out.write_text(json.dumps({"cpus": sorted(os.sched_getaffinity(0))}))
+spin = "import time\\nt = time.time() + 2.5\\nwhile time.time() < t: pass"
+child = subprocess.Popen([sys.executable, "-c", spin])
+exec(spin)
+child.wait()
+"""
+
+#: Busy children one after another, each shorter than a poll (0.5 s): counted by its reaped
+#: children's CPU time, and never twice where a poll saw one.
+_SHORT_CHILDREN = """\
+import json, os, pathlib, subprocess, sys
+out = pathlib.Path(__file__).parent / "seen" / pathlib.Path(__file__).stem
+out.write_text(json.dumps({"cpus": sorted(os.sched_getaffinity(0))}))
+spin = "import time\\nt = time.time() + 0.3\\nwhile time.time() < t: pass"
+for _ in range(8):
+    subprocess.run([sys.executable, "-c", spin], check=True)
+"""
+
+
+def test_a_case_pinned_to_one_cpu_records_its_demand_and_gets_it_next_run(
+    tmp_path: Path,
+) -> None:
+    """The CPU share is demand, not the CPU granted: each case pinned to 1 CPU (shares of 1 on
+    record), 2 busy threads (or 2 busy processes) record near 2 (their run-queue wait is the
+    demand beyond the pin), 1 busy thread near 1, a sleeper little, busy children shorter than
+    a poll near 1 (counted once). With that history the next run pins the 2-thread case to 2
+    CPUs, the single thread still to 1."""
+    from validate.execute.ledger import host_cpu_ids
+
+    ids = host_cpu_ids()
+    if len(ids) < 2:
+        pytest.skip(f"this process may run on {len(ids)} CPU; a demand of 2 needs 2")
+    cases = tmp_path / "cases"
+    (cases / "seen").mkdir(parents=True)
+    busy = _BUSY.replace("SECONDS", "2.5")
+    (cases / "two_threads.py").write_text(busy.replace("THREADS", "2"))
+    (cases / "one_thread.py").write_text(busy.replace("THREADS", "1"))
+    (cases / "two_procs.py").write_text(_TWO_PROCS)
+    (cases / "short_children.py").write_text(_SHORT_CHILDREN)
+    (cases / "nap.py").write_text(SEEN.replace("SPIN", "").replace("SLEEP", "2.5"))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    names = [p.name for p in cases.glob("*.py")]
+    (cache / "durations.json").write_text(json.dumps({"#cpu_share": dict.fromkeys(names, 1.0)}))
+    seen: dict[str, dict[str, Any]] = {}
+    for run in ("first", "next"):
+        proc = _cli(
+            "validate", *VALIDATE, "--cases", str(cases), "--jobs", "1",
+            "--results", str(tmp_path / run), "--cache-dir", str(cache), cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        assert "each case pinned to ceil(share)" in proc.stderr, proc.stderr
+        seen[run] = {p.name: json.loads(p.read_text()) for p in (cases / "seen").iterdir()}
+        if run == "first":
+            assert all(len(s["cpus"]) == 1 for s in seen[run].values() if "cpus" in s), seen
+            shares = json.loads((cache / "durations.json").read_text())["#cpu_share"]
+            assert shares["two_threads.py"] > 1.5, shares
+            assert shares["two_procs.py"] > 1.5, shares
+            assert 0.7 < shares["one_thread.py"] < 1.5, shares
+            assert 0.7 < shares["short_children.py"] < 1.5, shares
+            assert shares["nap.py"] < 0.2, shares
+            assert max(shares.values()) <= len(ids), shares  # capped at the CPUs
+    assert len(seen["next"]["two_threads"]["cpus"]) == 2, seen
+    assert len(seen["next"]["two_procs"]["cpus"]) == 2, seen
+    assert len(seen["next"]["one_thread"]["cpus"]) == 1, seen

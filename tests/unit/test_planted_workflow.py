@@ -52,9 +52,6 @@ class TimedShell:
     def command(self, case: Case, python: Path, report: Path, timeout_s: float) -> list[str]:  # noqa: ARG002
         return [str(self.bootstrap), str(case.path)]
 
-    def collect(self, python: Path, paths: Sequence[Path]) -> list[Case]:  # noqa: ARG002
-        return []
-
     def gather(self, run: ExecResult, result_file: Path) -> ExecResult:  # noqa: ARG002
         return run
 

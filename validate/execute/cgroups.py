@@ -3,7 +3,8 @@
 Where the tool's own cgroup (``/proc/self/cgroup``'s ``0::`` line, under the cgroup2 mount that
 ``/proc/self/mountinfo`` names) lets it make a child cgroup with a ``cgroup.kill`` file (a
 kernel from 5.14, root or a delegated subtree), every process the launcher starts for a case
-joins a cgroup of its own, ``cm-<token>``, before it runs (the child writes itself into its
+joins a cgroup of its own, ``cm-<token>-<pid>`` (the pid: the tool that made it, its owner),
+before it runs (the child writes itself into its
 ``cgroup.procs``; a forked case does it itself, resources/fork_server.py). Whatever it starts
 stays in that cgroup: a daemon that scrubbed its environment of the case's token, left its
 session and its parent, is still found. When the case ends, `kill` reads what is left, writes
@@ -11,6 +12,13 @@ session and its parent, is still found. When the case ends, `kill` reads what is
 unprivileged user without systemd's delegation), nothing changes: the launcher's subreaper and
 its scan for the token do the reaping alone (execute/launch.py). ``CUDNN_MATRIX_CGROUP=0`` turns
 this off.
+
+A tool killed outright (SIGKILL) removes none of its cases' cgroups; the next tool to start
+removes each empty ``cm-*`` whose owner is dead (no such process, or a zombie) at once, and
+leaves those whose owner lives (another run's, on this host). One without an owner in its name
+(made by a tool from before the owner was named) is removed once empty for a minute (`_STALE_S`:
+a new one is empty only until its process joins it). A cgroup something still runs in is never
+removed (rmdir refuses it); the `--resume` of the killed run ends that (execute/deaths.py).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -32,6 +41,8 @@ PROCS_ENV: Final = "CUDNN_MATRIX_CGROUP_PROCS"
 _PREFIX: Final = "cm-"
 _EMPTY_S: Final = 2.0
 _STALE_S: Final = 60.0
+#: ``cm-<anything>-<owner pid>``: the tool process that made it (the probe's too)
+_OWNED: Final = re.compile(r"cm-.+-([0-9]+)")
 
 _LOCK = threading.Lock()
 _BASE: list[Path | None] = []  # found once: the folder the cases' cgroups are made in
@@ -85,15 +96,39 @@ def _probe() -> Path | None:
 
 
 def _sweep(folder: Path) -> None:
-    """Remove the empty case cgroups a run of the tool that was killed left (older than
-    `_STALE_S`: a new one is empty only until its process joins it, and a case whose process
-    ended is reaped by the token scan too)."""
+    """Remove the empty case cgroups a run of the tool that was killed left: at once where the
+    tool named in it is dead, after `_STALE_S` where none is named (a new one is empty only
+    until its process joins it, and a case whose process ended is reaped by the token scan
+    too); never one whose owner lives."""
     now = time.time()
     for each in folder.glob(f"{_PREFIX}*"):
+        owned = _OWNED.fullmatch(each.name)
         with contextlib.suppress(OSError):
-            if now - each.stat().st_mtime > _STALE_S:
-                for inner in _tree(each):
-                    inner.rmdir()  # a cgroup with a process in it stays (EBUSY)
+            if owned is not None:
+                if _alive(int(owned.group(1))):
+                    continue
+            elif now - each.stat().st_mtime <= _STALE_S:
+                continue
+            for inner in _tree(each):
+                inner.rmdir()  # a cgroup with a process in it stays (EBUSY)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a live process other than this one (at the sweep this process owns no
+    cgroup yet: one named with its pid is a dead tool's whose pid came round again)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]  # a zombie is dead, not yet waited for
 
 
 def available() -> Path | None:
@@ -108,16 +143,27 @@ def available() -> Path | None:
 
 
 def _folder(token: str) -> Path | None:
+    """The cgroup of the case of `token`: this tool's (``cm-<token>-<pid>``), else one another
+    tool made for it (a killed run's, on `--resume`; an old one without an owner)."""
     base = available()
-    return base / f"{_PREFIX}{token}" if base is not None else None
+    if base is None:
+        return None
+    own = base / f"{_PREFIX}{token}-{os.getpid()}"
+    if own.is_dir():
+        return own
+    other = next(iter(base.glob(f"{_PREFIX}{token}-*")), None)
+    if other is None and (base / f"{_PREFIX}{token}").is_dir():
+        other = base / f"{_PREFIX}{token}"
+    return other or own
 
 
 def create(token: str) -> Path | None:
     """A cgroup for the case of `token`: its ``cgroup.procs`` file; None where none can be made
     (the token scan still reaps)."""
-    folder = _folder(token)
-    if folder is None:
+    base = available()
+    if base is None:
         return None
+    folder = base / f"{_PREFIX}{token}-{os.getpid()}"  # its owner: this tool
     try:
         folder.mkdir(exist_ok=True)
     except OSError:

@@ -8,7 +8,9 @@ seconds, as before; the GPU peaks sit under one extra key (`#gpu_peak_mib`: case
 the busy shares under another (`#gpu_busy`: case name -> the mean fraction of the GPU's time its
 kernels ran, 0..1, from NVML) and the CPU shares under a third (`#cpu_share`: case name -> the CPU
 its process tree asked for per wall second, the time it ran or was ready to run, what the ledger
-books of the host's CPUs, execute/ledger.py), which a reader of the seconds skips (they are no numbers).
+books of the host's CPUs, execute/ledger.py) and the host memory peaks under a fourth
+(`#rss_mib`: case name -> the largest resident memory of its process tree, MiB, what the ledger
+books of the host's memory), which a reader of the seconds skips (they are no numbers).
 
 A busy share measured while the GPU was saturated (the case got only its slice of a full GPU) is
 a lower bound of what it needs: it never lowers the share on record. One measured alone (the
@@ -27,11 +29,12 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from pathlib import Path
 
-__all__ = ["BUSY_KEY", "CPU_KEY", "FINISHED_KEY", "GPU_KEY", "History"]
+__all__ = ["BUSY_KEY", "CPU_KEY", "FINISHED_KEY", "GPU_KEY", "RSS_KEY", "History"]
 
 GPU_KEY: Final = "#gpu_peak_mib"
 BUSY_KEY: Final = "#gpu_busy"
 CPU_KEY: Final = "#cpu_share"
+RSS_KEY: Final = "#rss_mib"
 #: The durations of runs that ended on their own (not cut by a timeout): what the timeout floor is
 #: a multiple of. A timed-out run's duration is its limit, not its need: a floor of 3x that grew
 #: 3x with every run of a case that always hangs.
@@ -48,7 +51,9 @@ class History:
     gpu_busy: dict[str, float] = field(default_factory=dict)
     finished: dict[str, float] = field(default_factory=dict)
     cpu_share: dict[str, float] = field(default_factory=dict)
+    rss_mib: dict[str, float] = field(default_factory=dict)
     _new_cpu: dict[str, float] = field(default_factory=dict, repr=False)
+    _new_rss: dict[str, float] = field(default_factory=dict, repr=False)
     _new_s: dict[str, float] = field(default_factory=dict, repr=False)
     _new_finished: dict[str, float] = field(default_factory=dict, repr=False)
     _new_mib: dict[str, float] = field(default_factory=dict, repr=False)
@@ -58,7 +63,7 @@ class History:
     @classmethod
     def load(cls, path: Path | None) -> History:
         """The history at `path`; empty when there is none or it is unreadable."""
-        durations, gpu, busy, finished, cpu = _read(path)
+        durations, gpu, busy, finished, cpu, rss = _read(path)
         return cls(
             path=path,
             durations=durations,
@@ -66,6 +71,7 @@ class History:
             gpu_busy=busy,
             finished=finished,
             cpu_share=cpu,
+            rss_mib=rss,
         )
 
     def estimate(self, name: str) -> float | None:
@@ -86,6 +92,15 @@ class History:
         """The median CPU share of the cases on record (None: none recorded): what a case the
         history does not know holds of the host's CPUs."""
         return _median(self.cpu_share.values())
+
+    def typical_rss_mib(self) -> float | None:
+        """The median host memory peak of the cases on record (None: none recorded): what a
+        case the history does not know holds of the host's memory."""
+        return _median(self.rss_mib.values())
+
+    def rss_estimate(self, name: str) -> float | None:
+        """The case's host memory peak on record (MiB; None: never measured)."""
+        return self.rss_mib.get(name)
 
     def cpu_estimate(self, name: str) -> float | None:
         """The case's CPU share on record (CPU seconds per wall second; None: never measured)."""
@@ -113,11 +128,13 @@ class History:
         saturated: bool = False,
         timed_out: bool = False,
         cpu_share: float | None = None,
+        rss_mib: float | None = None,
     ) -> None:
         """What one case took now (thread-safe; written by `save`). `gpu_busy`: its busy share;
         `saturated`: measured while its GPU was full (then it never lowers the share on
         record); `timed_out`: cut by its limit (not a duration the timeout floor may use);
-        `cpu_share`: CPU seconds per wall second of its process tree."""
+        `cpu_share`: CPU seconds per wall second of its process tree; `rss_mib`: the largest
+        resident memory of its process tree."""
         with self._lock:
             self._new_s[name] = round(duration_s, 2)
             if not timed_out:
@@ -126,6 +143,8 @@ class History:
                 self._new_mib[name] = round(gpu_mib, 1)
             if cpu_share is not None:
                 self._new_cpu[name] = round(max(0.0, cpu_share), 3)
+            if rss_mib is not None:
+                self._new_rss[name] = round(max(0.0, rss_mib), 1)
             if gpu_busy is not None:
                 self._new_busy[name] = (round(min(1.0, max(0.0, gpu_busy)), 3), saturated)
 
@@ -134,12 +153,15 @@ class History:
         with self._lock:
             new_s, new_mib, new_busy = dict(self._new_s), dict(self._new_mib), dict(self._new_busy)
             new_finished, new_cpu = dict(self._new_finished), dict(self._new_cpu)
+            new_rss = dict(self._new_rss)
         if self.path is None or not new_s:
             return
-        durations, gpu, busy, finished, cpu = _read(self.path)
+        durations, gpu, busy, finished, cpu, rss = _read(self.path)
         durations.update(new_s)
         cpu.update(new_cpu)
         self.cpu_share.update(cpu)
+        rss.update(new_rss)
+        self.rss_mib.update(rss)
         gpu.update(new_mib)
         finished.update(new_finished)
         self.finished.update(finished)
@@ -156,6 +178,8 @@ class History:
             data[BUSY_KEY] = dict(sorted(busy.items()))
         if cpu:
             data[CPU_KEY] = dict(sorted(cpu.items()))
+        if rss:
+            data[RSS_KEY] = dict(sorted(rss.items()))
         if finished:
             data[FINISHED_KEY] = dict(sorted(finished.items()))
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -181,25 +205,31 @@ def _median(values: Iterable[float]) -> float | None:
 
 
 _Read = tuple[
-    dict[str, float], dict[str, float], dict[str, float], dict[str, float], dict[str, float]
+    dict[str, float],
+    dict[str, float],
+    dict[str, float],
+    dict[str, float],
+    dict[str, float],
+    dict[str, float],
 ]
 
 
 def _read(path: Path | None) -> _Read:
     if path is None or not path.is_file():
-        return {}, {}, {}, {}, {}
+        return {}, {}, {}, {}, {}, {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}, {}, {}, {}, {}
+        return {}, {}, {}, {}, {}, {}
     if not isinstance(data, dict):
-        return {}, {}, {}, {}, {}
+        return {}, {}, {}, {}, {}, {}
     gpu, busy, finished = data.get(GPU_KEY), data.get(BUSY_KEY), data.get(FINISHED_KEY)
-    cpu = data.get(CPU_KEY)
+    cpu, rss = data.get(CPU_KEY), data.get(RSS_KEY)
     return (
         _numbers(data),
         _numbers(gpu) if isinstance(gpu, dict) else {},
         {k: min(1.0, v) for k, v in _numbers(busy).items()} if isinstance(busy, dict) else {},
         _numbers(finished) if isinstance(finished, dict) else {},
         _numbers(cpu) if isinstance(cpu, dict) else {},
+        _numbers(rss) if isinstance(rss, dict) else {},
     )

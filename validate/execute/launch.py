@@ -11,8 +11,8 @@ API-log re-run (a second attempt through the supervisor). For each it applies:
 - **its token**: ``CUDNN_MATRIX_CASE_TOKEN`` in its environment, which every descendant inherits;
 - **a session of its own** (a new process group), its output in one file;
 - **reaping** (`reap`): where the host delegates a cgroup v2 (execute/cgroups.py), the process
-  runs in a cgroup of its own, ``cm-<token>``, and when it ends, what is left in it is named
-  and killed at once (``cgroup.kill``), a daemon that scrubbed its token too. Then, and
+  runs in a cgroup of its own, ``cm-<token>-<tool pid>``, and when it ends, what is left in it
+  is named and killed at once (``cgroup.kill``), a daemon that scrubbed its token too. Then, and
   everywhere else, every live process that carries its token is killed and
   named, wherever it went (a ``setsid`` daemon left the group). The tool is a child subreaper
   (``PR_SET_CHILD_SUBREAPER``, set on first use), so an orphan of a case is re-parented to the

@@ -1,6 +1,6 @@
 """The pool's one account of resources: each GPU on its own, and the host on its own.
 
-A job asks with a `Need` (slots, GPU memory, GPU busy share, CPU share, exclusive); `Ledger.book`
+A job asks with a `Need` (slots, GPU memory, GPU busy share, CPU share, host memory, exclusive); `Ledger.book`
 answers with a `Booking`, which carries the job's `Placement` (the GPU it runs on), or None:
 wait. `release` gives the booking back when the job ends.
 
@@ -11,14 +11,29 @@ wait. `release` gives the booking back when the job ends.
   runs when the largest GPU is all its own.
 - The host: slots (how many cases at once, execute/slots.py) and the CPU budget (the CPUs this
   process may run on). A job holds its CPU share (the CPU its process tree asks for per wall
-  second: the time it ran or was ready to run, execute/usage.py, kept in execute/history.py); the running jobs' shares stay within the CPUs. A share larger than
+  second: the time its threads ran or waited on a run queue, so demand beyond its pinned CPUs
+  shows, execute/cpu_demand.py, kept in execute/history.py); the running jobs' shares stay within the CPUs. A share larger than
   every CPU runs when the CPUs are all its own. `default_cpu`: what a job without a figure holds
   (the median on record, else the CPUs shared evenly among the slots, so that the slot count is
   what binds until a history says more).
+- The host's memory (`mem_mib`: what was available when the run started; None: not booked): a
+  job holds its resident peak on record (its process tree's, execute/usage.py, kept in
+  execute/history.py); the running jobs' peaks stay within it. `default_mem`: what a job
+  without a figure holds (the median peak on record, else the memory shared evenly among the
+  slots). A peak larger than the memory runs when the memory is all its own.
 - A GPU-exclusive job (a case that must have its GPU to itself) holds one whole GPU, which no
   other job shares; the other GPUs and the CPUs stay booked as usual (without GPUs: as exclusive).
 - An exclusive job (a contended case's alone re-run) holds everything: every slot, every CPU,
   every GPU (its placement names all).
+- CPU ids (`cpu_ids`: the CPUs this process may run on, `os.sched_getaffinity(0)`; empty: not
+  pinned): a booked job is also handed concrete CPUs, its placement's `cpus`, which the launcher
+  pins every process of the job to. It gets ceil(share) of them, at least 1; a share of every
+  CPU, or an exclusive job, gets all. Each id carries the shares of the jobs on it (a job's
+  share spread evenly over its ids), and a job takes the ids that carry the least (then hold
+  the fewest jobs, then the lowest id), given back on release. The shares are what bind (they
+  stay within the CPUs); the ids never make a job wait: where fractional shares leave no id
+  free (three 0.6 shares on two CPUs), ids are shared by the least loaded rule, so whole shares
+  that fit get disjoint ids (two 1.0 shares on two CPUs: one each) and fractional ones pack.
 
 Without GPUs (`gpus=()`) placements leave ``CUDA_VISIBLE_DEVICES`` alone; a GPU budget without
 an index (`GpuBudget(index=None)`, the pool's old single budget) books memory and load but
@@ -28,11 +43,12 @@ places nothing.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from validate.execute.placement import UNPLACED, Placement
+from validate.execute.placement import UNPLACED, Placement, cpu_list
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -40,10 +56,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CPU_LEDGER_ENV",
     "GPU_CAPACITY",
+    "MEM_LEDGER_ENV",
     "Booking",
     "GpuBudget",
     "Ledger",
     "Need",
+    "host_cpu_ids",
     "host_cpus",
 ]
 
@@ -53,15 +71,23 @@ log = logging.getLogger(__name__)
 GPU_CAPACITY: Final = 1.0
 #: Set to 0 to book no CPU (bench/cpu_ledger_bench.py compares a run with and without).
 CPU_LEDGER_ENV: Final = "CUDNN_MATRIX_CPU_LEDGER"
+#: Set to 0 to book no host memory per case (the slot count's 2 GiB a case still bounds).
+MEM_LEDGER_ENV: Final = "CUDNN_MATRIX_MEM_LEDGER"
 _SLACK: Final = 1e-9  # float sums
 
 
 def host_cpus() -> int:
     """The CPUs this process may run on (its affinity; a cgroup's quota is not read)."""
+    return len(host_cpu_ids()) or os.cpu_count() or 1
+
+
+def host_cpu_ids() -> tuple[int, ...]:
+    """The ids of the CPUs this process may run on (its affinity; empty where unknown): what
+    the ledger pins the cases to."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        return tuple(sorted(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        return ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +100,8 @@ class Need:
     cpu: float | None = None
     exclusive: bool = False
     gpu_exclusive: bool = False
+    #: host memory (MiB) it holds; None: the ledger's default per slot
+    mem_mib: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +126,11 @@ class Booking:
     exclusive: bool
     placement: Placement = UNPLACED
     gpu_exclusive: bool = False
+    mem_mib: float = 0.0  # of the host's memory
+
+
+def _place(gpus: tuple[int, ...] | None, cpus: frozenset[int] | None) -> Placement:
+    return UNPLACED if gpus is None and cpus is None else Placement(gpus=gpus, cpus=cpus)
 
 
 @dataclass
@@ -111,24 +144,38 @@ class _Gpu:
 
 @dataclass
 class Ledger:
-    """`slots` slots, `cpus` CPUs (None: not booked), and `gpus` each on its own. Not locked:
-    the pool books and releases under its own lock."""
+    """`slots` slots, `cpus` CPUs (None: not booked), and `gpus` each on its own; `cpu_ids`:
+    the CPU ids a booking is pinned to (empty: none pinned; given without `cpus`, their count
+    is the CPUs). Not locked: the pool books and releases under its own lock."""
 
     slots: int
     gpus: Sequence[GpuBudget] = ()
     cpus: float | None = None
     default_cpu: float | None = None  # None: cpus / slots
+    cpu_ids: Sequence[int] = ()
+    mem_mib: float | None = None  # the host memory booked (MiB); None: not booked
+    default_mem: float | None = None  # None: mem_mib / slots
     _free: int = field(init=False)
     _cpu_used: float = field(init=False, default=0.0)
+    _mem_used: float = field(init=False, default=0.0)
     _books: list[_Gpu] = field(init=False)
     _exclusive: bool = field(init=False, default=False)
+    _id_load: dict[int, float] = field(init=False)  # CPU id -> the shares on it
+    _id_jobs: dict[int, int] = field(init=False)  # CPU id -> the jobs pinned to it
 
     def __post_init__(self) -> None:
         self.slots = max(1, self.slots)
         self._free = self.slots
         self._books = [_Gpu(budget) for budget in self.gpus]
+        self.cpu_ids = tuple(sorted(set(self.cpu_ids)))
+        if self.cpu_ids and self.cpus is None:
+            self.cpus = float(len(self.cpu_ids))
+        self._id_load = dict.fromkeys(self.cpu_ids, 0.0)
+        self._id_jobs = dict.fromkeys(self.cpu_ids, 0)
         if self.default_cpu is None and self.cpus is not None:
             self.default_cpu = min(1.0, self.cpus / self.slots)
+        if self.default_mem is None and self.mem_mib is not None:
+            self.default_mem = self.mem_mib / self.slots
 
     # --- asking -------------------------------------------------------------------------------
 
@@ -140,6 +187,15 @@ class Ledger:
             return self.cpus
         share = need.cpu if need.cpu is not None else (self.default_cpu or 0.0) * need.slots
         return min(share, self.cpus)
+
+    def mem_of(self, need: Need) -> float:
+        """The host memory (MiB) `need` holds (0 where the memory is not booked)."""
+        if self.mem_mib is None:
+            return 0.0
+        if need.exclusive:
+            return self.mem_mib
+        mib = need.mem_mib if need.mem_mib is not None else (self.default_mem or 0.0) * need.slots
+        return min(mib, self.mem_mib)
 
     def slots_of(self, need: Need) -> int:
         return self.slots if self._whole(need) else min(need.slots, self.slots)
@@ -155,18 +211,20 @@ class Ledger:
             return None
         if self._whole(need) and not need.exclusive:
             need = Need(slots=need.slots, cpu=need.cpu, exclusive=True)
-        slots, cpu = self.slots_of(need), self.cpu_of(need)
+        slots, cpu, mem = self.slots_of(need), self.cpu_of(need), self.mem_of(need)
         if slots > self._free or (
             self.cpus is not None and self._cpu_used + cpu > self.cpus + _SLACK
         ):
             return None
+        if self.mem_mib is not None and self._mem_used + mem > self.mem_mib + _SLACK:
+            return None
         if need.exclusive:
             if self._free < self.slots or any(book.jobs for book in self._books):
                 return None
-            self._take(slots, cpu)
+            self._take(slots, cpu, mem)
             self._exclusive = True
             indices = tuple(b.budget.index for b in self._books if b.budget.index is not None)
-            placement = Placement(gpus=indices) if indices else UNPLACED
+            placement = _place(indices or None, self._pin(cpu, whole=True))
             for book in self._books:
                 book.jobs += 1
                 book.mib = book.budget.free_mib or 0.0
@@ -179,11 +237,19 @@ class Ledger:
                 gpu_load=0.0,
                 exclusive=True,
                 placement=placement,
+                mem_mib=mem,
             )
         if not self._books:
-            self._take(slots, cpu)
+            self._take(slots, cpu, mem)
             return Booking(
-                slots=slots, cpu=cpu, gpu=None, gpu_mib=0.0, gpu_load=0.0, exclusive=False
+                slots=slots,
+                cpu=cpu,
+                gpu=None,
+                gpu_mib=0.0,
+                gpu_load=0.0,
+                exclusive=False,
+                placement=_place(None, self._pin(cpu)),
+                mem_mib=mem,
             )
         choice = self._choose(need, live or {})
         if choice is None:
@@ -197,7 +263,7 @@ class Ledger:
         book.jobs += 1
         book.mib += mib
         book.load += load
-        self._take(slots, cpu)
+        self._take(slots, cpu, mem)
         index = book.budget.index
         return Booking(
             slots=slots,
@@ -206,13 +272,38 @@ class Ledger:
             gpu_mib=mib,
             gpu_load=load,
             exclusive=False,
-            placement=Placement(gpus=(index,)) if index is not None else UNPLACED,
+            placement=_place((index,) if index is not None else None, self._pin(cpu)),
             gpu_exclusive=need.gpu_exclusive,
+            mem_mib=mem,
         )
 
-    def _take(self, slots: int, cpu: float) -> None:
+    def _take(self, slots: int, cpu: float, mem: float) -> None:
         self._free -= slots
         self._cpu_used += cpu
+        self._mem_used += mem
+
+    def _pin(self, cpu: float, *, whole: bool = False) -> frozenset[int] | None:
+        """The CPU ids a job of share `cpu` is pinned to, taken now (None: none pinned): all of
+        them for a whole-host share, else ceil(share) (at least 1) of those that carry the least
+        share, then hold the fewest jobs, then the lowest id. Never None for want of a free id:
+        ids are shared where fractional shares leave none free."""
+        if not self.cpu_ids:
+            return None
+        count = len(self.cpu_ids)
+        if not whole and cpu < count - _SLACK:
+            count = min(count, max(1, math.ceil(cpu - _SLACK)))
+        order = sorted(self.cpu_ids, key=lambda i: (self._id_load[i], self._id_jobs[i], i))
+        ids = frozenset(order[:count])
+        for i in ids:
+            self._id_load[i] += cpu / count
+            self._id_jobs[i] += 1
+        return ids
+
+    def _unpin(self, cpu: float, ids: frozenset[int] | None) -> None:
+        for i in ids or ():
+            if i in self._id_load:
+                self._id_load[i] = max(0.0, self._id_load[i] - cpu / len(ids or ()))
+                self._id_jobs[i] = max(0, self._id_jobs[i] - 1)
 
     def _choose(self, need: Need, live: Mapping[int, float]) -> tuple[int, float, float] | None:
         """(position, memory, load) of the GPU `need` goes to: where it fits, the fewest jobs,
@@ -239,6 +330,8 @@ class Ledger:
     def release(self, booking: Booking) -> None:
         self._free += booking.slots
         self._cpu_used = max(0.0, self._cpu_used - booking.cpu)
+        self._mem_used = max(0.0, self._mem_used - booking.mem_mib)
+        self._unpin(booking.cpu, booking.placement.cpus)
         if booking.exclusive:
             self._exclusive = False
             for book in self._books:
@@ -264,6 +357,14 @@ class Ledger:
     def cpu_used(self) -> float:
         return self._cpu_used
 
+    @property
+    def mem_used(self) -> float:
+        return self._mem_used
+
+    def pinned(self) -> dict[int, int]:
+        """CPU id -> the jobs pinned to it now (empty: none pinned)."""
+        return dict(self._id_jobs)
+
     def booked(self) -> list[tuple[int | None, float, float, int]]:
         """(index, memory, load, jobs) booked on each GPU now."""
         return [(b.budget.index, b.mib, b.load, b.jobs) for b in self._books]
@@ -283,8 +384,20 @@ class Ledger:
         if self.cpus is None:
             out.append("cpu: not booked")
         else:
+            pinned = (
+                f"; each case pinned to ceil(share) of CPUs {cpu_list(self.cpu_ids)}"
+                if self.cpu_ids
+                else "; not pinned"
+            )
             out.append(
                 f"cpu: {self.cpus:g} CPUs; a case holds its CPU share on record, an unknown one"
-                f" {self.default_cpu or 0.0:.2f}"
+                f" {self.default_cpu or 0.0:.2f}{pinned}"
+            )
+        if self.mem_mib is None:
+            out.append("memory: not booked")
+        else:
+            out.append(
+                f"memory: {self.mem_mib / 1024:.1f} GiB available; a case holds its resident"
+                f" peak on record, an unknown one {(self.default_mem or 0.0) / 1024:.2f} GiB"
             )
         return out

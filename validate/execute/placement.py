@@ -9,8 +9,12 @@ value to ``--gpus device=N`` and ``--cpuset-cpus``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["UNPLACED", "Placement"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["UNPLACED", "Placement", "cpu_list"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,16 +40,17 @@ class Placement:
         if self.gpus is not None:
             parts.append("gpu " + (",".join(map(str, self.gpus)) or "none"))
         if self.cpus is not None:
-            parts.append(f"cpus {_ranges(sorted(self.cpus))}")
+            parts.append(f"cpus {cpu_list(self.cpus)}")
         return ", ".join(parts) or "unplaced"
 
 
 UNPLACED = Placement()
 
 
-def _ranges(ids: list[int]) -> str:
+def cpu_list(ids: Iterable[int]) -> str:
+    """CPU ids as the kernel's lists write them: ``0-3,8``."""
     runs: list[list[int]] = []
-    for i in ids:
+    for i in sorted(ids):
         if runs and i == runs[-1][-1] + 1:
             runs[-1].append(i)
         else:

@@ -6,10 +6,11 @@ estimate (the duration history across cells; a job without one counts as longest
 submission order). A job may return follow-up jobs (a failing case's API-log re-run and its
 `--reruns`); they go into the same queue. What a job holds while it runs is the ledger's
 (execute/ledger.py, the pool's one account of resources): `slots` slots (a case one, a docker
-cell's container as many as it runs at once), its `cpu` share of the host's CPUs, and on one GPU
+cell's container as many as it runs at once), its `cpu` share of the host's CPUs, its `mem_mib`
+of the host's memory, and on one GPU
 its `gpu_mib` of that GPU's free memory and its `gpu_load` (its recorded GPU busy share) of that
 GPU's capacity; the booking's placement (applied in the job's thread by `launch.placed`) is the
-GPU its processes are pinned to. A `gpu_exclusive` job (a case that must have its GPU to itself) holds
+GPU and the CPU ids its processes are pinned to. A `gpu_exclusive` job (a case that must have its GPU to itself) holds
 one whole GPU while the others run other jobs. An `exclusive` job (a contended case's alone
 re-run) holds everything: it runs with nothing beside it. Both queue after all other jobs (and
 `defer` jobs after them, so that the exclusive jobs run back to back).
@@ -40,13 +41,12 @@ from typing import TYPE_CHECKING, Final
 
 from validate.execute.launch import placed
 from validate.execute.ledger import GpuBudget, Ledger, Need
-from validate.execute.placement import UNPLACED
+from validate.execute.placement import UNPLACED, Placement
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
     from validate.execute.ledger import Booking
-    from validate.execute.placement import Placement
 
 __all__ = ["YIELD_NICE", "Beside", "Job", "Pool", "PoolStats", "beside", "watch", "yield_nice"]
 
@@ -105,6 +105,9 @@ class Job:
     #: CPU share it holds while it runs (CPU seconds per wall second, recorded); None: the
     #: ledger's default (the median on record)
     cpu: float | None = None
+    #: host memory (MiB) it holds while it runs (its resident peak on record); None: the
+    #: ledger's default (the median on record)
+    mem_mib: float | None = None
     exclusive: bool = False  # runs with no other job beside it (holds every slot and all load)
     #: has its GPU to itself (a case declared exclusive); the other GPUs run other jobs
     gpu_exclusive: bool = False
@@ -117,10 +120,19 @@ class Job:
     #: set by the pool it is queued in: a `live` job calls it when its count moved, so the
     #: progress line (plain: at most every 30 s) moves while no job starts or ends
     moved: Callable[[], None] | None = None
-    #: where its processes run, if the job names it itself (a test's CPU pin); UNPLACED: where
-    #: the ledger booked it (execute/ledger.py). The launcher applies it to every process the
-    #: job starts (`launch.placed`)
+    #: where its processes run, if the job names it itself (a test's CPU pin); what it leaves
+    #: None (UNPLACED: all) is where the ledger booked it (execute/ledger.py: its GPU and its
+    #: CPU ids). The launcher applies it to every process the job starts (`launch.placed`)
     placement: Placement = UNPLACED
+
+
+def _merged(named: Placement, booked: Placement) -> Placement:
+    """The job's own placement where it names one, the ledger's booking for the rest."""
+    if named == UNPLACED:
+        return booked
+    gpus = named.gpus if named.gpus is not None else booked.gpus
+    cpus = named.cpus if named.cpus is not None else booked.cpus
+    return Placement(gpus=gpus, cpus=cpus)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,6 +253,7 @@ class Pool:
             gpu_mib=job.gpu_mib,
             gpu_load=job.gpu_load,
             cpu=job.cpu,
+            mem_mib=job.mem_mib,
             exclusive=job.exclusive,
             gpu_exclusive=job.gpu_exclusive,
         )
@@ -387,7 +400,7 @@ class Pool:
         follow: Sequence[Job] = ()
         error: BaseException | None = None
         try:
-            where = job.placement if job.placement != UNPLACED else running.booking.placement
+            where = _merged(job.placement, running.booking.placement)
             with placed(where):  # every process the job starts runs there (launch.py)
                 follow = job.run()
         except BaseException as exc:  # noqa: BLE001 - raised again in the dispatching thread

@@ -112,6 +112,7 @@ class CaseRun:
         self._gpu_mib = 0.0
         self._gpu_load = 0.0
         self._cpu: float | None = None
+        self._mem: float | None = None
         self._judged = 1  # the attempt judged first: 2 once a contended first one ran again alone
         self._note = ""  # the contention the first attempt met, when it ran again alone
 
@@ -121,8 +122,10 @@ class CaseRun:
         gpu_mib: float = 0.0,
         gpu_load: float = 0.0,
         cpu: float | None = None,
+        mem_mib: float | None = None,
     ) -> Job:
         self._gpu_mib, self._gpu_load, self._cpu = gpu_mib, gpu_load, cpu  # its re-runs too
+        self._mem = mem_mib
         return Job(
             name=self.case.name,
             run=self.first,
@@ -130,6 +133,7 @@ class CaseRun:
             gpu_mib=gpu_mib,
             gpu_load=gpu_load,
             cpu=cpu,
+            mem_mib=mem_mib,
             gpu_exclusive=self.case.requirements.exclusive,  # its GPU to itself (no GPU: alone)
         )
 
@@ -233,6 +237,7 @@ class CaseRun:
                 gpu_mib=self._gpu_mib,
                 gpu_load=self._gpu_load,
                 cpu=self._cpu,
+                mem_mib=self._mem,
                 defer=defer,
             )
             for n in range(base + 1, base + 1 + extra)

@@ -101,10 +101,11 @@ class CaseBatch:
                 load = busy if busy is not None else default_gpu_load(self.history)
             estimate = self.history.estimate(case.name)
             cpu = self.history.cpu_estimate(case.name)  # None: the ledger's default (median)
+            mem = self.history.rss_estimate(case.name)  # likewise
             took = self.history.finished_estimate(case.name)  # a run that ended on its own
             options = replace(self.options, timeout_s=case_timeout(self.options.timeout_s, took))
             run = CaseRun(case, self.target, options, self._finish, self._sampler, self.store)
-            jobs.append(run.job(estimate, gpu, load, cpu))
+            jobs.append(run.job(estimate, gpu, load, cpu, mem))
         return jobs
 
     def _finish(self, result: CaseResult, usage: CaseUsage | None, alone: bool) -> None:
@@ -120,6 +121,7 @@ class CaseBatch:
                 saturated=usage is not None and usage.saturated() and not alone,
                 timed_out=result.outcome is Outcome.TIMEOUT,
                 cpu_share=usage.cpu_share if usage is not None else None,
+                rss_mib=usage.rss_mib if usage is not None else None,
             )
         with self._lock:
             self.results.append(result)

@@ -20,7 +20,9 @@
   one GPU's busy share (GPU_CAPACITY), and the host's CPUs: each case holds its recorded peak
   and busy share on the one GPU it is placed on, and its recorded CPU share of the CPUs (the
   median on record when it has none), so heavy cases spread across the GPUs and the run, and
-  CPU-bound cases never oversubscribe the CPUs. A case declared ``exclusive`` runs with nothing
+  CPU-bound cases never oversubscribe the CPUs, and its recorded resident peak of the host's
+  memory available at start (the median on record when it has none); each case runs pinned to ceil(its share) of
+  the CPUs this process may run on (its placement's CPU ids). A case declared ``exclusive`` runs with nothing
   else beside it.
 """
 
@@ -33,7 +35,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from validate.errors import ConfigError
-from validate.execute.ledger import CPU_LEDGER_ENV, GPU_CAPACITY, GpuBudget, Ledger, host_cpus
+from validate.execute.ledger import (
+    CPU_LEDGER_ENV,
+    GPU_CAPACITY,
+    MEM_LEDGER_ENV,
+    GpuBudget,
+    Ledger,
+    host_cpu_ids,
+    host_cpus,
+)
 from validate.execute.usage import GPU_SATURATED, CaseUsage, UsageSampler, smi_csv
 from validate.plan.host import declared_gpus
 
@@ -218,7 +228,8 @@ def plan_ledger(
 ) -> tuple[SlotBound, Ledger]:
     """The slot count and the pool's ledger for a run on `host`: each chosen GPU (`gpu_indices`)
     with its free memory now and one GPU's busy share, and the host's CPUs (CPU shares booked
-    unless CPU_LEDGER_ENV=0; a case the history does not know holds the median on record)."""
+    unless CPU_LEDGER_ENV=0, and each case pinned to its share's CPU ids; a case the history
+    does not know holds the median on record)."""
     have = resources or Resources.read(host)
     chosen = gpu_indices(host, gpus) if host.has_gpu or gpus else ()
     free = have.gpu_free_mib
@@ -233,9 +244,13 @@ def plan_ledger(
     peak = history.typical_gpu_mib() if history is not None else None
     bound = choose_slots(host, jobs=jobs, gpu_peak_mib=peak, resources=mine)
     cpus: float | None = float(host_cpus())
+    ids = host_cpu_ids()  # each case pinned to its share's CPUs (execute/ledger.py)
     if os.environ.get(CPU_LEDGER_ENV, "1").strip() == "0":
-        cpus = None
+        cpus, ids = None, ()
     share = history.typical_cpu_share() if history is not None else None
+    mem: float | None = float(have.mem_mib) if have.mem_mib is not None else None
+    if os.environ.get(MEM_LEDGER_ENV, "1").strip() == "0":
+        mem = None
     ledger = Ledger(
         bound.slots,
         gpus=[
@@ -244,5 +259,8 @@ def plan_ledger(
         ],
         cpus=cpus,
         default_cpu=share,
+        cpu_ids=ids,
+        mem_mib=mem,
+        default_mem=history.typical_rss_mib() if history is not None else None,
     )
     return bound, ledger

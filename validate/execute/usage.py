@@ -17,8 +17,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from validate.execute.cpu_demand import CpuDemand, read_tree
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from validate.execute.cpu_demand import ProcSample
 
 __all__ = ["GPU_SATURATED", "CaseUsage", "UsageSampler", "smi_csv"]
 
@@ -48,14 +52,19 @@ class CaseUsage:
     by everyone while it ran; `cpu_host`: the mean fraction of the host's CPU time busy while it
     ran (/proc/stat). Together they say whether the case shared a saturated resource.
     `cpu_share`: the CPU its own process tree asks for, per wall second (its session's
-    processes, up to its last poll; the time they ran or were ready to run, `_tree_ticks`, so a
-    CPU-bound case reads near 1 also on busy CPUs): what the ledger books of the host's CPUs."""
+    processes, up to its last poll: the time every thread ran or waited on a run queue, so a
+    case with 2 busy threads pinned to 1 CPU reads near 2; at most the CPUs this process may
+    run on; execute/cpu_demand.py says what is counted, and that without schedstat it is the
+    CPU time alone): what the ledger books of the host's CPUs.
+    `rss_mib`: the largest resident memory of its process tree at one poll (summed over its
+    session's processes): what the ledger books of the host's memory."""
 
     peak_mib: float | None = None
     gpu_busy: float | None = None
     gpu_device: float | None = None
     cpu_host: float | None = None
     cpu_share: float | None = None
+    rss_mib: float | None = None
     polls: int = 0
 
     @property
@@ -90,9 +99,8 @@ class _Acc:
     device_polls: int = 0
     cpu: float = 0.0
     cpu_polls: int = 0
-    ticks: dict[int, int] = field(default_factory=dict)  # pid -> its CPU ticks (user + system)
-    born: int | None = None  # the earliest start of its processes (ticks since boot)
-    seen_at: int | None = None  # the last poll that saw its processes (ticks since boot)
+    demand: CpuDemand = field(default_factory=CpuDemand)  # its tree's run + wait (cpu_demand.py)
+    rss_mib: float | None = None  # the largest resident memory of its tree at one poll
 
 
 class UsageSampler:
@@ -175,7 +183,7 @@ class UsageSampler:
                 device,
                 cpu,
                 live,
-                trees=_tree_ticks(live),
+                trees=read_tree(live),
                 devices=devices,
                 where=where,
             )
@@ -255,7 +263,7 @@ class UsageSampler:
         cpu: float | None = None,
         live: Mapping[int, int] | None = None,
         *,
-        trees: tuple[int, list[tuple[int, int, int, int]]] | None = None,
+        trees: tuple[int, list[ProcSample]] | None = None,
         devices: Sequence[float | None] | None = None,
         where: Mapping[int, int] | None = None,
     ) -> None:
@@ -263,8 +271,8 @@ class UsageSampler:
         peaks kept; `busy` (pid, SM busy 0..1) summed per case (None: not given per process,
         then `device` is split among the cases holding memory); `device` the GPU's and `cpu` the
         host's utilization now, counted for every live case. `live`: the sessions the poll
-        already read (None: read them now). `trees`: (now, [(pid, session, CPU ticks, start)])
-        of the live sessions' processes, in ticks since boot (`_tree_ticks`). `devices`: each
+        already read (None: read them now). `trees`: (now in ticks since boot, the live sessions'
+        processes) (`cpu_demand.read_tree`). `devices`: each
         GPU's utilization now, and `where`: pid -> the GPU it holds memory on; a case placed on
         a GPU (execute/ledger.py) counts that GPU's utilization, not the mean of all, and
         without per-process figures it gets its share of that GPU's."""
@@ -314,14 +322,16 @@ class UsageSampler:
                     acc.cpu_polls += 1
             if trees is not None:
                 now, procs = trees
-                for pid, session, ticks, born in procs:
-                    tree = live.get(session)
-                    if tree is None or tree not in self._acc:
-                        continue
+                by_case: dict[int, list[ProcSample]] = {}
+                for proc in procs:
+                    tree = live.get(proc.session)
+                    if tree is not None and tree in self._acc:
+                        by_case.setdefault(tree, []).append(proc)
+                for tree, samples in by_case.items():
                     acc = self._acc[tree]
-                    acc.ticks[pid] = max(acc.ticks.get(pid, 0), ticks)
-                    acc.born = born if acc.born is None else min(acc.born, born)
-                    acc.seen_at = now
+                    acc.demand.add(now, samples)
+                    mib = sum(proc.rss_mib for proc in samples)
+                    acc.rss_mib = max(acc.rss_mib or 0.0, mib)
 
     def recent(self, case: int) -> float | None:
         """The case's GPU busy share over its last few polls (None: none measured yet): what the
@@ -342,7 +352,8 @@ class UsageSampler:
             gpu_busy=acc.busy / acc.busy_polls if acc.busy_polls else None,
             gpu_device=acc.device / acc.device_polls if acc.device_polls else None,
             cpu_host=acc.cpu / acc.cpu_polls if acc.cpu_polls else None,
-            cpu_share=_share(acc),
+            cpu_share=acc.demand.share(_cpus()),
+            rss_mib=acc.rss_mib,
             polls=acc.polls,
         )
 
@@ -424,48 +435,6 @@ def _cpu_times() -> tuple[int, int] | None:
     return total - idle, total
 
 
-_CLK_TCK: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _share(acc: _Acc) -> float | None:
-    """CPU seconds per wall second of the case's tree, from its start to its last poll."""
-    if acc.born is None or acc.seen_at is None or acc.seen_at <= acc.born:
-        return None
-    return sum(acc.ticks.values()) / (acc.seen_at - acc.born)
-
-
-def _tree_ticks(live: Mapping[int, int]) -> tuple[int, list[tuple[int, int, int, int]]] | None:
-    """(now, [(pid, session, CPU demand, start)]) for the processes of the live sessions, in
-    ticks since boot; None where /proc is not readable. A process's demand is the larger of its
-    CPU time (/proc/<pid>/stat: user + system, every thread) and the time its main thread ran or
-    waited to run (/proc/<pid>/schedstat): on CPUs shared with others a CPU-bound process gets
-    only its slice, and its CPU time alone would book it as less than it needs."""
-    try:
-        with open("/proc/uptime", encoding="ascii") as fh:  # noqa: PTH123 - hot path, no Path
-            now = int(float(fh.read().split()[0]) * _CLK_TCK)
-        entries = os.listdir("/proc")  # noqa: PTH208 - hot path (every poll), no Path
-    except (OSError, ValueError, IndexError):
-        return None
-    found: list[tuple[int, int, int, int]] = []
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:  # noqa: PTH123 - hot path, no Path
-                data = fh.read()
-            rest = data[data.rfind(b")") + 2 :].split()
-            session = int(rest[3])
-            if session not in live:  # fields 6 (session), 14-15 (utime, stime), 22 (starttime)
-                continue
-            ticks = int(rest[11]) + int(rest[12])
-            born = int(rest[19])
-        except (OSError, ValueError, IndexError):
-            continue
-        try:
-            with open(f"/proc/{name}/schedstat", "rb") as fh:  # noqa: PTH123 - hot path
-                ran_ns, waited_ns = (int(v) for v in fh.read().split()[:2])
-            ticks = max(ticks, (ran_ns + waited_ns) * _CLK_TCK // 1_000_000_000)
-        except (OSError, ValueError):
-            pass  # no schedstat (CONFIG_SCHED_INFO off): the CPU time alone
-        found.append((int(name), session, ticks, born))
-    return now, found
+def _cpus() -> float:
+    """The CPUs this process may run on: no case's CPU share is recorded above them."""
+    return float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)

@@ -19,7 +19,7 @@ from validate.execute.resources.run_catch2 import spec_for
 from validate.model.outcome import Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
     from pathlib import Path
 
     from validate.execute.cases import Case
@@ -46,10 +46,6 @@ class Catch2Kind:
     def command(self, case: Case, python: Path, report: Path, timeout_s: float) -> list[str]:  # noqa: ARG002
         """Unused: the batches start `bootstrap BINARY` per share (execute/catch2_suite.py)."""
         return [str(python), str(self.bootstrap), str(case.path)]
-
-    def collect(self, python: Path, paths: Sequence[Path]) -> list[Case]:  # noqa: ARG002
-        """Nothing at discovery: the TEST_CASEs are listed per cell once its build is done."""
-        return []
 
     def suite(self, case: Case) -> BatchedSuite:
         """The project, for the shared batches of one cell."""

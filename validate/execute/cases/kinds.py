@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 from validate.execute.cases import catch2, notebook, pytest_suite, script
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
     from pathlib import Path
 
     from validate.execute.cases import Case
@@ -40,7 +40,8 @@ class CaseKindSpec(Protocol):
     #: Its name: `Case.kind`, `ExecResult.kind` and its key in KINDS.
     name: str
     #: Files with this suffix are its cases (named, or found in a folder walk); None: its cases
-    #: are not files but what `collect` finds.
+    #: are not files (a batched kind's: what its suite collects or lists, `BatchedKind.suite`;
+    #: its case comes from its own flags, cases/__init__.py `cases_for`).
     suffix: str | None
     #: The file its command runs under the case environment's Python (in resources/ for the
     #: kinds shipped here; stdlib only, as everything there).
@@ -60,11 +61,6 @@ class CaseKindSpec(Protocol):
 
     def command(self, case: Case, python: Path, report: Path, timeout_s: float) -> list[str]:
         """argv that runs `case` under `python` and writes its report JSON to `report`."""
-        ...
-
-    def collect(self, python: Path, paths: Sequence[Path]) -> list[Case]:
-        """Its cases under `paths`, found by a collector run in the cell environment's `python`
-        (e.g. `pytest --collect-only -q`); [] for a kind found by its suffix."""
         ...
 
     def gather(self, run: ExecResult, result_file: Path) -> ExecResult:

@@ -10,7 +10,7 @@ from validate.execute.resources import RESOURCES
 from validate.model.outcome import Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
     from pathlib import Path
 
     from validate.execute.cases import Case
@@ -62,9 +62,6 @@ class NotebookKind:
 
     def command(self, case: Case, python: Path, report: Path, timeout_s: float) -> list[str]:
         return command(python, case.path, report, timeout_s)
-
-    def collect(self, python: Path, paths: Sequence[Path]) -> list[Case]:  # noqa: ARG002
-        return []
 
     def gather(self, run: ExecResult, result_file: Path) -> ExecResult:  # noqa: ARG002
         return run

@@ -17,7 +17,7 @@ from validate.execute.resources import RESOURCES
 from validate.model.outcome import Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
     from pathlib import Path
 
     from validate.execute.cases import Case
@@ -44,11 +44,6 @@ class PytestKind:
         """The whole selection in one pytest process (the batches add the plugin's record and
         their ids: execute/suite.py); `report` is not written."""
         return [str(python), str(self.bootstrap), *case.args, "-p", "no:cacheprovider"]
-
-    def collect(self, python: Path, paths: Sequence[Path]) -> list[Case]:  # noqa: ARG002
-        """Nothing at discovery: a suite's test ids are collected per cell when its environment
-        is ready (execute/suite.py `collect`), as they may differ by backend."""
-        return []
 
     def suite(self, case: Case) -> BatchedSuite:
         """The suite and its selection, for one cell's shares."""

@@ -143,9 +143,6 @@ class ScriptKind:
     def command(self, case: Case, python: Path, report: Path, timeout_s: float) -> list[str]:  # noqa: ARG002
         return command(python, case.path, report, case.args)
 
-    def collect(self, python: Path, paths: Sequence[Path]) -> list[Case]:  # noqa: ARG002
-        return []
-
     def gather(self, run: ExecResult, result_file: Path) -> ExecResult:
         return replace(
             run, result_file=read_result_file(result_file), verdict=verdict_line(run.tail)
