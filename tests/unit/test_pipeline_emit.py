@@ -186,9 +186,18 @@ def test_slurm_keys_are_allowed(tmp_path: Path) -> None:
     runners = _runners(
         tmp_path,
         '[runner.sm90]\ntags = ["gpu"]\npartition = "hopper"\nconstraint = "sm90"\n'
-        'gres = "gpu:1"\ntime = "01:00:00"\n',
+        'gres = "gpu:1"\ntime = "01:00:00"\ncpus = 16\nmem = "120G"\n',
     )
     assert main(["plan", *SMALL, "--runners", str(runners)]) == 0
+
+
+def test_slurm_cpus_must_be_a_whole_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runners = _runners(tmp_path, '[runner.sm90]\ntags = ["gpu"]\ncpus = 0\n')
+    assert main(["plan", *SMALL, "--runners", str(runners)]) == 2
+    err = capsys.readouterr().err
+    assert f"{runners}:3: runner.sm90.cpus: expected a whole number of at least 1" in err, err
 
 
 def test_emit_with_no_cell_left_is_one_line(

@@ -116,6 +116,12 @@ def test_sbatch_options_come_from_the_arch_runner() -> None:
     assert hopper == ["--partition=hopper", "--constraint=sm90", "--gres=gpu:2", "--time=02:00:00"]
     assert options(gres="gpu:h200:1") == ["--gres=gpu:h200:1"]  # an explicit gres wins
     assert options(gpus=0) == []  # a CPU-only runner: no gres, the cluster's defaults
+    # the CPUs and memory the task's ledger books its cases on
+    assert options(gpus=8, cpus=64, mem="480G") == [
+        "--gres=gpu:8",
+        "--cpus-per-task=64",
+        "--mem=480G",
+    ]
 
 
 def test_a_batch_script_puts_the_folder_holding_this_package_on_pythonpath(tmp_path: Path) -> None:

@@ -37,9 +37,11 @@ DEFAULT_RUNNERS: Final = MATRIX_DIR / "runners.toml"
 #: Keys a runner may carry; the Slurm ones (partition, constraint, gres, time) are read for the
 #: Slurm emitter and kept as given.
 _STR_LISTS: Final = ("tags", "runs_on")
-_STRS: Final = ("image", "executor", "partition", "constraint", "gres", "time")
+_STRS: Final = ("image", "executor", "partition", "constraint", "gres", "time", "mem")
 _INTS: Final = {"concurrency": 1, "gpus": 0}  # key -> least value
-_KEYS: Final = frozenset({*_STR_LISTS, *_STRS, *_INTS})
+#: whole numbers a left-out key leaves to the cluster (None): key -> least value
+_OPTIONAL_INTS: Final = {"cpus": 1}
+_KEYS: Final = frozenset({*_STR_LISTS, *_STRS, *_INTS, *_OPTIONAL_INTS})
 #: The axes whose values make an environment, in registry order.
 ENV_AXES: Final = tuple(a.name for a in REGISTRY if a.env)
 
@@ -60,6 +62,11 @@ class Runner:
     constraint: str | None = None
     gres: str | None = None
     time: str | None = None
+    #: Slurm --cpus-per-task and --mem: the CPUs and memory the tool's ledger books its cases
+    #: on inside the task (it reads the task's CPU affinity and free memory); None: the cluster's
+    #: default, often one CPU
+    cpus: int | None = None
+    mem: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +144,15 @@ def _runner(
             errors.add(key / name, f"expected a whole number of at least {least}")
             continue
         ints[name] = value
+    optional: dict[str, int | None] = {}
+    for name, least in _OPTIONAL_INTS.items():
+        value = raw.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < least
+        ):
+            errors.add(key / name, f"expected a whole number of at least {least}")
+            continue
+        optional[name] = value
     if len(errors.messages) > before:
         return None
     tags = lists.get("tags", ())
@@ -152,6 +168,8 @@ def _runner(
         constraint=strs.get("constraint"),
         gres=strs.get("gres"),
         time=strs.get("time"),
+        cpus=optional.get("cpus"),
+        mem=strs.get("mem"),
     )
 
 

@@ -67,6 +67,12 @@ def sbatch_options(group: JobGroup) -> list[str]:
         options.append(f"--gres={gres}")
     if runner.time:
         options.append(f"--time={runner.time}")
+    # the ledger inside the task books the CPUs and memory the task was given (its affinity,
+    # its free memory): without these a cluster's default task may hold one CPU for 8 GPUs
+    if runner.cpus:
+        options.append(f"--cpus-per-task={runner.cpus}")
+    if runner.mem:
+        options.append(f"--mem={runner.mem}")
     return options
 
 
