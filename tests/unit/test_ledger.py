@@ -378,6 +378,16 @@ def test_cpu_ids_follow_the_shares_and_never_hold_a_case_back() -> None:
     assert alone is not None
     assert alone.placement.cpus == frozenset({4, 5, 6, 7})
     assert Ledger(2, cpus=2.0).book(Need()).placement.cpus is None  # type: ignore[union-attr]
+    # a case without a share on record (its first run) holds the default share, unpinned: its
+    # first figure is then its own demand, not the one CPU of a default pin
+    first = Ledger(2, cpu_ids=(4, 5, 6, 7))
+    unknown = first.book(Need())
+    assert unknown is not None
+    assert unknown.cpu == 1.0
+    assert unknown.placement.cpus is None
+    known = first.book(Need(cpu=1.0))
+    assert known is not None
+    assert known.placement.cpus == frozenset({4})  # the unpinned one loads no id
     lines = Ledger(2, cpu_ids=(4, 5, 6, 7)).lines()
     assert any("pinned to ceil(share) of CPUs 4-7" in line for line in lines), lines
 

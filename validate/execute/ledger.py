@@ -27,7 +27,9 @@ wait. `release` gives the booking back when the job ends.
   every GPU (its placement names all).
 - CPU ids (`cpu_ids`: the CPUs this process may run on, `os.sched_getaffinity(0)`; empty: not
   pinned): a booked job is also handed concrete CPUs, its placement's `cpus`, which the launcher
-  pins every process of the job to. It gets ceil(share) of them, at least 1; a share of every
+  pins every process of the job to, where its share is a figure on record (a job without one,
+  a case's first run, runs unpinned on the default share, so that its first figure is its own
+  demand and not its pin). It gets ceil(share) of them, at least 1; a share of every
   CPU, or an exclusive job, gets all. Each id carries the shares of the jobs on it (a job's
   share spread evenly over its ids), and a job takes the ids that carry the least (then hold
   the fewest jobs, then the lowest id), given back on release. The shares are what bind (they
@@ -248,7 +250,7 @@ class Ledger:
                 gpu_mib=0.0,
                 gpu_load=0.0,
                 exclusive=False,
-                placement=_place(None, self._pin(cpu)),
+                placement=_place(None, self._pin_known(need, cpu)),
                 mem_mib=mem,
             )
         choice = self._choose(need, live or {})
@@ -272,7 +274,7 @@ class Ledger:
             gpu_mib=mib,
             gpu_load=load,
             exclusive=False,
-            placement=_place((index,) if index is not None else None, self._pin(cpu)),
+            placement=_place((index,) if index is not None else None, self._pin_known(need, cpu)),
             gpu_exclusive=need.gpu_exclusive,
             mem_mib=mem,
         )
@@ -281,6 +283,13 @@ class Ledger:
         self._free -= slots
         self._cpu_used += cpu
         self._mem_used += mem
+
+    def _pin_known(self, need: Need, cpu: float) -> frozenset[int] | None:
+        """A job's CPU ids where its share is a figure on record; a job without one (a case's
+        first run) runs unpinned, still holding the default share: pinned to the default's one
+        CPU, a case whose libraries size their thread pools by its affinity (torch, OpenMP,
+        BLAS) would start one thread, measure a demand of one, and stay on one CPU for good."""
+        return self._pin(cpu) if need.cpu is not None else None
 
     def _pin(self, cpu: float, *, whole: bool = False) -> frozenset[int] | None:
         """The CPU ids a job of share `cpu` is pinned to, taken now (None: none pinned): all of
@@ -386,6 +395,7 @@ class Ledger:
         else:
             pinned = (
                 f"; each case pinned to ceil(share) of CPUs {cpu_list(self.cpu_ids)}"
+                " (one without a share on record: unpinned)"
                 if self.cpu_ids
                 else "; not pinned"
             )

@@ -21,8 +21,8 @@
   and busy share on the one GPU it is placed on, and its recorded CPU share of the CPUs (the
   median on record when it has none), so heavy cases spread across the GPUs and the run, and
   CPU-bound cases never oversubscribe the CPUs, and its recorded resident peak of the host's
-  memory available at start (the median on record when it has none); each case runs pinned to ceil(its share) of
-  the CPUs this process may run on (its placement's CPU ids). A case declared ``exclusive`` runs with nothing
+  memory available at start (the median on record when it has none); each case with a share on record runs pinned to
+  ceil(its share) of the CPUs this process may run on (its placement's CPU ids). A case declared ``exclusive`` runs with nothing
   else beside it.
 """
 
