@@ -151,6 +151,27 @@ def test_gpus_naming_a_gpu_the_host_lacks_is_one_line_exit_2(
     assert shown in proc.stderr
 
 
+def _crowd_spans(
+    where: Path, seeded: dict[str, Any], env: dict[str, str]
+) -> tuple[list[tuple[float, float]], str]:
+    """Three cases of 1 s under `validate --jobs 3` with the history `seeded` (and `env`): when
+    each ran, and the start line."""
+    crowd = _cases(where, 3, sleep=1.0)
+    cache = where.parent / f"{where.name}-cache"
+    cache.mkdir()
+    (cache / "durations.json").write_text(json.dumps(seeded))
+    proc = _cli(
+        "validate", *VALIDATE, "--cases", str(crowd), "--jobs", "3",
+        "--results", str(where.parent / f"{where.name}-run"),
+        "--cache-dir", str(cache), env=env, cwd=where.parent,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    start = next(line for line in proc.stderr.splitlines() if "slots:" in line)
+    spans = [(float(s["start"]), float(s["end"])) for s in _seen(crowd)]  # type: ignore[arg-type]
+    assert len(spans) == 3
+    return spans, start
+
+
 def test_cpu_shares_are_recorded_and_hold_cases_to_the_cpus(tmp_path: Path) -> None:
     """A run records each case's CPU share (CPU seconds per wall second of its tree): a case
     that keeps a core busy near 1, one that sleeps near 0. Shares on record that fill every CPU
@@ -176,19 +197,10 @@ def test_cpu_shares_are_recorded_and_hold_cases_to_the_cpus(tmp_path: Path) -> N
     from validate.execute.ledger import host_cpus
 
     seeded = {"#cpu_share": {f"case{i:02d}.py": float(host_cpus()) for i in range(3)}}
-    spans = {}
-    for name, env in (("booked", {}), ("unbooked", {"CUDNN_MATRIX_CPU_LEDGER": "0"})):
-        crowd = _cases(tmp_path / name, 3, sleep=1.0)
-        (tmp_path / f"{name}-cache").mkdir()
-        (tmp_path / f"{name}-cache" / "durations.json").write_text(json.dumps(seeded))
-        proc = _cli(
-            "validate", *VALIDATE, "--cases", str(crowd), "--jobs", "3",
-            "--results", str(tmp_path / f"{name}-run"),
-            "--cache-dir", str(tmp_path / f"{name}-cache"), env=env, cwd=tmp_path,
-        )  # fmt: skip
-        assert proc.returncode in (0, 1), proc.stderr
-        spans[name] = [(float(s["start"]), float(s["end"])) for s in _seen(crowd)]  # type: ignore[arg-type]
-        assert len(spans[name]) == 3
+    spans = {
+        name: _crowd_spans(tmp_path / name, seeded, env)[0]
+        for name, env in (("booked", {}), ("unbooked", {"CUDNN_MATRIX_CPU_LEDGER": "0"}))
+    }
     assert _most_at_once(spans["booked"]) == 1, spans  # each holds every CPU: one at a time
     assert _most_at_once(spans["unbooked"]) > 1, spans  # the slots alone: together
 
@@ -576,19 +588,8 @@ def test_host_memory_peaks_are_recorded_and_hold_cases_to_the_memory(tmp_path: P
     seeded = {"#rss_mib": {f"case{i:02d}.py": 1e9 for i in range(3)}}  # more than any host
     spans = {}
     for name, env in (("booked", {}), ("unbooked", {"CUDNN_MATRIX_MEM_LEDGER": "0"})):
-        crowd = _cases(tmp_path / name, 3, sleep=1.0)
-        (tmp_path / f"{name}-cache").mkdir()
-        (tmp_path / f"{name}-cache" / "durations.json").write_text(json.dumps(seeded))
-        proc = _cli(
-            "validate", *VALIDATE, "--cases", str(crowd), "--jobs", "3",
-            "--results", str(tmp_path / f"{name}-run"),
-            "--cache-dir", str(tmp_path / f"{name}-cache"), env=env, cwd=tmp_path,
-        )  # fmt: skip
-        assert proc.returncode in (0, 1), proc.stderr
-        start = next(line for line in proc.stderr.splitlines() if "slots:" in line)
+        spans[name], start = _crowd_spans(tmp_path / name, seeded, env)
         assert ("memory: not booked" in start) == (name == "unbooked"), start
-        spans[name] = [(float(s["start"]), float(s["end"])) for s in _seen(crowd)]  # type: ignore[arg-type]
-        assert len(spans[name]) == 3
     assert _most_at_once(spans["booked"]) == 1, spans  # each holds all the memory: one at a time
     assert _most_at_once(spans["unbooked"]) > 1, spans  # the slots alone: together
 

@@ -131,6 +131,17 @@ class Booking:
     mem_mib: float = 0.0  # of the host's memory
 
 
+def _held(total: float | None, figure: float | None, default: float | None, need: Need) -> float:
+    """What `need` holds of a host resource of `total` (None: not booked, 0): its figure on
+    record, else the default per slot; all of it when exclusive; never more than all."""
+    if total is None:
+        return 0.0
+    if need.exclusive:
+        return total
+    held = figure if figure is not None else (default or 0.0) * need.slots
+    return min(held, total)
+
+
 def _place(gpus: tuple[int, ...] | None, cpus: frozenset[int] | None) -> Placement:
     return UNPLACED if gpus is None and cpus is None else Placement(gpus=gpus, cpus=cpus)
 
@@ -183,21 +194,11 @@ class Ledger:
 
     def cpu_of(self, need: Need) -> float:
         """The CPU share `need` holds (0 where the CPUs are not booked)."""
-        if self.cpus is None:
-            return 0.0
-        if need.exclusive:
-            return self.cpus
-        share = need.cpu if need.cpu is not None else (self.default_cpu or 0.0) * need.slots
-        return min(share, self.cpus)
+        return _held(self.cpus, need.cpu, self.default_cpu, need)
 
     def mem_of(self, need: Need) -> float:
         """The host memory (MiB) `need` holds (0 where the memory is not booked)."""
-        if self.mem_mib is None:
-            return 0.0
-        if need.exclusive:
-            return self.mem_mib
-        mib = need.mem_mib if need.mem_mib is not None else (self.default_mem or 0.0) * need.slots
-        return min(mib, self.mem_mib)
+        return _held(self.mem_mib, need.mem_mib, self.default_mem, need)
 
     def slots_of(self, need: Need) -> int:
         return self.slots if self._whole(need) else min(need.slots, self.slots)
