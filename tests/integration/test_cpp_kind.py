@@ -347,7 +347,8 @@ def test_a_second_run_reuses_the_build_and_a_changed_source_rebuilds(
     fixture_run: tuple[Any, Path], wheelhouse: Path, env_cache: Path, tmp_path: Path
 ) -> None:
     """The build is keyed by content: the same project again is reused (no compile), a copy with
-    one source changed is a new build whose results follow the change."""
+    one source changed is a new build whose results follow the change, and that build compiles
+    only the project's sources (Catch2 was built once, for the first)."""
     fixture_run  # noqa: B018 - the first run built it
     again = _validate(
         *CELL,
@@ -370,6 +371,15 @@ def test_a_second_run_reuses_the_build_and_a_changed_source_rebuilds(
     )
     assert "reusing the C++ build" not in rebuilt.stderr
     assert _results(tmp_path / "rebuilt")["outcomes.cpp::fails an assertion"]["outcome"] == "pass"
+    # Catch2 is built once per source and toolchain, not per project build: the rebuild
+    # compiled only the project's files and linked the Catch2 of the first build
+    (log_path,) = (tmp_path / "rebuilt").rglob("build.log")
+    log_text = log_path.read_text()
+    assert "cudnn-matrix: Catch2 built once, reused: " in log_text, log_text[-3000:]
+    assert "Catch2.dir" not in log_text, log_text[-3000:]
+    assert "Catch2WithMain.dir" not in log_text, log_text[-3000:]
+    assert "Building CXX object CMakeFiles/outcomes.dir/outcomes.cpp.o" in log_text, log_text
+    assert len(list((env_cache / "cpp" / "catch2").glob("built-*/.complete"))) == 1
 
 
 def test_a_failed_build_is_one_error_naming_the_first_compiler_error(

@@ -17,8 +17,12 @@ It compiles against the cell's own backend wheel (`nvidia/cudnn/include` and `li
 to lie in it. CUDA comes from the host's toolkit (`nvcc` on PATH, or `CUDAToolkit_ROOT`); the
 libraries the toolkit lacks (cublasLt, nvrtc: the wheels `nvidia-cublas`, `nvidia-cuda-nvrtc`
 that the backend wheel depends on) from the cell environment's `nvidia/cu*/`. Catch2: a source
-folder or archive the user names (`FETCHCONTENT_SOURCE_DIR_CATCH2`, unpacked into the cache),
-else the project's own `find_package` or FetchContent.
+folder or archive the user names, unpacked into the cache and built there once per source,
+compiler, CMake and generator (`<cache>/cpp/catch2/built-<key>/`, C++17, installed), shared by
+every cell's build: the project's `find_package(Catch2)` finds it (`Catch2_DIR`), and a project
+that fetches Catch2 without asking `find_package` first compiles the given source itself
+(`FETCHCONTENT_SOURCE_DIR_CATCH2`); without one, the project's own `find_package` or
+FetchContent.
 
 A build folder is half-built until its `.complete` file is written: it is removed on any way
 out before that (scratch.building), and a stale one is removed before the next build. The log
@@ -336,7 +340,11 @@ def _only_child(where: Path) -> Path:
 
 
 def _configure_argv(
-    project: CppProject, inputs: _Inputs, folder: Path, catch2: Path | None
+    project: CppProject,
+    inputs: _Inputs,
+    folder: Path,
+    catch2: Path | None,
+    catch2_config: Path | None = None,
 ) -> list[str]:
     argv = [inputs.cmake, "-S", str(project.root), "-B", str(folder)]
     if inputs.ninja:
@@ -354,10 +362,11 @@ def _configure_argv(
     if inputs.arch:
         argv.append(f"-DCMAKE_CUDA_ARCHITECTURES={inputs.arch}")
     if catch2 is not None:  # the given source, never a host Catch2 (Debian's is v2)
-        argv += [
-            f"-DFETCHCONTENT_SOURCE_DIR_CATCH2={catch2}",
-            "-DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON",
-        ]
+        argv.append(f"-DFETCHCONTENT_SOURCE_DIR_CATCH2={catch2}")
+        if catch2_config is None:
+            argv.append("-DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON")
+        else:  # built once (_catch2_built): find_package(Catch2) takes it
+            argv.append(f"-DCatch2_DIR={catch2_config}")
     return argv
 
 
@@ -471,13 +480,98 @@ def _test_binaries(folder: Path, targets: Sequence[str]) -> tuple[Path, ...]:
             info = json.loads((reply / ref["jsonFile"]).read_text(encoding="utf-8"))
             if info.get("type") != "EXECUTABLE" or (targets and info.get("name") not in targets):
                 continue
-            deps = [str(d.get("id", "")) for d in info.get("dependencies", ())]
-            if not any(d.startswith(("Catch2WithMain::", "Catch2::")) for d in deps):
+            if not _links_catch2(info):
                 continue
             for artifact in info.get("artifacts", ()):
                 path = Path(artifact["path"])
                 found.append(path if path.is_absolute() else folder / path)
     return tuple(sorted(p for p in found if p.is_file()))
+
+
+#: Catch2's own libraries on a link line (an imported Catch2: the one built once, or a host's).
+_CATCH2_LIB: Final = re.compile(r"(^|[/\s])libCatch2[^/\s]*\.(a|so)\b")
+
+
+def _links_catch2(info: dict[str, Any]) -> bool:
+    """A target of the codemodel links Catch2: one of its dependencies is a Catch2 target built
+    in the tree (FetchContent), or its link line names Catch2's library (find_package)."""
+    deps = [str(d.get("id", "")) for d in info.get("dependencies", ())]
+    if any(d.startswith(("Catch2WithMain::", "Catch2::")) for d in deps):
+        return True
+    fragments = info.get("link", {}).get("commandFragments", ())
+    return any(_CATCH2_LIB.search(str(f.get("fragment", ""))) for f in fragments)
+
+
+class _Timeout(Exception):
+    """The Catch2 build ran past the cell build's deadline."""
+
+
+def _catch2_built(
+    source: Path,
+    facts: dict[str, Any],
+    root: Path,
+    *,
+    inputs: _Inputs,
+    jobs: int,
+    log_fh: Any,
+    env: dict[str, str],
+    deadline: float | None,
+    track: Callable[[int, bool], object] | None,
+) -> Path:
+    """The folder of `Catch2Config.cmake` of `source` built and installed once per source,
+    compiler, CMake and generator (`root/catch2/built-<key>/`), so each cell's build compiles
+    only the project: built here where it is not yet (its log in `log_fh`, within `deadline`;
+    past it: `_Timeout`; a failure: CppBuildError). C++17, so every `StringMaker` a C++14, 17 or
+    20 project may ask for is in the library; no build type, as FetchContent builds it."""
+    picked = {k: facts[k] for k in ("catch2", "compiler", "cmake", "generator")}
+    key = hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
+    where = root / "catch2" / f"built-{key}"
+
+    def config() -> Path | None:
+        found = sorted((where / "prefix").glob("lib*/cmake/Catch2/Catch2Config.cmake"))
+        return found[0].parent if found and (where / _COMPLETE).is_file() else None
+
+    with _locked(root / "catch2" / f".built-{key}.lock"):
+        done = config()
+        if done is not None:
+            log_fh.write(f"cudnn-matrix: Catch2 built once, reused: {where}\n")
+            return done
+        shutil.rmtree(where, ignore_errors=True)
+        with scratch.building(where, keep=True):
+            build = where / "build"
+            steps = [
+                [inputs.cmake, "-S", str(source), "-B", str(build)]
+                + (["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={inputs.ninja}"] if inputs.ninja else [])
+                + [
+                    "-DCMAKE_CXX_STANDARD=17",
+                    "-DCMAKE_CXX_STANDARD_REQUIRED=ON",
+                    "-DCMAKE_POSITION_INDEPENDENT_CODE=ON",
+                    "-DCATCH_INSTALL_DOCS=OFF",
+                    "-DCATCH_INSTALL_EXTRAS=OFF",
+                    "-DBUILD_TESTING=OFF",
+                    f"-DCMAKE_INSTALL_PREFIX={where / 'prefix'}",
+                ],
+                [inputs.cmake, "--build", str(build), "-j", str(parallel(jobs))],
+                [inputs.cmake, "--install", str(build)],
+            ]
+            log_fh.write(f"cudnn-matrix: building Catch2 {source} once, into {where}\n")
+            for argv in steps:
+                status = _run_logged(argv, log_fh, env, deadline=deadline, track=track)
+                if status is None:
+                    raise _Timeout
+                if status != 0:
+                    log_fh.flush()
+                    first = first_error(Path(log_fh.name).read_text(errors="replace"))
+                    first = first or f"the Catch2 build exited with status {status}"
+                    msg = f"Catch2 {source} did not build: {first}"
+                    raise CppBuildError(msg, first=first, log_path=Path(log_fh.name))
+            shutil.rmtree(build, ignore_errors=True)
+            (where / _COMPLETE).write_text("")
+        done = config()
+        if done is None:
+            msg = f"Catch2 {source} installed no Catch2Config.cmake under {where / 'prefix'}"
+            raise CppBuildError(msg, first=msg, log_path=Path(log_fh.name))
+        return done
 
 
 def ensure_build(
@@ -523,9 +617,21 @@ def ensure_build(
             query.parent.mkdir(parents=True)
             query.touch()
             log.info("building the C++ project %s into %s (-j %d)", project.root, folder, jobs)
-            configure = _configure_argv(project, inputs, folder, catch2)
-            status = _run_logged(configure, fh, env, deadline=deadline, track=track)
-            step = "the configure step"
+            status: int | None = 0
+            step = "the Catch2 build"
+            catch2_config = None
+            if catch2 is not None:
+                try:
+                    catch2_config = _catch2_built(
+                        catch2, facts, root, inputs=inputs, jobs=jobs, log_fh=fh, env=env,
+                        deadline=deadline, track=track,
+                    )  # fmt: skip
+                except _Timeout:
+                    status = None
+            if status == 0:
+                configure = _configure_argv(project, inputs, folder, catch2, catch2_config)
+                status = _run_logged(configure, fh, env, deadline=deadline, track=track)
+                step = "the configure step"
             if status == 0:
                 _check_pinned(folder, inputs.cudnn_root)
                 build = [inputs.cmake, "--build", str(folder), "-j", str(parallel(jobs))]
