@@ -114,6 +114,8 @@ class ValidateConfig:
     samples: Path | None = None
     tests: Path | None = None  # --tests: a pytest root, one result per test id (execute/suite.py)
     tests_select: str | None = None  # --tests-select: its pytest selection, as typed
+    #: --tests-startup-timeout: a pytest process's start-up limit (None: limits.startup_limit)
+    tests_startup_timeout_s: float | None = None
     cpp: Path | None = None  # --cpp: a CMake project with Catch2 tests, one result per TEST_CASE
     cpp_targets: tuple[str, ...] = ()  # --cpp-target: the CMake targets to build (none: all)
     cpp_catch2: Path | None = None  # --cpp-catch2: a Catch2 source folder or archive

@@ -157,15 +157,18 @@ def test_a_300_mb_flood_keeps_at_most_the_cap(
 def test_a_collection_that_hangs_ends_at_its_limit(
     tmp_path: Path, tag: tuple[str, dict[str, str]]
 ) -> None:
-    """`pytest_collection_modifyitems` sleeps 10 min: with --timeout 2 the start-up limit is
-    max(3 x 2 s, 60 s); the suite is one `error` saying so, and nothing is left running."""
+    """`pytest_collection_modifyitems` sleeps 10 min: with --timeout 2 and
+    --tests-startup-timeout 5 the start-up limit is 5 s (without the flag: max(3 x 2 s, 60 s),
+    tests/unit/test_limits.py); the suite is one `error` saying so, and nothing is left
+    running."""
     name, env = tag
     run_dir = tmp_path / "run"
-    proc, took = _run("hang_collect", run_dir, env, "--timeout", "2", wall_s=200)
-    assert took < 180  # a hang would run to 600 s (it was 900 s of start-up before)
+    flags = ("--timeout", "2", "--tests-startup-timeout", "5")
+    proc, took = _run("hang_collect", run_dir, env, *flags, wall_s=200)
+    assert took < 120  # a hang would run to 600 s (it was 900 s of start-up before)
     rows = _results(run_dir)
     assert [(r["case"], r["outcome"]) for r in rows] == [("pytest:hang_collect", "error")], rows
-    assert "killed after 60s without collecting" in rows[0]["reason"], rows[0]
+    assert "killed after 5s without collecting" in rows[0]["reason"], rows[0]
     assert proc.returncode == 1, proc.stderr
     assert _gone(name) == []
 

@@ -408,6 +408,8 @@ def test_validate_runs_the_suite_in_the_cell_environment(tmp_path: Path) -> None
     [
         (["--tests", "/no/such/suite"], "--tests /no/such/suite: not a folder"),
         (["--tests-select", "-m L0"], "--tests-select needs --tests PATH"),
+        (["--tests-startup-timeout", "5"], "--tests-startup-timeout needs --tests PATH"),
+        (["--tests", str(SUITE), "--tests-startup-timeout", "0"], "--tests-startup-timeout"),
         (["--tests", str(SUITE), "--tests-select", '-k "unclosed'], "--tests-select"),
         (["--tests", str(SUITE), "--case", "x.py::t"], "--case x.py::t: no x.py in "),
         (["--tests", str(SUITE), "--case", "test_m*.py::t"], "a pytest node id is exact"),

@@ -28,6 +28,15 @@ def test_case_timeout(timeout: float, finished: float | None, startup: bool, lim
     assert case_timeout(timeout, finished, startup=startup) == limit
 
 
+def test_a_suites_start_up_limit_is_the_flag_else_the_floor() -> None:
+    from validate.execute.limits import startup_limit
+
+    assert startup_limit(2.0) == 60.0  # no --tests-startup-timeout: at least STARTUP_S
+    assert startup_limit(2.0, None) == 60.0
+    assert startup_limit(2.0, 5.0) == 5.0  # --tests-startup-timeout 5
+    assert startup_limit(1000.0, 5.0) == 5.0  # the flag wins over 3 x --timeout too
+
+
 def test_process_and_container_limits() -> None:
     from validate.execute.limits import CONTAINER_GRACE_S, container_limit, process_limit
 

@@ -318,7 +318,8 @@ def add_run_options(group: argparse._ActionsContainer) -> None:
 
 
 def add_tests_args(group: argparse._ActionsContainer) -> None:
-    """--tests and --tests-select, shared by `run` and `validate`: a pytest suite as cases."""
+    """--tests, --tests-select and --tests-startup-timeout, shared by `run` and `validate`: a
+    pytest suite as cases."""
     group.add_argument(
         "--tests",
         type=caller_path,
@@ -331,6 +332,14 @@ def add_tests_args(group: argparse._ActionsContainer) -> None:
         metavar="ARGS",
         help='pytest selection for --tests, e.g. "-m L0 -k norm test_matmul.py" (default: the '
         "suite's own ini and addopts)",
+    )
+    group.add_argument(
+        "--tests-startup-timeout",
+        type=positive(float, 1),
+        metavar="S",
+        help="seconds a --tests pytest process may take to start (imports and the collection "
+        "of the selection) before its first test; past it the process is killed and the suite's "
+        "start-up is one error (default: 3 x --timeout, at least 60)",
     )
 
 

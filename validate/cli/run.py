@@ -192,6 +192,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             capture_cap=int(args.capture_cap * 1024 * 1024),
             cpp_build_timeout_s=args.cpp_build_timeout,
+            tests_startup_timeout_s=args.tests_startup_timeout,
             jobs=jobs,
             reruns=args.reruns,
             results_dir=run.folder,
@@ -252,6 +253,9 @@ def _suite(args: argparse.Namespace) -> Case | None:
         raise ConfigError(msg)
     if args.tests is None and args.tests_select is not None:
         msg = "run: --tests-select needs --tests PATH"
+        raise ConfigError(msg)
+    if args.tests is None and args.tests_startup_timeout is not None:
+        msg = "run: --tests-startup-timeout needs --tests PATH"
         raise ConfigError(msg)
     if args.cpp is None and (args.cpp_targets or args.cpp_catch2 is not None):
         msg = "run: --cpp-target and --cpp-catch2 need --cpp DIR"

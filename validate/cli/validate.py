@@ -249,8 +249,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         from validate.execute.collection import Suite
 
         Suite.from_flags(args.tests, args.tests_select)
-    elif args.tests_select is not None:
-        msg = "--tests-select needs --tests PATH"
+    elif args.tests_select is not None or args.tests_startup_timeout is not None:
+        flag = "--tests-select" if args.tests_select is not None else "--tests-startup-timeout"
+        msg = f"{flag} needs --tests PATH"
         raise ConfigError(msg)
     if args.cpp is not None:  # checked now: a bad project or Catch2 source is bad input (exit 2)
         from validate.execute.catch2_suite import Catch2Project
@@ -272,6 +273,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         samples=args.samples,
         tests=args.tests.resolve() if args.tests is not None else None,
         tests_select=args.tests_select,
+        tests_startup_timeout_s=args.tests_startup_timeout,
         cpp=args.cpp.resolve() if args.cpp is not None else None,
         cpp_targets=tuple(args.cpp_targets),
         cpp_catch2=args.cpp_catch2.resolve() if args.cpp_catch2 is not None else None,

@@ -59,6 +59,8 @@ class RunOptions:
     capture_cap: int = DEFAULT_CAPTURE_CAP
     #: --cpp-build-timeout: a C++ build's limit (None: limits.cpp_build_limit of timeout_s).
     cpp_build_timeout_s: float | None = None
+    #: --tests-startup-timeout: a pytest process's start-up limit (None: limits.startup_limit).
+    tests_startup_timeout_s: float | None = None
 
 
 def case_dir(case: Case, target: ExecTarget, options: RunOptions) -> Path:

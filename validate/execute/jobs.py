@@ -54,6 +54,7 @@ def run_options(
         timeout_s=config.timeout_s,
         capture_cap=config.capture_cap,
         cpp_build_timeout_s=config.cpp_build_timeout_s,
+        tests_startup_timeout_s=config.tests_startup_timeout_s,
         jobs=slots,
         reruns=config.reruns,
         results_dir=results_dir,

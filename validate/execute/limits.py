@@ -9,7 +9,8 @@
 - a pytest suite's start-up (imports and the collection of the whole selection) gets
   TIMEOUT_FLOOR times `--timeout`, at least STARTUP_S (`case_timeout(startup=True)`): a per-test
   limit says nothing about how long 40,000 ids take to collect, and a hung collection still ends
-  at a limit the user set (1,800 s at the default);
+  at a limit the user set (1,800 s at the default); `--tests-startup-timeout S` overrides it
+  (`startup_limit`);
 - a docker cell's container gets every case's limit, times its attempts, plus CONTAINER_GRACE_S
   (`container_limit`).
 """
@@ -30,6 +31,7 @@ __all__ = [
     "case_timeout",
     "container_limit",
     "process_limit",
+    "startup_limit",
 ]
 
 #: A case with a recorded duration never gets a timeout below this multiple of it (`--timeout`).
@@ -49,6 +51,12 @@ def case_timeout(timeout_s: float, finished_s: float | None, *, startup: bool = 
     if finished_s is not None and finished_s * TIMEOUT_FLOOR > timeout_s:
         return float(math.ceil(finished_s * TIMEOUT_FLOOR))
     return timeout_s
+
+
+def startup_limit(timeout_s: float, given_s: float | None = None) -> float:
+    """A pytest suite's start-up limit: `given_s` (--tests-startup-timeout) where given, else
+    `case_timeout(timeout_s, None, startup=True)`."""
+    return given_s if given_s is not None else case_timeout(timeout_s, None, startup=True)
 
 
 def process_limit(timeout_s: float, kind: str) -> float:

@@ -52,7 +52,7 @@ from validate.execute.collection import (
 from validate.execute.deaths import TOOL_KILLED, alone_job, find_deaths
 from validate.execute.history import History
 from validate.execute.ledger import host_cpus
-from validate.execute.limits import case_timeout, cpp_build_limit
+from validate.execute.limits import case_timeout, cpp_build_limit, startup_limit
 from validate.execute.pool import Job
 from validate.execute.resources.shares import split
 from validate.execute.runner import default_gpu_load
@@ -185,7 +185,9 @@ class SuiteRun:
                 self.target,
                 self.folder,
                 cpus=cpus,
-                timeout_s=case_timeout(self.options.timeout_s, None, startup=True),
+                timeout_s=startup_limit(
+                    self.options.timeout_s, self.options.tests_startup_timeout_s
+                ),
                 build_timeout_s=cpp_build_limit(
                     self.options.timeout_s, self.options.cpp_build_timeout_s
                 ),
@@ -262,11 +264,11 @@ class SuiteRun:
     def _limit(self, test_id: str) -> float:
         """A test's time limit: --timeout, raised to TIMEOUT_FLOOR times its last finished run.
         The start-up ("": imports, the collection of the selection, any wait between tests)
-        gets limits.case_timeout(startup=True): TIMEOUT_FLOOR x --timeout, at least
-        limits.STARTUP_S. A per-test limit says nothing about how long 40,000 ids take to
+        gets limits.startup_limit: --tests-startup-timeout, else TIMEOUT_FLOOR x --timeout, at
+        least limits.STARTUP_S. A per-test limit says nothing about how long 40,000 ids take to
         collect, and a hung collection still ends at a limit the user set."""
         if not test_id:
-            return case_timeout(self.options.timeout_s, None, startup=True)
+            return startup_limit(self.options.timeout_s, self.options.tests_startup_timeout_s)
         return case_timeout(self.options.timeout_s, self.history.finished_estimate(test_id))
 
     def _batch(
