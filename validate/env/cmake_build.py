@@ -21,8 +21,9 @@ folder or archive the user names, unpacked into the cache and built there once p
 compiler, CMake and generator (`<cache>/cpp/catch2/built-<key>/`, C++17, installed), shared by
 every cell's build: the project's `find_package(Catch2)` finds it (`Catch2_DIR`), and a project
 that fetches Catch2 without asking `find_package` first compiles the given source itself
-(`FETCHCONTENT_SOURCE_DIR_CATCH2`); without one, the project's own `find_package` or
-FetchContent.
+(`FETCHCONTENT_SOURCE_DIR_CATCH2`), as does every build under `CUDNN_MATRIX_CATCH2_ONCE=0` (a
+project that sets Catch2's own CMake options; bench/cpp_catch2_bench.py compares the two);
+without one, the project's own `find_package` or FetchContent.
 
 A build folder is half-built until its `.complete` file is written: it is removed on any way
 out before that (scratch.building), and a stale one is removed before the next build. The log
@@ -620,7 +621,7 @@ def ensure_build(
             status: int | None = 0
             step = "the Catch2 build"
             catch2_config = None
-            if catch2 is not None:
+            if catch2 is not None and os.environ.get("CUDNN_MATRIX_CATCH2_ONCE") != "0":
                 try:
                     catch2_config = _catch2_built(
                         catch2, facts, root, inputs=inputs, jobs=jobs, log_fh=fh, env=env,
