@@ -44,7 +44,9 @@ def _outcomes(run: Path) -> dict[str, str]:
     return seen
 
 
-def _run(argv: list[str], envs: Path, once: bool, where: Path) -> tuple[float, float, dict]:
+def _run(
+    argv: list[str], envs: Path, once: bool, where: Path
+) -> tuple[float, float, dict[str, str]]:
     cache = where / "cache"
     cache.mkdir(parents=True)
     (cache / "envs").symlink_to(envs)
