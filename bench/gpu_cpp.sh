@@ -6,10 +6,14 @@
 #   bash /tmp/tool/bench/gpu_cpp.sh start CPPKIT          (after bench/gpu_39.sh prepare: /tmp/kit)
 #   CALL_T0=EPOCH bash /tmp/tool/bench/gpu_cpp.sh poll OUT UNTIL_S
 #
-# CPPKIT (.carry/cpp, made here by hand, see reports/gpu/*-cpp/NOTES.md): frontend-REF.tgz (the
-# checkout's samples/cpp, samples/legacy_samples, test/cpp, include, cmake and top-level files under
-# frontend/), Catch2-3.3.2.tar.gz (../shared/third_party), and a ninja wheel (the machine has cmake
-# and nvcc).
+# CPPKIT (.carry/cpp, made here by hand): frontend-REF.tgz, the frontend's CMake tree under frontend/:
+#   git --git-dir=FRONTEND_GIT archive --prefix=frontend/ -o frontend-REF.tgz REF samples/CMakeLists.txt \
+#     samples/cpp samples/legacy_samples test/CMakeLists.txt test/cpp include cmake CMakeLists.txt \
+#     cudnn_frontend-config.cmake.in LICENSE.txt README.md dlpack_version.txt requirements.txt \
+#     setup.py pyproject.toml
+# (samples/CMakeLists.txt and test/CMakeLists.txt are the folders the top-level add_subdirectory()s:
+# without them the configure fails, as in stop 46's lease), Catch2-3.3.2.tar.gz
+# (../shared/third_party), and a ninja wheel (the machine has cmake and nvcc).
 # CELLS (default "9.24.0.43 9.25.1.1"), TARGETS (default "samples tests"). Steps, each timed
 # (W/<step>/wall_s, W/<step>/rc) with its command in W/<step>/command.txt, in order of value:
 #   cold              `validate --cpp FE --cpp-target T... --cudnn C,C` : the builds (one per cell),
@@ -110,7 +114,10 @@ pack() {
 case ${1:-} in
   start)
     rm -rf "$W"; mkdir -p "$W"
-    setsid nohup bash "$TOOL/bench/gpu_cpp.sh" drive "$(realpath "$2")" >>"$W/driver.log" 2>&1 </dev/null &
+    # CELLS and TARGETS are arrays here (read -a above), which bash does not export: the driver
+    # gets them as the words they were given (stop 46: it ran the default cells instead)
+    CELLS="${CELLS[*]}" TARGETS="${TARGETS[*]}" \
+      setsid nohup bash "$TOOL/bench/gpu_cpp.sh" drive "$(realpath "$2")" >>"$W/driver.log" 2>&1 </dev/null &
     sleep 2; echo "driver started" ;;
   drive) shift; drive "$@" ;;
   poll)
