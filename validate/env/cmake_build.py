@@ -340,6 +340,11 @@ def _only_child(where: Path) -> Path:
     return children[0] if len(children) == 1 else where
 
 
+def _generator(inputs: _Inputs) -> list[str]:
+    """Ninja where the cell has one (the frontend's own CI builds with it), else CMake's default."""
+    return ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={inputs.ninja}"] if inputs.ninja else []
+
+
 def _configure_argv(
     project: CppProject,
     inputs: _Inputs,
@@ -347,9 +352,7 @@ def _configure_argv(
     catch2: Path | None,
     catch2_config: Path | None = None,
 ) -> list[str]:
-    argv = [inputs.cmake, "-S", str(project.root), "-B", str(folder)]
-    if inputs.ninja:
-        argv += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={inputs.ninja}"]
+    argv = [inputs.cmake, "-S", str(project.root), "-B", str(folder), *_generator(inputs)]
     argv += [
         f"-DCUDNN_PATH={inputs.cudnn_root}",
         f"-DCUDNN_INCLUDE_PATH={inputs.cudnn_root / 'include'}",
@@ -541,9 +544,10 @@ def _catch2_built(
         with scratch.building(where, keep=True):
             build = where / "build"
             steps = [
-                [inputs.cmake, "-S", str(source), "-B", str(build)]
-                + (["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={inputs.ninja}"] if inputs.ninja else [])
-                + [
+                [
+                    inputs.cmake,
+                    *("-S", str(source), "-B", str(build)),
+                    *_generator(inputs),
                     "-DCMAKE_CXX_STANDARD=17",
                     "-DCMAKE_CXX_STANDARD_REQUIRED=ON",
                     "-DCMAKE_POSITION_INDEPENDENT_CODE=ON",
