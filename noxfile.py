@@ -1,7 +1,8 @@
 """Front door for cudnn-matrix. Sessions are thin: install the package, then delegate.
 
 Sessions:
-    tests     pytest (posargs go to pytest)
+    tests     pytest: the suite on 2 workers, then the `alone` files by themselves (with posargs:
+              one pytest run, as given)
     lint      ruff check + ruff format --check + mypy
     plan      `cudnn-matrix plan ...` (posargs go to the CLI unchanged)
     cli       any command: `nox -s cli -- COMMAND ...` (works right after the README's set-up)
@@ -18,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -38,11 +40,30 @@ def _install(session: nox.Session, *groups: str) -> None:
     session.install(*fresh, ".", *deps)
 
 
+#: Without posargs, `nox -s tests` runs the suite in two steps: first all but the files that measure
+#: the host's CPUs on 2 pytest-xdist workers, a file per worker (`--dist loadfile`: a module's
+#: fixtures are built once), then those files (marked `alone`: CPU demand, load, contention) by
+#: themselves, so that no other test's processes weigh on what they measure. 2 is CI's core count.
+PARALLEL = ["-n", "2", "--dist", "loadfile", "-m", "not alone"]
+ALONE = ["-m", "alone"]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite; posargs go to pytest."""
+    """Run the test suite; posargs go to pytest (one run, as given). Without posargs: the suite on
+    2 workers, then the `alone` files by themselves; each step runs whatever the other did."""
     _install(session, "test")
-    session.run("pytest", *session.posargs)
+    if session.posargs:
+        session.run("pytest", *session.posargs)
+        return
+    failed = []
+    for step in (PARALLEL, ALONE):
+        try:
+            session.run("pytest", *step)
+        except CommandFailed:
+            failed.append(" ".join(["pytest", *step]))
+    if failed:
+        session.error("failed: " + "; ".join(failed))
 
 
 @nox.session(reuse_venv=True)

@@ -12,11 +12,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from validate.env.target import ExecTarget
 from validate.execute.cases import discover_cases
 from validate.execute.runner import RunOptions, run_cases
 from validate.model.outcome import Outcome
 from validate.model.results import CaseResult, ResultStore
+
+# the sampler reads the host's CPU load (/proc/stat): run by itself (noxfile.py's ALONE step)
+pytestmark = pytest.mark.alone
 
 #: Spins until it is killed when another case of its folder is alive (peers/ holds their pids);
 #: alone: a pass.

@@ -32,7 +32,8 @@ from validate.model.results import ResultStore, load_results
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-pytestmark = pytest.mark.slow
+# slowdowns told from load on the host's CPUs: run by itself (noxfile.py's ALONE step)
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 CASE = ROOT / "tests" / "resources" / "speed" / "slow_from.py"

@@ -20,6 +20,9 @@ from typing import Any
 import pytest
 from usercli import cli
 
+# CPU demand and pinning measured on the host's CPUs: run by itself (noxfile.py's ALONE step)
+pytestmark = pytest.mark.alone
+
 #: 4 GPUs of different free memory; a case without a recorded peak holds 4 GiB of its GPU.
 FOUR = "sm90:16384,sm90:8192,sm90:4096,sm90:4096"
 HOLDS = {"0": 4, "1": 2, "2": 1, "3": 1}  # cases of 4 GiB each GPU can hold at once
