@@ -51,7 +51,8 @@ ALONE = ["-m", "alone"]
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite; posargs go to pytest (one run, as given). Without posargs: the suite on
-    2 workers, then the `alone` files by themselves; each step runs whatever the other did."""
+    2 workers, then the `alone` files by themselves; the second runs even where the first failed,
+    and the session fails if either did."""
     _install(session, "test")
     if session.posargs:
         session.run("pytest", *session.posargs)
