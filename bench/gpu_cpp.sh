@@ -21,6 +21,8 @@
 #   direct/CELL/T     the binary the tool built for CELL, run as the frontend's CI runs it
 #                     (`T -r junit`), the cell's backend on LD_LIBRARY_PATH, one process for every
 #                     TEST_CASE, under `timeout DIRECT_T` (default 900 s), its exit status kept;
+#                     Catch2's XML reporter beside the JUnit (stream.xml): it is written as each
+#                     TEST_CASE ends, the JUnit only at the end, so a cut run keeps what it did;
 #                     first for the first cell, then `warm`, then the other cells;
 #   warm              the cold command into a new results folder: the builds are the cache's
 #                     (WARM=0 leaves it out where the device time is short; the warm re-run is
@@ -60,7 +62,8 @@ for line in Path(sys.argv[1]).read_text().splitlines():
     [ -n "$bin" ] || continue
     echo "$(stamp) direct $cell $t"
     timed "direct/$cell/$t" env LD_LIBRARY_PATH="$KIT/store/$cell/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      timeout -s TERM "${DIRECT_T:-900}" "$bin" -r junit -o "$W/direct/$cell/$t/junit.xml"
+      timeout -s TERM "${DIRECT_T:-900}" "$bin" -r junit -o "$W/direct/$cell/$t/junit.xml" \
+      -r "xml::out=$W/direct/$cell/$t/stream.xml"
   done
 }
 

@@ -9,13 +9,17 @@ records the binary it ran (`case_path`); the binary's JUnit names it NAME. Outco
 as pass / fail / skip: the tool's `xpass` (a known issue's test that passed) counts as a pass, its
 `xfail`, `crash`, `timeout` and `error` as not passed, like JUnit's <failure> and <error>.
 Two layouts: direct/CELL/TARGET/{junit.xml,wall_s,rc} (every cell and target), and the first
-run's direct/junit.xml (one binary, `samples`, of the run's only cell). Exit 2 where the folder
-lacks what it needs.
+run's direct/junit.xml (one binary, `samples`, of the run's only cell). Since stop 48 the binary
+also writes Catch2's XML reporter to stream.xml beside its JUnit: Catch2 writes the JUnit only when
+the run ends, the XML as each TEST_CASE ends, so a binary that its `timeout` ended still gives
+the agreement of the TEST_CASEs it finished (and no ratio). Exit 2 where the folder lacks what it
+needs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tarfile
@@ -56,6 +60,55 @@ def _junit(path: Path) -> dict[str, str]:
     return found
 
 
+def _stream(path: Path) -> tuple[dict[str, str], str | None]:
+    """TEST_CASE name -> pass / fail / skip for each TEST_CASE that Catch2's XML reporter closed,
+    and the one it had opened and not closed (None: none). The reporter writes and flushes each
+    element as it goes, so a binary that was ended leaves a prefix of the document."""
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
+    found: dict[str, str] = {}
+    running: str | None = None
+    with contextlib.suppress(ET.ParseError):  # bytes that are not XML: the events before stand
+        parser.feed(path.read_bytes())  # (a prefix is not an error: the parser waits for more)
+    for item in parser.read_events():  # ("start" | "end", the element)
+        event, elem = item[0], item[-1]
+        if not isinstance(elem, ET.Element) or elem.tag != "TestCase":
+            continue
+        name = elem.get("name", "")
+        if event == "start":
+            running = name
+            continue
+        running = None
+        result = elem.find("OverallResult")
+        if result is None or result.get("success") != "true":
+            found[name] = "fail"
+        elif result.get("skips", "0") != "0":
+            found[name] = "skip"
+        else:
+            found[name] = "pass"
+    return found, running
+
+
+def _agreement(tool: dict[str, tuple[str, str]], direct: dict[str, str], names: list[str]) -> None:
+    agree = [n for n in names if n in tool and n in direct and tool[n][0] == direct[n]]
+    print(f"  tool outcomes: {dict(sorted(Counter(o for _, o in tool.values()).items()))}")
+    print(f"  binary outcomes: {dict(sorted(Counter(direct.values()).items()))}")
+    print(f"  agree (pass/fail/skip): {len(agree)} of {len(names)}")
+    for n in names:
+        if n not in agree:
+            print(
+                f"    differ: {n!r}: tool {tool.get(n, ('-', '-'))[1]}, binary {direct.get(n, '-')}"
+            )
+
+
+def _partial(tool: dict[str, tuple[str, str]], stream: Path) -> None:
+    """The agreement of the TEST_CASEs a binary finished before it was ended (its stream.xml)."""
+    done, running = _stream(stream)
+    now = f"; {running!r} had started" if running is not None else ""
+    print(f"  its streamed XML: {len(done)} TEST_CASEs ended{now}")
+    _agreement(tool, done, sorted(done))
+    print(f"  not reached by the binary: {len(set(tool) - set(done))} of the tool's TEST_CASEs")
+
+
 def _read(path: Path) -> str | None:
     return path.read_text(encoding="utf-8").strip() if path.is_file() else None
 
@@ -74,8 +127,11 @@ def _compare(key: Key, tool: dict[str, tuple[str, str]], folder: Path) -> float 
     wall = _read(folder / "wall_s")
     rc = _read(folder / "rc")
     print(f"\n== {cell} {target}: binary rc {rc if rc is not None else '?'}, wall {wall} s")
+    stream = folder / "stream.xml"
     if not junit.is_file():
         print("  the binary wrote no JUnit (it died before its run ended)")
+        if stream.is_file():
+            _partial(tool, stream)
         return None
     try:
         direct = _junit(junit)
@@ -83,20 +139,13 @@ def _compare(key: Key, tool: dict[str, tuple[str, str]], folder: Path) -> float 
         # only the header (stop 47: `timeout 45` ended `samples` after its XML declaration)
         why = " (rc 124: its `timeout` ended it)" if rc == "124" else ""
         print(f"  the binary's JUnit is incomplete{why}: {exc}")
+        if stream.is_file():
+            _partial(tool, stream)
         return None
-    names = sorted(set(tool) | set(direct))
-    agree = [n for n in names if n in tool and n in direct and tool[n][0] == direct[n]]
     print(
         f"  TEST_CASEs: tool {len(tool)}, binary {len(direct)}, both {len(set(tool) & set(direct))}"
     )
-    print(f"  tool outcomes: {dict(sorted(Counter(o for _, o in tool.values()).items()))}")
-    print(f"  binary outcomes: {dict(sorted(Counter(direct.values()).items()))}")
-    print(f"  agree (pass/fail/skip): {len(agree)} of {len(names)}")
-    for n in names:
-        if n not in agree:
-            print(
-                f"    differ: {n!r}: tool {tool.get(n, ('-', '-'))[1]}, binary {direct.get(n, '-')}"
-            )
+    _agreement(tool, direct, sorted(set(tool) | set(direct)))
     if lacking := set(tool) - set(direct):
         print(
             f"  the binary's JUnit lacks {len(lacking)} of the tool's TEST_CASEs: its run ended early"

@@ -4,9 +4,12 @@ direct run that was cut short gives no agreement or ratio for its binary."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
+from xml.sax.saxutils import quoteattr
 
 import pytest
 
@@ -40,6 +43,54 @@ def test_a_binary_ended_by_its_timeout_gives_no_agreement_and_no_ratio() -> None
     assert "agree (pass/fail/skip): 18 of 18" in tests
     assert "no ratio: the binaries' runs do not cover every cell and target the tool ran" in out
     assert "tool / direct binaries" not in out
+
+
+def _catch2_xml(cases: list[tuple[str, str]]) -> str:
+    """Catch2 3.3.2's XML reporter output (the layout its `-r xml` writes) for (name, outcome)."""
+    head = '<?xml version="1.0" encoding="UTF-8"?>\n<Catch2TestRun name="samples" rng-seed="1">\n'
+    body = ""
+    for name, outcome in cases:
+        success = "false" if outcome == "fail" else "true"
+        skips = "1" if outcome == "skip" else "0"
+        body += (
+            f'  <TestCase name={quoteattr(name)} tags="[x]" filename="s.cpp" line="1">\n'
+            f'    <OverallResult success="{success}" skips="{skips}"/>\n  </TestCase>\n'
+        )
+    return head + body + "</Catch2TestRun>\n"
+
+
+def test_a_cut_binary_agrees_on_the_test_cases_its_xml_stream_finished(tmp_path: Path) -> None:
+    """The samples binary of 2026-12-07 with a stream.xml cut inside its sixth TEST_CASE, whose
+    fourth disagrees with the tool: agreement over the five it finished, the sixth named as
+    running, the rest not reached, and still no ratio."""
+    work = tmp_path / "w"
+    with tarfile.open(ROOT / "reports/gpu/2026-12-07-h100-cpp-9.24/cpp.tgz") as tar:
+        tar.extractall(work, filter="data")
+    rows = [json.loads(x) for x in (work / "cold/run/results.jsonl").read_text().splitlines()]
+    samples = [
+        (r["case"].split("::", 1)[1], {"xpass": "pass"}.get(r["outcome"], r["outcome"]))
+        for r in rows
+        if r.get("case_path", "").endswith("/samples")
+    ]
+    cases = samples[:6]
+    cases[3] = (cases[3][0], "fail" if cases[3][1] != "fail" else "pass")
+    text = _catch2_xml(cases)
+    cut = text.index("<OverallResult", text.index(cases[5][0])) + len("<OverallResult succ")
+    (work / "direct/9.24.0.43/samples/stream.xml").write_text(text[:cut])
+    folder = tmp_path / "report"
+    folder.mkdir()
+    with tarfile.open(folder / "cpp.tgz", "w:gz") as tar:
+        tar.add(work, arcname=".")
+    proc = _figures(folder)
+    assert proc.returncode == 0, proc.stderr
+    part = proc.stdout.split("== 9.24.0.43 samples:")[1].split("== 9.24.0.43 tests:")[0]
+    assert "the binary's JUnit is incomplete (rc 124: its `timeout` ended it)" in part
+    assert f"its streamed XML: 5 TEST_CASEs ended; {cases[5][0]!r} had started" in part
+    assert "agree (pass/fail/skip): 4 of 5" in part
+    assert f"differ: {cases[3][0]!r}" in part
+    distinct = len(dict(samples))  # the xpass has two rows (its re-run with the API logs)
+    assert f"not reached by the binary: {distinct - 5} of the tool's TEST_CASEs" in part
+    assert "tool / direct binaries" not in proc.stdout
 
 
 def test_a_folder_without_the_archive_is_one_line_exit_2(tmp_path: Path) -> None:
