@@ -98,20 +98,25 @@ def _stream(path: Path) -> tuple[dict[str, str], str | None]:
     return found, running
 
 
-def _agreement(tool: dict[str, tuple[str, str]], direct: dict[str, str]) -> None:
-    """Each TEST_CASE the binary reported against the tool's; those it never reached are counted,
-    not compared (a binary ended early), and one it reports that the tool lacks differs."""
+def _agreement(tool: dict[str, tuple[str, str]], direct: dict[str, str], cut: bool) -> None:
+    """Each TEST_CASE the binary reported against the tool's. Where the binary was ended early
+    (cut), the tool's TEST_CASEs it never reached are counted, not compared; where it ran to its
+    end, a TEST_CASE only one side has differs."""
     for n in sorted(n for n, klass in direct.items() if klass == "sigterm"):
         print(f"  {n!r} was running when the binary got SIGTERM (Catch2's error): not compared")
     names = sorted(n for n, klass in direct.items() if klass != "sigterm")
-    agree = [n for n in names if n in tool and tool[n][0] == direct[n]]
+    if not cut:
+        names = sorted(set(names) | set(tool))
+    agree = [n for n in names if n in tool and n in direct and tool[n][0] == direct[n]]
     print(f"  tool outcomes: {dict(sorted(Counter(o for _, o in tool.values()).items()))}")
     print(f"  binary outcomes: {dict(sorted(Counter(direct.values()).items()))}")
     print(f"  agree (pass/fail/skip): {len(agree)} of {len(names)}")
     for n in names:
         if n not in agree:
-            print(f"    differ: {n!r}: tool {tool.get(n, ('-', '-'))[1]}, binary {direct[n]}")
-    if lacking := set(tool) - set(direct):
+            print(
+                f"    differ: {n!r}: tool {tool.get(n, ('-', '-'))[1]}, binary {direct.get(n, '-')}"
+            )
+    if cut and (lacking := set(tool) - set(direct)):
         print(f"  not reached by the binary: {len(lacking)} of the tool's TEST_CASEs")
 
 
@@ -120,7 +125,7 @@ def _partial(tool: dict[str, tuple[str, str]], stream: Path) -> None:
     done, running = _stream(stream)
     now = f"; {running!r} had started" if running is not None else ""
     print(f"  its streamed XML: {len(done)} TEST_CASEs finished{now}")
-    _agreement(tool, done)
+    _agreement(tool, done, cut=True)
 
 
 def _read(path: Path) -> str | None:
@@ -159,11 +164,13 @@ def _compare(key: Key, tool: dict[str, tuple[str, str]], folder: Path) -> float 
     print(
         f"  TEST_CASEs: tool {len(tool)}, binary {len(direct)}, both {len(set(tool) & set(direct))}"
     )
-    _agreement(tool, direct)
-    if set(tool) - set(direct):  # the binary's run ended early: its wall time is not the run's
+    cut = rc == "124" or "sigterm" in direct.values()  # its `timeout` (SIGTERM) ended it
+    _agreement(tool, direct, cut)
+    if cut:
+        print("  the binary was ended early: its wall time is not the run's")
         return None
-    if rc == "124" or "sigterm" in direct.values():
-        print("  its `timeout` ended the binary: its wall time is not the run's")
+    if set(tool) - set(direct):
+        print(f"  the binary ran {len(set(tool) - set(direct))} fewer TEST_CASEs than the tool")
         return None
     if wall is None:  # the first run: the driver's timeout ended the wrapper before it wrote wall_s
         suite = ET.parse(junit).getroot().find("testsuite")

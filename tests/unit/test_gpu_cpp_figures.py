@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
@@ -107,6 +108,34 @@ def test_a_cut_binary_agrees_on_the_test_cases_its_xml_stream_finished(tmp_path:
     distinct = len(dict(samples))  # the xpass has two rows (its re-run with the API logs)
     assert f"not reached by the binary: {distinct - 5} of the tool's TEST_CASEs" in part
     assert "tool / direct binaries" not in proc.stdout
+
+
+def test_a_whole_run_that_lacks_a_test_case_differs(tmp_path: Path) -> None:
+    """The `tests` binary of 2026-12-07 ran to its end (rc 0); with one <testcase> taken out of
+    its JUnit, that TEST_CASE is a difference (not 'not reached'), and there is no ratio."""
+    work = tmp_path / "w"
+    with tarfile.open(ROOT / "reports/gpu/2026-12-07-h100-cpp-9.24/cpp.tgz") as tar:
+        tar.extractall(work, filter="data")
+    junit = work / "direct/9.24.0.43/tests/junit.xml"
+    tree = ET.parse(junit)
+    suite = tree.getroot().find("testsuite")
+    assert suite is not None
+    first = suite.find("testcase")
+    assert first is not None
+    name = first.get("name")
+    suite.remove(first)
+    tree.write(junit, encoding="utf-8", xml_declaration=True)
+    folder = tmp_path / "report"
+    folder.mkdir()
+    with tarfile.open(folder / "cpp.tgz", "w:gz") as tar:
+        tar.add(work, arcname=".")
+    out = _figures(folder).stdout
+    tests = out.split("== 9.24.0.43 tests:")[1]
+    assert "binary rc 0" in tests
+    assert "agree (pass/fail/skip): 17 of 18" in tests
+    assert f"differ: {name!r}: tool pass, binary -" in tests
+    assert "the binary ran 1 fewer TEST_CASEs than the tool" in tests
+    assert "not reached" not in tests
 
 
 def test_a_folder_without_the_archive_is_one_line_exit_2(tmp_path: Path) -> None:
