@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,6 +26,7 @@ from validate.execute.collection import Suite, collect
 from validate.execute.resources.shares import split
 from validate.execute.runner import RunOptions
 from validate.execute.suite import SuiteRun
+from validate.execute.supervise import SUPERVISOR
 from validate.model.results import ResultStore
 from validate.plan.requirements import SkipKind, skip_kind
 
@@ -508,3 +510,40 @@ def test_an_interpreter_that_is_neither_a_file_nor_a_command_is_one_line_exit_2(
         .endswith("--interpreter no-such-python-3f9: no such file (nor a command on PATH)")
     )
     assert "Traceback" not in proc.stderr
+
+
+def test_a_collection_the_stop_killed_is_no_verdict(tmp_path: Path) -> None:
+    """A stop (Ctrl-C, SIGTERM: the supervisor's kill_all) while share 1 is still collecting kills
+    its pytest process; that is the tool's stop, not the suite's failure, so no suite `error` is
+    stored (a `--resume` finds nothing for the suite and collects it again). In the tool's own
+    process, so nothing races it (test_cpp_kind.py has the C++ build's case)."""
+    suite_dir = tmp_path / "slow_suite"
+    suite_dir.mkdir()
+    started = tmp_path / "collecting"
+    (suite_dir / "conftest.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(started)!r}).write_text('yes')\n"
+        "time.sleep(1234.5)\n"
+    )
+    (suite_dir / "test_one.py").write_text("def test_one():\n    pass\n")
+    options = RunOptions(results_dir=tmp_path / "run", timeout_s=600)
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    run = SuiteRun(
+        Suite.from_flags(suite_dir, None), _target(has_gpu=False), options, store, slots=1
+    )
+    (job,) = run.jobs()
+    follow: list[Any] = []
+    worker = threading.Thread(target=lambda: follow.extend(job.run()))
+    with SUPERVISOR.session():
+        try:
+            worker.start()
+            deadline = time.monotonic() + 120
+            while not started.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert started.exists(), "the collection never started"
+            SUPERVISOR.live.kill_all()
+            worker.join(timeout=60)
+            assert not worker.is_alive()
+        finally:
+            SUPERVISOR.live.stopped.clear()  # later tests in this process start cases again
+    assert list(store) == [], [(r.case, str(r.outcome), r.reason) for r in store]

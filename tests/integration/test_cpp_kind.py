@@ -13,15 +13,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from proctags import ctrl_c_when, still_running, tagged, tagged_tool
 from usercli import cli
 
+from validate.env.target import ExecTarget
+from validate.execute.catch2_suite import Catch2Project
+from validate.execute.runner import RunOptions
+from validate.execute.suite import SuiteRun
+from validate.execute.supervise import SUPERVISOR
+from validate.model.results import ResultStore
 from validate.plan.requirements import SkipKind, skip_kind
 
 pytestmark = pytest.mark.slow
@@ -470,6 +479,90 @@ def test_a_build_past_its_limit_is_one_error_saying_so_and_leaves_nothing_runnin
     assert took < 600  # not the step's 1234.5 s
     builds = [p for p in (env_cache / "cpp").iterdir() if p.is_dir() and p.name != "catch2"]
     assert all((p / ".complete").is_file() for p in builds)  # the killed one was removed
+
+
+def test_a_run_stopped_during_its_build_keeps_no_verdict_and_a_resume_builds_again(
+    toolchain: None,  # noqa: ARG001
+    wheelhouse: Path,
+    env_cache: Path,
+    tmp_path: Path,
+) -> None:
+    """SIGTERM (a cancelled CI job, `timeout`, the end of a lease) while the build step runs: the
+    build is killed with what it started, and that is the tool's stop, not the project's failure,
+    so no result is stored for it (a lease once recorded "the C++ build failed: the build exited
+    with status -9"). `--resume` then builds again: here the stuck step meets
+    --cpp-build-timeout, and its `error` says so."""
+    assert not _stuck_alive()
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    (stuck / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(stuck CXX)\n"
+        f"add_custom_target(never_ends ALL COMMAND {' '.join(_STUCK)})\n"
+    )
+    common = [*CELL, "--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)]
+    common += ["--cpp", "stuck", "--results", "run"]
+    with tagged_tool("validate", *common, cwd=tmp_path) as (tool, tag):
+        err = ctrl_c_when(
+            tool,
+            lambda: bool(tagged(tag, " ".join(_STUCK))),
+            what="the build step never started",
+            wait_s=300,
+            sig=signal.SIGTERM,
+        )
+        assert tool.returncode == 143, err
+        assert b"Traceback" not in err
+        assert still_running(tag) == []
+    store = tmp_path / "run" / "results.jsonl"
+    assert not store.exists() or store.read_text().strip() == "", store.read_text()
+    assert not _stuck_alive()
+
+    proc = _validate(*common, "--resume", "--cpp-build-timeout", "3", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = _results(tmp_path / "run").values()
+    assert (row["case"], row["outcome"]) == ("cpp:stuck", "error")
+    assert row["reason"].startswith("the C++ build timed out: "), row["reason"]
+    assert not _stuck_alive()
+
+
+def test_a_build_the_stop_killed_is_no_verdict_in_the_suite_run(
+    fixture_run: tuple[Any, Path],  # noqa: ARG001 - its environment holds the backend wheel
+    env_cache: Path,
+    tmp_path: Path,
+) -> None:
+    """The same stop, in the tool's own process, where nothing races it: the suite run's build
+    job, on another thread, sees its build killed by the supervisor's stop (what SIGTERM does)
+    and stores nothing. In the whole tool that thread races the tool's exit: on 2 CPUs it mostly
+    loses (the test above passed without the fix), on the lease's 16 it won and stored "the C++
+    build failed: the build exited with status -9" (reports/gpu/2026-12-07-h100-cpp-9.25)."""
+    lib = next((env_cache / "envs").glob("*/**/nvidia/cudnn/lib/libcudnn.so.9"))
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    (stuck / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(stuck CXX)\n"
+        f"add_custom_target(never_ends ALL COMMAND {' '.join(_STUCK)})\n"
+    )
+    target = ExecTarget(backend_dir=lib.parent, root=tmp_path / "cache" / "envs" / "x")
+    options = RunOptions(results_dir=tmp_path / "run", timeout_s=60)
+    store = ResultStore(tmp_path / "run" / "results.jsonl")
+    run = SuiteRun(Catch2Project(stuck, catch2=CATCH2), target, options, store, slots=1)
+    (job,) = run.jobs()
+    follow: list[Any] = []
+    worker = threading.Thread(target=lambda: follow.extend(job.run()))
+    with SUPERVISOR.session():
+        try:
+            worker.start()
+            deadline = time.monotonic() + 300
+            while not _stuck_alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _stuck_alive(), "the build step never started"
+            SUPERVISOR.live.kill_all()
+            worker.join(timeout=60)
+            assert not worker.is_alive()
+        finally:
+            SUPERVISOR.live.stopped.clear()  # later tests in this process start cases again
+    assert follow == []
+    assert list(store) == []
+    assert not _stuck_alive()
 
 
 def test_a_test_case_that_kills_the_tool_is_its_crash_after_two_resumes(

@@ -194,6 +194,9 @@ class SuiteRun:
             )
             self.tests = collected.tests
             self.paths = {t.id: t.file for t in collected.tests}
+            if SUPERVISOR.stopped:  # the tool's stop killed the build: no verdict, a resume
+                self._collected.set()  # builds again (a lease once stored "exited with -9")
+                return ()
             self._problems(collected.problems, collected.log_path)
             self._collected.set()
             known = {t.id for t in collected.tests}
@@ -438,7 +441,13 @@ class SuiteRun:
 
     def _collection_ended(self, batch: BatchRun) -> None:
         """Share 1 ended: without a collection, the suite's one result (skip or error)."""
-        if self.tests is None and batch.unassigned is not None and not self._collected.is_set():
+        stopped = SUPERVISOR.stopped  # the tool's stop killed the collection: no verdict
+        if (
+            self.tests is None
+            and batch.unassigned is not None
+            and not self._collected.is_set()
+            and not stopped
+        ):
             returncode, log_path = batch.unassigned
             problem = suite_problem(self.suite, self.target, returncode, log_path)
             self._problems([problem], str(log_path))

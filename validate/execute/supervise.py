@@ -82,7 +82,14 @@ class _LiveGroups:
             self.stopped.set()
             groups = list(self._groups.items())
         for pgid, kernel_file in groups:
+            # the group stopped first, then what its leader started in groups of its own (a
+            # build's commands under ninja): all of it killed, none left re-parented and running
+            _kill_group(pgid, signal.SIGSTOP)
+            below = launch.halt_tree(pgid)
             _kill_group(pgid, signal.SIGKILL)
+            for pid in below:
+                with suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
             with suppress(OSError, ValueError):
                 _kill_group(int(kernel_file.read_text(encoding="utf-8").strip()), signal.SIGKILL)
 
