@@ -24,7 +24,9 @@ def _figures(folder: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("name", ["2026-12-06-h100-cpp", "2026-12-07-h100-cpp-9.24"])
+@pytest.mark.parametrize(
+    "name", ["2026-12-06-h100-cpp", "2026-12-07-h100-cpp-9.24", "2026-12-07-h100-cpp-9.25"]
+)
 def test_the_committed_figures_are_the_scripts_output(name: str) -> None:
     folder = ROOT / "reports" / "gpu" / name
     proc = _figures(folder)
@@ -44,6 +46,18 @@ def test_a_binary_ended_by_its_timeout_gives_no_agreement_and_no_ratio() -> None
     assert "agree (pass/fail/skip): 18 of 18" in tests
     assert "no ratio: not every cell and target the tool ran has a whole direct run" in out
     assert "tool / direct binaries" not in out
+
+
+def test_a_whole_direct_run_of_every_target_gives_the_ratios() -> None:
+    """2026-12-07, 9.25.1.1: the tool ran `tests` only, cold and warm, and the binary ran to its
+    end: the agreement, and each ratio from the committed walls (2.5 s and 70.0 s over 0.8 s)."""
+    out = _figures(ROOT / "reports" / "gpu" / "2026-12-07-h100-cpp-9.25").stdout
+    assert "== 9.25.1.1 tests: binary rc 0, wall 0.8 s" in out
+    assert "agree (pass/fail/skip): 18 of 18" in out
+    assert "tool wall s: cold 70.0, warm 2.5" in out
+    assert "warm tool / direct binaries: 3.12x" in out
+    assert "cold tool / direct binaries: 87.50x" in out
+    assert "no ratio" not in out
 
 
 def test_the_test_case_sigterm_ended_is_not_compared_and_the_rest_are_not_reached() -> None:
