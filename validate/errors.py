@@ -53,9 +53,16 @@ class CaseError(ValidateError):
 
 
 class EnvBuildError(ValidateError):
-    """An environment for a cell could not be built (install failed, wheel missing)."""
+    """An environment for a cell could not be built (install failed, wheel missing).
+    `signalled`: a signal ended the process that failed (the installer, a build step), which is
+    what a stop of the tool does to it (Ctrl-C, SIGTERM to the tool's group), so the caller asks
+    whether a stop follows before it calls the build failed (execute/local.py)."""
 
     return_code = 3
+
+    def __init__(self, *args: object, signalled: bool = False) -> None:
+        super().__init__(*args)
+        self.signalled = signalled
 
 
 class DockerError(ValidateError):

@@ -184,6 +184,48 @@ def test_an_interrupted_build_leaves_no_folder(
     assert proc.returncode == code, err
     assert not partial.exists(), _folders(envs)
     assert _folders(envs) == [], err  # no build folder, no half-renamed environment
+    # the build the stop killed is no verdict: no `error` for the cell (a resume builds again)
+    store = tmp_path / "run" / "results.jsonl"
+    assert not store.exists() or store.read_text().strip() == "", store.read_text()
+
+
+def test_sigterm_to_the_tool_alone_ends_its_installer(index: HeldIndex, tmp_path: Path) -> None:
+    """SIGTERM to the tool's process only (`kill PID`, `docker stop` of a container whose PID 1 is
+    the tool): the installer runs in the tool's group but gets no signal, and the tool exits
+    with os._exit. The tool ends it before it exits: nothing of the session is left running (the
+    installer once went on writing into the folder the tool had removed)."""
+    envs = tmp_path / "cache" / "envs"
+    proc = _validate(tmp_path, index, "run")
+    partial = _building(envs, proc, index)  # its installer waits for heldpkg
+    assert _session(proc.pid) != [], "the installer is not in the tool's session"
+    os.kill(proc.pid, signal.SIGTERM)  # the tool alone
+    err = _ended(proc, timeout=120)
+    assert proc.returncode == 143, err
+    deadline = time.monotonic() + 10
+    while _session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _session(proc.pid)
+    for line in left:
+        os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert left == []
+    assert not partial.exists()
+    assert _folders(envs) == [], err
+
+
+def _session(sid: int) -> list[str]:
+    """`pid args` of the live processes of session `sid` (the tool's: it was started in one)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(stat[3]) == sid and stat[0] not in ("Z", "X"):
+            found.append(f"{entry.name} {args.strip()[:200]}")
+    return found
 
 
 def test_a_killed_build_is_removed_by_prune_and_by_the_next_build(

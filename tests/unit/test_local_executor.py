@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
+import pytest
+
 from validate.config import ValidateConfig
+from validate.env.progress import Activity
 from validate.env.sources import Sources
-from validate.execute import EXECUTORS, ExecTarget, Executor, RunContext
+from validate.env.streamed import run_streamed
+from validate.errors import EnvBuildError
+from validate.execute import EXECUTORS, ExecTarget, Executor, RunContext, local
 from validate.execute.cases import cases_for
 from validate.execute.local import LocalExecutor
 from validate.execute.pool import Pool
 from validate.execute.runner import run_pool
+from validate.execute.supervise import SUPERVISOR
 from validate.model.matrix import Cell
 from validate.model.results import ResultStore, load_results
 from validate.plan.host import HostFacts
@@ -94,3 +104,64 @@ def test_no_gpu_host_runs_one_cell_per_environment(tmp_path: Path) -> None:
     assert by_cell[other.id].reason == (
         f"no NVIDIA driver: pins checked in cell {CELL.id} (same environment)"
     )
+
+
+def _installer(pid_file: Path) -> ExecTarget:
+    """What an environment's installer does when a signal ends it: a real process, run and read
+    through `run_streamed` as the installer is, whose death by a signal is `signalled`."""
+    act = Activity("installing")
+    argv = [
+        sys.executable,
+        "-c",
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)",
+    ]
+    proc = run_streamed(argv, act)
+    msg = f"installing x failed (exit {proc.returncode})"
+    raise EnvBuildError(msg, signalled=proc.returncode < 0)
+
+
+def _signal_the_installer(pid_file: Path, *, then_stop: bool) -> threading.Thread:
+    def go() -> None:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        os.kill(int(pid_file.read_text()), signal.SIGTERM)  # the signal reaches it first ...
+        if then_stop:
+            time.sleep(0.5)  # ... and the main thread stops the run a moment later
+            SUPERVISOR.stop()
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    return thread
+
+
+def test_a_build_the_stops_signal_ended_is_no_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C or SIGTERM to the tool's group reaches the installer as it reaches the tool, and
+    the installer can die before the main thread has stopped the run: the build waits for the
+    stop, and unwinds as the interrupt, with no `environment build failed` for the cell (a
+    `--resume` builds it again). Without a stop, a signalled installer is the build's failure."""
+    monkeypatch.setattr(local, "_STOP_GRACE_S", 2.0)
+    config = ValidateConfig(cases=(SCRIPTS / "pass_script.py",), cache_dir=tmp_path / "cache")
+    run = _context(config, tmp_path / "out")
+    step = Step(key="env", cells=(CELL,))
+    pid_file = tmp_path / "pid"
+    executor = LocalExecutor(ensure=lambda _spec: _installer(pid_file))
+    with SUPERVISOR.session():
+        try:
+            thread = _signal_the_installer(pid_file, then_stop=True)
+            with pytest.raises(KeyboardInterrupt):
+                executor.prepare(step, run)
+            thread.join()
+        finally:
+            SUPERVISOR.live.stopped.clear()
+    pid_file.unlink()
+    with SUPERVISOR.session():
+        thread = _signal_the_installer(pid_file, then_stop=False)
+        reason = executor.prepare(step, run)
+        thread.join()
+    assert isinstance(reason, str)
+    assert reason.startswith("environment build failed: installing x failed (exit -15)")

@@ -547,7 +547,7 @@ def _arm_exit(code: int) -> None:
     _EXIT_ARMED.set()
 
     def expire() -> None:
-        from validate import scratch
+        from validate import children, scratch
 
         with contextlib.suppress(Exception):
             print(
@@ -555,6 +555,7 @@ def _arm_exit(code: int) -> None:
                 file=sys.__stderr__,
                 flush=True,
             )
+        children.end_all()
         scratch.remove_all()
         os._exit(code)
 
@@ -593,8 +594,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, _Terminated)
         print(f"cudnn-matrix: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
-        from validate import scratch
+        from validate import children, scratch
 
+        children.end_all()  # an installer the signal did not reach stops writing first
         scratch.remove_all()  # a half-built environment or image context goes with the tool
         # Exit now: the running cases were killed and every finished result is fsynced; a worker
         # thread still unwinding must not hold the exit (interpreter shutdown joins them all).

@@ -152,7 +152,7 @@ def build_frontend_wheel(
             if proc.returncode != 0:
                 tail = proc.tail(6)
                 msg = f"building the frontend at {short} failed: {shlex.join(argv)}\n{tail}"
-                raise EnvBuildError(msg)
+                raise EnvBuildError(msg, signalled=proc.returncode < 0)
         plan = plan_build(
             work, commit=source.commit, cache=target.parent, wheelhouse=wheelhouse, backend=backend
         )
@@ -187,7 +187,7 @@ def build_frontend_wheel(
             found = [ln.strip() for ln in lines if _BUILD_CAUSE.search(ln)][:6]
             tail = "\n".join([*found, *lines[-6:]])
             msg = f"building the frontend at {short} failed: {shlex.join(argv)}\n{tail}\nfull log: {build_log}"
-            raise EnvBuildError(msg)
+            raise EnvBuildError(msg, signalled=proc.returncode < 0)
         built = sorted(out.glob("*.whl"))
         if not built:
             msg = f"pip wheel of {source.path}@{short} produced no wheel"

@@ -15,6 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
+from validate import children
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
@@ -107,10 +109,10 @@ def run_streamed(
     for helper in helpers:
         helper.start()
     assert proc.stdout is not None
-    with proc.stdout:
+    with children.running(proc.pid), proc.stdout:  # ended with the tool (children.py)
         for line in proc.stdout:
             take(line.rstrip("\n"))
-    returncode = proc.wait()
+        returncode = proc.wait()
     ended.set()
     for helper in helpers:
         helper.join(timeout=10)  # a pty another process still holds open: stop reading it

@@ -351,7 +351,7 @@ def _run(argv: Sequence[str], what: str) -> str:
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-12:])
         msg = f"{what} failed (exit {proc.returncode}): {shlex.join(argv)}\n{tail}"
-        raise EnvBuildError(msg)
+        raise EnvBuildError(msg, signalled=proc.returncode < 0)
     return proc.stdout
 
 
@@ -453,7 +453,7 @@ def _install(
         proc = run_streamed(argv, act, parse, env=env, grow=grow, pty_stderr=tool == "uv")
     if proc.returncode != 0:
         msg = f"installing {' '.join(names)} failed (exit {proc.returncode}): {shlex.join(argv)}\n{proc.tail()}"
-        raise EnvBuildError(msg)
+        raise EnvBuildError(msg, signalled=proc.returncode < 0)
 
 
 def _fix_shebangs(bin_dir: Path, old: Path, new: Path) -> None:

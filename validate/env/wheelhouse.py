@@ -75,7 +75,7 @@ class Wheelhouse:
             proc = run_streamed(argv, act, pip_line, env=env, grow=grow)
         if proc.returncode != 0:
             msg = f"pip download {what} into {dest} failed:\n{proc.tail(_TAIL_LINES)}"
-            raise EnvBuildError(msg)
+            raise EnvBuildError(msg, signalled=proc.returncode < 0)
 
     def find(self, pattern: str) -> Path | None:
         found = sorted(self.root.glob(pattern))

@@ -64,7 +64,6 @@ __all__ = [
     "Window",
     "cap_output",
     "case_env",
-    "halt_tree",
     "new_token",
     "owner",
     "placed",
@@ -233,36 +232,6 @@ def _tree(root: int, needle: bytes) -> list[int] | None:
                 if pid == root:
                     return None
                 continue
-            except OSError:
-                continue
-            for child in map(int, text.split()):
-                if child not in seen:
-                    seen.add(child)
-                    todo.append(child)
-    return found
-
-
-def halt_tree(root: int) -> list[int]:
-    """Stop (SIGSTOP) every descendant of `root` as the kernel's children lists are read, so that
-    none starts another meanwhile; returns them for the caller to kill. An interrupt needs this
-    where a process runs its children in groups of their own: ninja gives each build command
-    one, so killing a build's group leaves the commands running, re-parented away from the tree
-    (issue #39's lease: a stopped C++ build). Empty where the lists are missing."""
-    found: list[int] = []
-    todo, seen = [root], {root}
-    while todo:
-        pid = todo.pop()
-        if pid != root:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGSTOP)
-                found.append(pid)
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")  # noqa: PTH208 - names only
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                text = _read(f"/proc/{pid}/task/{tid}/children")
             except OSError:
                 continue
             for child in map(int, text.split()):

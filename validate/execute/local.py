@@ -18,6 +18,7 @@ from validate.execute.history import History
 from validate.execute.jobs import cell_jobs, run_options
 from validate.execute.records import record_all
 from validate.execute.suite import pytest_requirement
+from validate.execute.supervise import SUPERVISOR
 from validate.log import step as log_step
 from validate.model.matrix import env_pins
 from validate.model.outcome import Outcome
@@ -41,6 +42,8 @@ __all__ = ["LocalExecutor", "env_spec_for"]
 log = logging.getLogger(__name__)
 
 _REASON_TAIL: Final = 12  # lines of an install log kept in an `error` result's reason
+#: How long a build that a signal ended waits for the tool's stop before it is called failed.
+_STOP_GRACE_S: Final = 5.0
 
 
 def env_spec_for(cell: Cell, config: ValidateConfig, sources: Sources) -> EnvSpec:
@@ -124,6 +127,8 @@ class LocalExecutor:
                     )
                 )
         except EnvBuildError as exc:  # the step's cases become `error`; the run goes on
+            if exc.signalled and SUPERVISOR.stopping(within_s=_STOP_GRACE_S):
+                raise KeyboardInterrupt from None  # the tool's stop ended the build: no verdict
             lines = str(exc).strip().splitlines() or ["?"]
             reason = "\n".join(
                 [f"environment build failed: {lines[0]}", *lines[1:][-_REASON_TAIL:]]

@@ -22,6 +22,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, cast
 
+from validate.children import halt_tree
 from validate.execute import launch
 from validate.execute.forkserver import ForkServerLost, ForkServers
 from validate.execute.pool import watch, yield_nice
@@ -85,7 +86,7 @@ class _LiveGroups:
             # the group stopped first, then what its leader started in groups of its own (a
             # build's commands under ninja): all of it killed, none left re-parented and running
             _kill_group(pgid, signal.SIGSTOP)
-            below = launch.halt_tree(pgid)
+            below = halt_tree(pgid)
             _kill_group(pgid, signal.SIGKILL)
             for pid in below:
                 with suppress(OSError):
@@ -208,6 +209,12 @@ class Supervisor:
     def stop(self) -> None:
         """No case starts from now on, and the ones ending now are not recorded."""
         self.live.stopped.set()
+
+    def stopping(self, within_s: float) -> bool:
+        """Whether the run is being stopped, waiting up to `within_s` for it: a process the
+        stop's signal reached at once (an installer in the tool's group) can end before the
+        main thread has taken that signal and stopped the run."""
+        return self.live.stopped.wait(timeout=within_s)
 
     def kill_all(self) -> None:
         """Kill every running case's group and its kernel's (after `stop`), then run what each
