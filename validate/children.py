@@ -23,9 +23,9 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
-__all__ = ["end_all", "halt_tree", "running"]
+__all__ = ["descendants", "end_all", "halt_tree", "read_small", "running"]
 
 _LIVE: set[int] = set()
 _GUARD = threading.Lock()
@@ -59,22 +59,44 @@ def halt_tree(root: int) -> list[int]:
     """Stop (SIGSTOP) every descendant of `root` as the kernel's children lists are read, so that
     none starts another meanwhile; returns them for the caller to kill. Empty where the lists
     are missing (a kernel without CONFIG_PROC_CHILDREN)."""
+
+    def stopped(pid: int) -> bool:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            return False
+        return True
+
+    return descendants(root, stopped) or []
+
+
+def descendants(root: int, enter: Callable[[int], bool]) -> list[int] | None:
+    """The descendants of `root` that `enter` accepts, from the kernel's children lists
+    (``/proc/PID/task/TID/children``), read as the walk goes: `enter(pid)` runs before pid's own
+    children are read, and one it refuses is left out with what it started. None where root's
+    lists are missing (a kernel without CONFIG_PROC_CHILDREN)."""
     found: list[int] = []
-    todo, seen = [root], {root}
+    todo = [root]
+    # a pid can be read twice: the children of a thread that ends while the lists are read move
+    # to another thread of its process
+    seen = {root}
     while todo:
         pid = todo.pop()
         if pid != root:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGSTOP)
-                found.append(pid)
+            if not enter(pid):
+                continue
+            found.append(pid)
         try:
             tasks = os.listdir(f"/proc/{pid}/task")  # noqa: PTH208 - names only
         except OSError:
             continue
         for tid in tasks:
             try:
-                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:  # noqa: PTH123
-                    text = fh.read()
+                text = read_small(f"/proc/{pid}/task/{tid}/children")
+            except FileNotFoundError:
+                if pid == root:
+                    return None
+                continue
             except OSError:
                 continue
             for child in map(int, text.split()):
@@ -82,3 +104,15 @@ def halt_tree(root: int) -> list[int]:
                     seen.add(child)
                     todo.append(child)
     return found
+
+
+def read_small(path: str) -> bytes:
+    """A small /proc file (os-level: the launcher reads these at every case's end)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

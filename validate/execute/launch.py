@@ -45,6 +45,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from validate.children import descendants
+from validate.children import read_small as _read
 from validate.execute import cgroups
 from validate.execute.placement import UNPLACED
 from validate.execute.resources.guard import clip_args
@@ -189,56 +191,21 @@ def become_subreaper() -> bool:
     return _SUBREAPER[0]
 
 
-def _read(path: str) -> bytes:
-    """A small /proc file (os-level: this runs at every case's end)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def _tree(root: int, needle: bytes) -> list[int] | None:
     """The descendants of `root` that may carry `needle`, from the kernel's children lists: a
     subtree whose top carries another case's token is another case's, and is not entered. None
     where the lists are missing (a kernel without CONFIG_PROC_CHILDREN)."""
     other = TOKEN_ENV.encode() + b"="
-    found: list[int] = []
-    todo = [root]
-    # a pid can be read twice: the children of a tool thread that ends while the lists are read
-    # move to another of its threads
-    seen = {root}
-    while todo:
-        pid = todo.pop()
-        if pid != root:
-            try:
-                environ = _read(f"/proc/{pid}/environ")
-            except OSError:
-                continue
-            if needle not in environ.split(b"\0") and other in environ:
-                continue  # another live case's process, and what it started
-            found.append(pid)
+
+    def ours(pid: int) -> bool:
         try:
-            tasks = os.listdir(f"/proc/{pid}/task")  # noqa: PTH208 - names only, per case end
+            environ = _read(f"/proc/{pid}/environ")
         except OSError:
-            continue
-        for tid in tasks:
-            try:
-                text = _read(f"/proc/{pid}/task/{tid}/children")
-            except FileNotFoundError:
-                if pid == root:
-                    return None
-                continue
-            except OSError:
-                continue
-            for child in map(int, text.split()):
-                if child not in seen:
-                    seen.add(child)
-                    todo.append(child)
-    return found
+            return False
+        # not another live case's process (nor what it started)
+        return needle in environ.split(b"\0") or other not in environ
+
+    return descendants(root, ours)
 
 
 def _all_pids() -> list[int]:
