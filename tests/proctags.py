@@ -8,10 +8,11 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from usercli import start
 
@@ -117,3 +118,27 @@ def still_running(tag: str, marker: str = "", within_s: float = 10.0) -> list[st
     while time.monotonic() < deadline and tagged(tag, marker):
         time.sleep(0.2)
     return tagged(tag, marker)
+
+
+def stop_while(job: Any, started: Callable[[], object], within_s: float) -> list[Any]:
+    """Run `job` (one of a SuiteRun's jobs) on a thread in a supervisor session; once `started()`
+    is true, stop the supervisor as Ctrl-C or SIGTERM does (`kill_all`), and return what the job
+    gave. In the tool's own process, so nothing races the stop. The supervisor is left able to
+    start cases again, for the tests after this one."""
+    from validate.execute.supervise import SUPERVISOR
+
+    given: list[Any] = []
+    worker = threading.Thread(target=lambda: given.extend(job.run()))
+    with SUPERVISOR.session():
+        try:
+            worker.start()
+            deadline = time.monotonic() + within_s
+            while not started() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert started(), f"what the stop waits for did not start within {within_s} s"
+            SUPERVISOR.live.kill_all()
+            worker.join(timeout=60)
+            assert not worker.is_alive()
+        finally:
+            SUPERVISOR.live.stopped.clear()
+    return given

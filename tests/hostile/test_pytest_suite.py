@@ -11,14 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from proctags import kill_tagged, tagged, tagged_env
+from proctags import kill_tagged, stop_while, tagged, tagged_env
 from usercli import cli, start
 
 from validate.env.target import ExecTarget
@@ -26,7 +25,6 @@ from validate.execute.collection import Suite, collect
 from validate.execute.resources.shares import split
 from validate.execute.runner import RunOptions
 from validate.execute.suite import SuiteRun
-from validate.execute.supervise import SUPERVISOR
 from validate.model.results import ResultStore
 from validate.plan.requirements import SkipKind, skip_kind
 
@@ -532,18 +530,5 @@ def test_a_collection_the_stop_killed_is_no_verdict(tmp_path: Path) -> None:
         Suite.from_flags(suite_dir, None), _target(has_gpu=False), options, store, slots=1
     )
     (job,) = run.jobs()
-    follow: list[Any] = []
-    worker = threading.Thread(target=lambda: follow.extend(job.run()))
-    with SUPERVISOR.session():
-        try:
-            worker.start()
-            deadline = time.monotonic() + 120
-            while not started.exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert started.exists(), "the collection never started"
-            SUPERVISOR.live.kill_all()
-            worker.join(timeout=60)
-            assert not worker.is_alive()
-        finally:
-            SUPERVISOR.live.stopped.clear()  # later tests in this process start cases again
+    stop_while(job, started.exists, within_s=120)
     assert list(store) == [], [(r.case, str(r.outcome), r.reason) for r in store]

@@ -16,20 +16,18 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from proctags import ctrl_c_when, still_running, tagged, tagged_tool
+from proctags import ctrl_c_when, still_running, stop_while, tagged, tagged_tool
 from usercli import cli
 
 from validate.env.target import ExecTarget
 from validate.execute.catch2_suite import Catch2Project
 from validate.execute.runner import RunOptions
 from validate.execute.suite import SuiteRun
-from validate.execute.supervise import SUPERVISOR
 from validate.model.results import ResultStore
 from validate.plan.requirements import SkipKind, skip_kind
 
@@ -441,6 +439,16 @@ def _stuck_alive() -> list[int]:
     return alive
 
 
+def _stuck_project(folder: Path) -> Path:
+    """A CMake project whose one build step (`sleep 1234.5`, a custom target) never ends."""
+    folder.mkdir()
+    (folder / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(stuck CXX)\n"
+        f"add_custom_target(never_ends ALL COMMAND {' '.join(_STUCK)})\n"
+    )
+    return folder
+
+
 def test_a_build_past_its_limit_is_one_error_saying_so_and_leaves_nothing_running(
     toolchain: None,  # noqa: ARG001
     wheelhouse: Path,
@@ -452,12 +460,7 @@ def test_a_build_past_its_limit_is_one_error_saying_so_and_leaves_nothing_runnin
     the step), the cell's one result is the `error` that says so, and no half-built folder is
     kept in the cache."""
     assert not _stuck_alive()
-    stuck = tmp_path / "stuck"
-    stuck.mkdir()
-    (stuck / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.18)\nproject(stuck CXX)\n"
-        f"add_custom_target(never_ends ALL COMMAND {' '.join(_STUCK)})\n"
-    )
+    stuck = _stuck_project(tmp_path / "stuck")
     run_dir = tmp_path / "run"
     started = time.monotonic()
     proc = _validate(
@@ -493,12 +496,7 @@ def test_a_run_stopped_during_its_build_keeps_no_verdict_and_a_resume_builds_aga
     with status -9"). `--resume` then builds again: here the stuck step meets
     --cpp-build-timeout, and its `error` says so."""
     assert not _stuck_alive()
-    stuck = tmp_path / "stuck"
-    stuck.mkdir()
-    (stuck / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.18)\nproject(stuck CXX)\n"
-        f"add_custom_target(never_ends ALL COMMAND {' '.join(_STUCK)})\n"
-    )
+    _stuck_project(tmp_path / "stuck")
     common = [*CELL, "--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)]
     common += ["--cpp", "stuck", "--results", "run"]
     with tagged_tool("validate", *common, cwd=tmp_path) as (tool, tag):
@@ -535,32 +533,14 @@ def test_a_build_the_stop_killed_is_no_verdict_in_the_suite_run(
     loses (the test above passed without the fix), on the lease's 16 it won and stored "the C++
     build failed: the build exited with status -9" (reports/gpu/2026-12-07-h100-cpp-9.25)."""
     lib = next((env_cache / "envs").glob("*/**/nvidia/cudnn/lib/libcudnn.so.9"))
-    stuck = tmp_path / "stuck"
-    stuck.mkdir()
-    (stuck / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.18)\nproject(stuck CXX)\n"
-        f"add_custom_target(never_ends ALL COMMAND {' '.join(_STUCK)})\n"
-    )
+    stuck = _stuck_project(tmp_path / "stuck")
     target = ExecTarget(backend_dir=lib.parent, root=tmp_path / "cache" / "envs" / "x")
     options = RunOptions(results_dir=tmp_path / "run", timeout_s=60)
     store = ResultStore(tmp_path / "run" / "results.jsonl")
     # no Catch2: the stuck project needs none, and a build of it took 75 s of CI (run V)
     run = SuiteRun(Catch2Project(stuck), target, options, store, slots=1)
     (job,) = run.jobs()
-    follow: list[Any] = []
-    worker = threading.Thread(target=lambda: follow.extend(job.run()))
-    with SUPERVISOR.session():
-        try:
-            worker.start()
-            deadline = time.monotonic() + 300
-            while not _stuck_alive() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert _stuck_alive(), "the build step never started"
-            SUPERVISOR.live.kill_all()
-            worker.join(timeout=60)
-            assert not worker.is_alive()
-        finally:
-            SUPERVISOR.live.stopped.clear()  # later tests in this process start cases again
+    follow = stop_while(job, _stuck_alive, within_s=300)
     assert follow == []
     assert list(store) == []
     assert not _stuck_alive()
