@@ -11,7 +11,10 @@ Item 2, the L0 suite through the tool beside plain pytest-xdist:
   bench/gpu_suite.sh writes it) or a `wall_s N` line in a `run.txt` beside it;
 - every pytest side: a `junit.xml` (pytest -n N's own report; outcome per id) with its `wall_s`
   and the backend in its folder's name (`pytest-<backend>`), or a `collect.txt` (`pytest
-  --collect-only -q`: ids only);
+  --collect-only -q`: ids only), or, in a `pytest-<backend>` folder without either, the
+  `pytest.txt` of a run stopped before it wrote its report: its progress marks (one per id, no
+  ids) and how long it had run when stopped (pytest.txt's last write after provenance.txt's, the
+  files' own times), which bound the ratio from above and no more;
 - agreement id by id between each pytest side and the tool run of the same backend and folder
   tree: the same outcome class (pass, skip, fail, error; the tool's crash and timeout count as
   fail, pytest's xfail as skip, xpass as pass), ids on one side only; and the wall-time ratio
@@ -160,7 +163,35 @@ def _pytest_sides(root: Path) -> list[dict[str, Any]]:
         elif collect.is_file():
             sides.append({"folder": folder, "kind": "collect", "backend": None,
                           "ids": _collect_ids(collect), "wall_s": None})  # fmt: skip
+        elif folder.name.startswith("pytest-") and (folder / "pytest.txt").is_file():
+            m = re.search(r"(\d+\.\d+\.\d+\.\d+)", folder.name)
+            started = folder / "provenance.txt"
+            # gpu_suite.sh's last write to provenance.txt comes right before pytest starts; a
+            # tar keeps whole seconds, so 1 s less is what the run surely lasted
+            ran = (
+                round((folder / "pytest.txt").stat().st_mtime - started.stat().st_mtime - 1, 1)
+                if started.is_file()
+                else None
+            )
+            sides.append({"folder": folder, "kind": "cut", "backend": m.group(1) if m else None,
+                          "marks": _marks((folder / "pytest.txt").read_text(errors="replace")),
+                          "ran_s": ran, "wall_s": None})  # fmt: skip
     return sides
+
+
+#: pytest -q's progress: one mark per finished id, a line of them ended by ` [ NN%]` (the last line
+#: of a stopped run has no percentage)
+_PROGRESS = re.compile(r"^([.sxXFE]+)(\s+\[\s*\d+%\])?$")
+_MARK = {".": "pass", "s": "skip", "x": "skip", "X": "pass", "F": "fail", "E": "error"}
+
+
+def _marks(text: str) -> dict[str, int]:
+    seen: Counter[str] = Counter()
+    for line in text.splitlines():
+        m = _PROGRESS.match(line.strip())
+        if m:
+            seen.update(_MARK[c] for c in m.group(1))
+    return dict(seen.most_common())
 
 
 def item2(root: Path) -> dict[str, Any]:
@@ -202,7 +233,22 @@ def item2(root: Path) -> dict[str, Any]:
             "tool": run["run"],
             "backend": run["backends"],
         }
-        if side["kind"] == "junit":
+        if side["kind"] == "cut":
+            done = sum(side["marks"].values())
+            entry.update(
+                pytest_marks=side["marks"],
+                pytest_done=done,
+                tool_ids=len(tool),
+                pytest_ran_s=side["ran_s"],
+                tool_wall_s=run["wall_s"],
+                # pytest's whole run took at least ran_s, so tool / pytest is at most this
+                ratio_at_most=(
+                    round(run["wall_s"] / side["ran_s"], 3)
+                    if run["wall_s"] and side["ran_s"]
+                    else None
+                ),
+            )
+        elif side["kind"] == "junit":
             theirs = side["outcomes"]
             both = tool.keys() & theirs.keys()
             differ = sorted(k for k in both if tool[k] != theirs[k])
@@ -353,6 +399,16 @@ def _print(fig: dict[str, Any]) -> None:
     for c in fig["item2"]["comparisons"]:
         if c.get("tool") is None:
             print(f"- pytest {c['pytest']}: no tool run of its backend found")
+        elif c["kind"] == "cut":
+            share = f"{100 * c['pytest_done'] / c['tool_ids']:.1f} %" if c["tool_ids"] else "?"
+            print(f"- pytest {c['pytest']} against tool {c['tool']} ({', '.join(c['backend'])}): "
+                  f"STOPPED before its report: {c['pytest_done']} progress marks ({share} of the "
+                  f"tool's {c['tool_ids']} ids) {c['pytest_marks']} after {c['pytest_ran_s']} s; "
+                  "no ids, so no agreement id by id")  # fmt: skip
+            bound = c["ratio_at_most"]
+            print(f"  wall: tool {c['tool_wall_s']} s, pytest more than {c['pytest_ran_s']} s; "
+                  f"ratio tool / pytest not measured, at most {bound if bound else '?'} "
+                  "(goal <= 1.0)")  # fmt: skip
         elif c["kind"] == "junit":
             ratio = c["ratio_tool_to_pytest"]
             print(f"- pytest {c['pytest']} against tool {c['tool']} ({', '.join(c['backend'])}): "

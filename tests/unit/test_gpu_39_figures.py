@@ -1,0 +1,83 @@
+"""bench/gpu_39_figures.py over the committed L0 reports (issue #39 item 2): the figures committed
+beside each report are what the script prints from that report's own files; a pytest side with its
+JUnit gives the agreement and the ratio, and one stopped before its report gives neither, only
+its progress and a bound."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "gpu_39_figures.py"
+
+
+def _figures(folder: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(folder)], capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.parametrize("name", ["2026-12-05-h100-bisect-l0", "2026-12-07-h100-l0-9.25"])
+def test_the_committed_figures_are_the_scripts_output(name: str) -> None:
+    folder = ROOT / "reports" / "gpu" / name
+    proc = _figures(folder)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (folder / "figures.txt").read_text(encoding="utf-8")
+
+
+def test_a_pytest_side_with_its_junit_gives_the_agreement_and_the_ratio() -> None:
+    out = _figures(ROOT / "reports" / "gpu" / "2026-12-05-h100-bisect-l0").stdout
+    assert "4998 ids agree, 2 differ, 0 tool only, 0 pytest only" in out
+    assert "ratio tool / pytest 1.247 (goal <= 1.0)" in out
+
+
+def test_the_whole_l0_of_9_25_has_one_result_per_id_and_its_stopped_pytest_side_no_ratio() -> None:
+    """2026-12-07: the tool ran every L0 id of 9.25.1.1; `pytest -n 16` was stopped by the end of
+    the lease before it wrote its JUnit, so there is no agreement and no ratio, only a bound."""
+    out = _figures(ROOT / "reports" / "gpu" / "2026-12-07-h100-l0-9.25").stdout
+    assert "backend 9.25.1.1, 41613 results, 41613 ids, 0 duplicates, 744.7 s" in out
+    assert "STOPPED before its report: 39780 progress marks (95.6 % of the tool's 41613 ids)" in out
+    assert "no agreement id by id" in out
+    assert "ratio tool / pytest not measured, at most 1.184" in out
+    assert "ids agree" not in out
+
+
+def _results_line(case: str, outcome: str) -> str:
+    return json.dumps({"case": case, "outcome": outcome, "cell": {"cudnn": "9.24.0.43"}})
+
+
+def test_a_stopped_pytest_side_counts_its_marks_and_bounds_by_the_files_times(
+    tmp_path: Path,
+) -> None:
+    """A run folder and a pytest folder whose pytest.txt was last written 101 s after its
+    provenance.txt: the bound is the tool's wall over 100 s (a tar's whole seconds), the marks
+    are counted by kind, and any line that is not progress is not counted."""
+    run = tmp_path / "l0" / "l0-9.24.0.43"
+    (run / "validate").mkdir(parents=True)
+    (run / "validate" / "results.jsonl").write_text(
+        "\n".join(_results_line(f"test_a.py::test_{i}", "pass") for i in range(5)) + "\n"
+    )
+    (run / "wall_s").write_text("150.0\n")
+    side = tmp_path / "l0" / "pytest-9.24.0.43"
+    side.mkdir()
+    (side / "provenance.txt").write_text("pytest: ...\n")
+    (side / "pytest.txt").write_text(
+        "bringing up nodes...\nsss.. [ 60%]\n.F\nwarning: 3 tests ... [ 99%]\n"
+    )
+    os.utime(side / "provenance.txt", (1_000_000, 1_000_000))
+    os.utime(side / "pytest.txt", (1_000_101, 1_000_101))
+    report = tmp_path / "report"
+    report.mkdir()
+    with tarfile.open(report / "l0.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "l0", arcname="l0")
+    out = _figures(report).stdout
+    assert "STOPPED before its report: 7 progress marks (140.0 % of the tool's 5 ids)" in out
+    assert "{'skip': 3, 'pass': 3, 'fail': 1} after 100.0 s" in out
+    assert "ratio tool / pytest not measured, at most 1.5 (goal <= 1.0)" in out
