@@ -143,10 +143,22 @@ def case_matches(case: str, pattern: str) -> bool:
     A pytest node id (`test/python/test_mhas.py::test_sdpa[fp16-64]`) is matched whole, and
     from its file's base name on (`test_mhas.py::test_sdpa[*]`); `test_mhas.py::*` names every
     test of a file, and a `/` inside the parameters never shortens the name."""
+    if not all(part in case for part in _needles(pattern)):
+        return False  # a literal part of the pattern is not in the name: no regex needed
     file, sep, rest = case.partition("::")
     names = (case, file.rsplit("/", 1)[-1] + sep + rest)
     glob = _glob(pattern)
     return any(glob.match(name) is not None for name in names)
+
+
+@lru_cache(maxsize=4096)
+def _needles(pattern: str) -> tuple[str, ...]:
+    """Text that any name the pattern matches contains, in either reading of its brackets: the
+    runs between `*` and `?` before its first `[` (after it, a set may hold `*` or `]`). The
+    file-name form of a case is a tail of the case, so both forms contain them. Most names fail
+    here: a whole L0 suite asked 20 issues about 41,000 names, 1.2 million regex matches."""
+    head = pattern.split("[", 1)[0]
+    return tuple(run for run in re.split(r"[*?]", head) if run)
 
 
 @lru_cache(maxsize=4096)
