@@ -99,7 +99,7 @@ def _folder_layout(folder: Path) -> tuple[list[tuple[list[str], list[str]]], lis
 
 
 def _measured(rows: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
-    """(share, its test time, when its last test ended after the run's first start) per share."""
+    """(share, its test time, when its last test ended after the first test started) per share."""
     from datetime import datetime
 
     def at(row: dict[str, Any]) -> float:
@@ -166,7 +166,7 @@ def main() -> None:
             f"measured: {len(measured)} shares, test time {min(m[1] for m in measured):.0f} to "
             f"{slowest[1]:.0f} s ({slowest[1] / ideal:.2f}x the ideal); last test of a share ended "
             f"{min(m[2] for m in measured):.0f} to {max(m[2] for m in measured):.0f} s after the "
-            "run's first start"
+            "first test started"
         )
 
 
