@@ -194,6 +194,10 @@ def _marks(text: str) -> dict[str, int]:
     return dict(seen.most_common())
 
 
+def _ratio(tool_s: float | None, pytest_s: float | None) -> float | None:
+    return round(tool_s / pytest_s, 3) if tool_s and pytest_s else None
+
+
 def item2(root: Path) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     for folder, rows in _tool_runs(root):
@@ -242,11 +246,7 @@ def item2(root: Path) -> dict[str, Any]:
                 pytest_ran_s=side["ran_s"],
                 tool_wall_s=run["wall_s"],
                 # pytest's whole run took at least ran_s, so tool / pytest is at most this
-                ratio_at_most=(
-                    round(run["wall_s"] / side["ran_s"], 3)
-                    if run["wall_s"] and side["ran_s"]
-                    else None
-                ),
+                ratio_at_most=_ratio(run["wall_s"], side["ran_s"]),
             )
         elif side["kind"] == "junit":
             theirs = side["outcomes"]
@@ -265,11 +265,7 @@ def item2(root: Path) -> dict[str, Any]:
                 pytest_only_count=len(theirs.keys() - tool.keys()),
                 pytest_wall_s=side["wall_s"],
                 tool_wall_s=run["wall_s"],
-                ratio_tool_to_pytest=(
-                    round(run["wall_s"] / side["wall_s"], 3)
-                    if run["wall_s"] and side["wall_s"]
-                    else None
-                ),
+                ratio_tool_to_pytest=_ratio(run["wall_s"], side["wall_s"]),
             )
         else:  # ids only
             tool_ids = {str(r["case"]) for r in run["_rows"]}

@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from validate.execute.resources.shares import BLOCKS, MIN_BLOCK, split
+from validate.execute.resources.shares import split
 
 
 def _contiguous(ids: list[str], n: int) -> list[list[str]]:
@@ -43,15 +43,19 @@ def _contiguous(ids: list[str], n: int) -> list[list[str]]:
 
 
 def _claimed(ids: list[str], durations: dict[str, float], n: int) -> list[float]:
-    """Each share's load when the equal-count blocks (as split cuts them knowing no durations) go,
-    in collection order, to the share that is free first."""
-    count = max(1, min(n, len(ids)))
-    blocks = max(count, min(count * BLOCKS, len(ids) // MIN_BLOCK))
-    step = -(-len(ids) // blocks)
-    free = [(0.0, share) for share in range(count)]
-    for start in range(0, len(ids), step):
+    """Each share's load when the blocks that `split` cuts knowing no durations go, in collection
+    order, to the share that is free first. The blocks are read back from split's own answer: it
+    deals consecutive blocks to different shares, so a block ends where the share changes."""
+    owner = {i: k for k, part in enumerate(split(ids, {}, n)) for i in part}
+    blocks: list[float] = []
+    for index, test in enumerate(ids):
+        if index == 0 or owner[test] != owner[ids[index - 1]]:
+            blocks.append(0.0)
+        blocks[-1] += durations[test]
+    free = [(0.0, share) for share in range(len(set(owner.values())))]
+    for load in blocks:
         at, share = heapq.heappop(free)
-        heapq.heappush(free, (at + sum(durations[i] for i in ids[start : start + step]), share))
+        heapq.heappush(free, (at + load, share))
     return sorted(at for at, _ in free)
 
 
