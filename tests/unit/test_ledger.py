@@ -259,17 +259,30 @@ def test_exclusive_holds_everything_and_a_case_larger_than_any_gpu_runs_on_the_l
 def test_cpu_shares_stay_within_the_cpus() -> None:
     from validate.execute.ledger import Ledger, Need
 
-    ledger = Ledger(8, cpus=2.0, default_cpu=0.5)
+    ledger = Ledger(4, cpus=2.0, default_cpu=0.3)
     held = [ledger.book(Need(cpu=0.9)), ledger.book(Need(cpu=0.9))]
     assert all(held)
     assert ledger.book(Need(cpu=0.9)) is None  # 2.7 of 2 CPUs
-    assert ledger.book(Need()) is None  # the default share, 0.5: 2.3 of 2
+    assert ledger.book(Need()) is None  # the default share, 0.3: 2.1 of 2
     tiny = ledger.book(Need(cpu=0.1))
     assert tiny is not None
     greedy = Ledger(8, cpus=2.0)
     assert greedy.default_cpu == pytest.approx(0.25)  # no history: the CPUs over the slots
     assert greedy.book(Need(cpu=16.0)) is not None  # more than every CPU: when all are free
     assert greedy.book(Need(cpu=0.01)) is None
+
+
+def test_jobs_without_a_figure_hold_at_most_the_even_share() -> None:
+    """A median on record above the CPUs over the slots (1.01 on 2 CPUs, 2 slots: a busy case
+    and its run-queue wait) must not run the slots' unknown jobs one at a time."""
+    from validate.execute.ledger import Ledger, Need
+
+    ledger = Ledger(2, cpus=2.0, default_cpu=1.01)
+    assert ledger.default_cpu == pytest.approx(1.0)
+    assert ledger.book(Need()) is not None
+    assert ledger.book(Need()) is not None  # both unknown jobs run together
+    small = Ledger(4, cpus=2.0, default_cpu=0.2)
+    assert small.default_cpu == pytest.approx(0.2)  # below the even share: the median holds
 
 
 def test_a_suites_shares_run_on_the_gpus_they_were_booked_on(tmp_path: Path) -> None:

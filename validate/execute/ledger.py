@@ -14,8 +14,8 @@ wait. `release` gives the booking back when the job ends.
   second: the time its threads ran or waited on a run queue, so demand beyond its pinned CPUs
   shows, execute/cpu_demand.py, kept in execute/history.py); the running jobs' shares stay within the CPUs. A share larger than
   every CPU runs when the CPUs are all its own. `default_cpu`: what a job without a figure holds
-  (the median on record, else the CPUs shared evenly among the slots, so that the slot count is
-  what binds until a history says more).
+  (the median on record, at most the CPUs shared evenly among the slots, so that the slot count
+  is what binds until the job has a figure of its own).
 - The host's memory (`mem_mib`: what was available when the run started; None: not booked): a
   job holds its resident peak on record (its process tree's, execute/usage.py, kept in
   execute/history.py); the running jobs' peaks stay within it. `default_mem`: what a job
@@ -185,8 +185,12 @@ class Ledger:
             self.cpus = float(len(self.cpu_ids))
         self._id_load = dict.fromkeys(self.cpu_ids, 0.0)
         self._id_jobs = dict.fromkeys(self.cpu_ids, 0)
-        if self.default_cpu is None and self.cpus is not None:
-            self.default_cpu = min(1.0, self.cpus / self.slots)
+        if self.cpus is not None:
+            # A job without a figure never holds more than its even share of the CPUs: the slot
+            # count binds until the job has a figure of its own (a median of 1.01 on 2 CPUs and
+            # 2 slots ran two unknown cases one after the other).
+            even = min(1.0, self.cpus / self.slots)
+            self.default_cpu = even if self.default_cpu is None else min(self.default_cpu, even)
         if self.default_mem is None and self.mem_mib is not None:
             self.default_mem = self.mem_mib / self.slots
 
