@@ -31,6 +31,9 @@
 # FAULT=1 (suite, xdist): first copies bench/gpu_fault/test_zz_injected_cuda_fault.py (ours: a
 # device-side assert that kills the process, then a test after it) into the suite and adds it to
 # the selection, so both sides of the comparison meet a real CUDA fault.
+# HISTORY=FILE (l0): a durations.json (bench/history_from_run.py) copied into the cache before
+#   the run, so that the shares are cut by an earlier run's measured durations; HISTORY_FROM says
+#   which run, for the provenance.
 # NAME=DIR: the part's folder under OUT_DIR (default PART), e.g. NAME=l0-9.24.0.43, so that l0
 # runs of two backends in one OUT_DIR keep their own files.
 # Each part writes OUT_DIR/PART/{provenance.txt, validate.txt, validate.err, ...} (RESUME=1: the
@@ -80,6 +83,10 @@ case $PART in
     CELL=${CUDNN:-9.25.1.1}
     SEL=(); [ -n "${L0_SELECT:-}" ] && SEL=(--tests-select "$L0_SELECT")
     echo "validate: cudnn-matrix validate ${COMMON[*]} --cudnn $CELL --tests $SUITE ${L0_SELECT:+--tests-select '$L0_SELECT' }--jobs ${JOBS:-16} --with looseversion==1.3.0 ${RESUME:+--resume}" >>"$DIR/provenance$T.txt"
+    if [ -n "${HISTORY:-}" ] && [ -z "$T" ]; then  # the cache's history, as a user's later run has it
+      mkdir -p /tmp/envs-suite && cp "$HISTORY" /tmp/envs-suite/durations.json
+      echo "history: the cache's durations.json seeded from $HISTORY (${HISTORY_FROM:-?}), sha256 $(sha256sum "$HISTORY" | cut -c1-16)" >>"$DIR/provenance$T.txt"
+    fi
     run validate "${COMMON[@]}" --cudnn "$CELL" --tests "$SUITE" "${SEL[@]}" --jobs "${JOBS:-16}" \
       --with looseversion==1.3.0 --cache-dir /tmp/envs-suite --results "$DIR/validate" \
       ${RESUME:+--resume} ;;
