@@ -153,7 +153,14 @@ case ${1:-} in
     t0=${CALL_T0:-$(date +%s)}; until=${3:-560}
     while [ ! -f "$W/all.done" ] && [ $(( $(date +%s) - t0 )) -lt "$until" ]; do sleep 5; done
     pack "$2" ;;
-  stop)  # SIGTERM, not SIGINT: a background job of a non-interactive shell ignores SIGINT
+  stop)  # a running pytest -n side gets SIGINT first (gpu_suite.sh restored its handler), so it
+    # writes the JUnit of what it finished; then SIGTERM for the rest (a background job of a
+    # non-interactive shell ignores SIGINT)
+    for f in "$W"/l0/pytest-*/pytest.pid; do
+      [ -f "$f" ] || continue
+      kill -INT "$(cat "$f")" 2>/dev/null
+      for _ in $(seq 1 30); do [ -f "$f" ] || break; sleep 1; done
+    done
     pgid=$(cat "$W/driver.pgid" 2>/dev/null) && kill -TERM -- "-$pgid" 2>/dev/null
     sleep 10; echo "$(stamp) stopped by a call" >>"$W/driver.log"; pack "$2" ;;
   *) echo "usage: $0 prepare|start|poll|stop ..." >&2; exit 2 ;;

@@ -103,12 +103,17 @@ case $PART in
     SEL=(); [ -n "${L0_SELECT:-}" ] && read -r -a SEL <<<"$L0_SELECT"
     EXTRA=(); python3 -c "import pytest_timeout" 2>/dev/null && EXTRA=(--timeout 300)
     python3 -c "import xdist" || { echo "no pytest-xdist" >"$DIR/pytest.txt"; exit 1; }
-    echo "pytest: cd $SUITE && PYTHONPATH=/tmp/site LD_LIBRARY_PATH=$LIB LD_PRELOAD=$LIB/libcudnn.so.9 python3 -m pytest -n ${JOBS:-16} -p no:cacheprovider -q ${EXTRA[*]} --continue-on-collection-errors --junitxml=$DIR/junit.xml ${SEL[*]}" >>"$DIR/provenance$T.txt"
+    INTERRUPTIBLE='import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); sys.exit(pytest.main())'
+    echo "pytest: cd $SUITE && PYTHONPATH=/tmp/site LD_LIBRARY_PATH=$LIB LD_PRELOAD=$LIB/libcudnn.so.9 python3 -m pytest (as python3 -c: pytest.main() with SIGINT handled) -n ${JOBS:-16} -p no:cacheprovider -q ${EXTRA[*]} --continue-on-collection-errors --junitxml=$DIR/junit.xml ${SEL[*]}" >>"$DIR/provenance$T.txt"
+    # `python3 -m pytest`, with SIGINT's default handler back (a background job of this shell
+    # starts with SIGINT ignored): gpu_39.sh stop interrupts it (pytest.pid) and pytest then
+    # writes the JUnit of the ids it finished, where a SIGTERM left no report at all
     s=$(date +%s.%N)
-    (cd "$SUITE" && env PYTHONPATH=/tmp/site LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      LD_PRELOAD="$LIB/libcudnn.so.9" python3 -m pytest -n "${JOBS:-16}" -p no:cacheprovider -q \
-      "${EXTRA[@]}" --continue-on-collection-errors --junitxml="$DIR/junit.xml" "${SEL[@]}" >"$DIR/pytest.txt" 2>&1)
-    echo "rc=$?" >>"$DIR/pytest.txt"; e=$(date +%s.%N)
+    (cd "$SUITE" && exec env PYTHONPATH=/tmp/site LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      LD_PRELOAD="$LIB/libcudnn.so.9" python3 -c "$INTERRUPTIBLE" -n "${JOBS:-16}" -p no:cacheprovider -q \
+      "${EXTRA[@]}" --continue-on-collection-errors --junitxml="$DIR/junit.xml" "${SEL[@]}" >"$DIR/pytest.txt" 2>&1) &
+    echo $! >"$DIR/pytest.pid"; wait $!
+    echo "rc=$?" >>"$DIR/pytest.txt"; e=$(date +%s.%N); rm -f "$DIR/pytest.pid"
     python3 -c "print(round($e-$s,1))" >"$DIR/wall_s"
     echo "$PART: $(cat "$DIR/wall_s") s"; tail -n 3 "$DIR/pytest.txt" ;;
   speed)

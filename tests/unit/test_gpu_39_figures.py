@@ -81,3 +81,32 @@ def test_a_stopped_pytest_side_counts_its_marks_and_bounds_by_the_files_times(
     assert "STOPPED before its report: 7 progress marks (140.0 % of the tool's 5 ids)" in out
     assert "{'skip': 3, 'pass': 3, 'fail': 1} after 100.0 s" in out
     assert "ratio tool / pytest not measured, at most 1.5 (goal <= 1.0)" in out
+
+
+def test_an_interrupted_pytest_side_agrees_over_what_it_finished_and_only_bounds_the_ratio(
+    tmp_path: Path,
+) -> None:
+    """gpu_39.sh stop interrupts pytest (SIGINT): its JUnit holds the ids it finished and its
+    wall time is a lower bound. The agreement counts those ids; the ratio is 'at most'."""
+    run = tmp_path / "l0" / "l0-9.24.0.43"
+    (run / "validate").mkdir(parents=True)
+    (run / "validate" / "results.jsonl").write_text(
+        "\n".join(_results_line(f"test_a.py::test_{i}", "pass") for i in range(5)) + "\n"
+    )
+    (run / "wall_s").write_text("150.0\n")
+    side = tmp_path / "l0" / "pytest-9.24.0.43"
+    side.mkdir()
+    cases = "".join(f'<testcase classname="test_a" name="test_{i}" time="1"/>' for i in range(3))
+    (side / "junit.xml").write_text(
+        f'<testsuites><testsuite name="pytest" tests="3">{cases}</testsuite></testsuites>'
+    )
+    (side / "wall_s").write_text("100.0\n")
+    (side / "pytest.txt").write_text("...\n!!!!! KeyboardInterrupt !!!!!\n3 passed in 99s\nrc=2\n")
+    out = _figures(tmp_path).stdout
+    assert "INTERRUPTED, its JUnit holds the ids it finished: 3 ids agree, 0 differ" in out
+    assert "2 tool only" in out
+    assert "pytest more than 100.0 s; ratio tool / pytest not measured, at most 1.5" in out
+    (side / "pytest.txt").write_text("...\n3 passed in 99s\nrc=0\n")  # the same, run to its end
+    out = _figures(tmp_path).stdout
+    assert "INTERRUPTED" not in out
+    assert "ratio tool / pytest 1.5 (goal <= 1.0)" in out
