@@ -127,6 +127,8 @@ def _tool_junit_key(case: str) -> str:
 def _junit(path: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
+        if not case.get("name"):  # an interrupted worker's test in flight: no id, no outcome
+            continue
         key = _junit_id(case.get("classname", ""), case.get("name", ""))
         children = {child.tag: child for child in case}
         if "failure" in children:
