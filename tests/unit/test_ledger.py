@@ -283,6 +283,8 @@ def test_jobs_without_a_figure_hold_at_most_the_even_share() -> None:
     assert ledger.book(Need()) is not None  # both unknown jobs run together
     small = Ledger(4, cpus=2.0, default_cpu=0.2)
     assert small.default_cpu == pytest.approx(0.2)  # below the even share: the median holds
+    roomy = Ledger(8, cpus=16.0, default_cpu=1.8)
+    assert roomy.default_cpu == pytest.approx(1.8)  # 2 CPUs a slot: a threaded median holds too
 
 
 def test_a_suites_shares_run_on_the_gpus_they_were_booked_on(tmp_path: Path) -> None:

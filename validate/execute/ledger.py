@@ -189,8 +189,8 @@ class Ledger:
             # A job without a figure never holds more than its even share of the CPUs: the slot
             # count binds until the job has a figure of its own (a median of 1.01 on 2 CPUs and
             # 2 slots ran two unknown cases one after the other).
-            even = min(1.0, self.cpus / self.slots)
-            self.default_cpu = even if self.default_cpu is None else min(self.default_cpu, even)
+            even = self.cpus / self.slots
+            self.default_cpu = min(1.0 if self.default_cpu is None else self.default_cpu, even)
         if self.default_mem is None and self.mem_mib is not None:
             self.default_mem = self.mem_mib / self.slots
 
