@@ -124,7 +124,14 @@ def _tool_junit_key(case: str) -> str:
     return "::".join([".".join([path, *parts[1:-1]]), parts[-1] + bracket + params])
 
 
-def _junit(path: Path) -> dict[str, str]:
+def _head(text: object) -> str:
+    """A reason's first 60 characters, one line, without pytest's 'Skipped: ' prefix."""
+    line = " ".join(str(text or "").split())
+    return line.removeprefix("Skipped: ")[:60]
+
+
+def _junit(path: Path, why: dict[str, str] | None = None) -> dict[str, str]:
+    """Outcome per id; `why` (given): each id's skip, failure or error message, its head."""
     out: dict[str, str] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         if not case.get("name"):  # an interrupted worker's test in flight: no id, no outcome
@@ -144,6 +151,9 @@ def _junit(path: Path) -> dict[str, str]:
         order = ["pass", "skip", "fail", "error"]
         if key not in out or order.index(got) > order.index(out[key]):
             out[key] = got
+            if why is not None:
+                told = [c.get("message") for c in children.values() if c.get("message")]
+                why[key] = _head(told[0] if told else "")
     return out
 
 
@@ -164,8 +174,9 @@ def _pytest_sides(root: Path) -> list[dict[str, Any]]:
             # interrupted (gpu_39.sh stop): the JUnit holds only the ids it finished, and its
             # wall time is a lower bound of the whole run's
             cut = log.is_file() and "KeyboardInterrupt" in log.read_text(errors="replace")
+            why: dict[str, str] = {}
             sides.append({"folder": folder, "kind": "junit", "backend": m.group(1) if m else None,
-                          "outcomes": _junit(junit), "wall_s": wall,
+                          "outcomes": _junit(junit, why), "why": why, "wall_s": wall,
                           "interrupted": cut})  # fmt: skip
         elif collect.is_file():
             sides.append({"folder": folder, "kind": "collect", "backend": None,
@@ -259,6 +270,16 @@ def item2(root: Path) -> dict[str, Any]:
             theirs = side["outcomes"]
             both = tool.keys() & theirs.keys()
             differ = sorted(k for k in both if tool[k] != theirs[k])
+            said = {_tool_junit_key(r["case"]): _head(r.get("reason")) for r in run["_rows"]}
+            groups = Counter(
+                f"{node[k].split('[')[0]}: tool {tool[k]}, pytest {theirs[k]}" for k in differ
+            )
+            # where one side skipped: why it did (the skip's own words, either side)
+            skipped = Counter(
+                said[k] if tool[k] == "skip" else side["why"].get(k, "")
+                for k in differ
+                if "skip" in (tool[k], theirs[k])
+            )
             entry.update(
                 pytest_ids=len(theirs),
                 pytest_outcomes=dict(Counter(theirs.values()).most_common()),
@@ -266,6 +287,8 @@ def item2(root: Path) -> dict[str, Any]:
                 same_outcome=len(both) - len(differ),
                 different_outcome=len(differ),
                 differ=[f"{node[k]}: tool {tool[k]}, pytest {theirs[k]}" for k in differ[:20]],
+                differ_by_test=dict(groups.most_common()),
+                skip_reasons=dict(skipped.most_common()),
                 tool_only=sorted(node[k] for k in tool.keys() - theirs.keys())[:20],
                 tool_only_count=len(tool.keys() - theirs.keys()),
                 pytest_only=sorted(theirs.keys() - tool.keys())[:20],
@@ -423,6 +446,10 @@ def _print(fig: dict[str, Any]) -> None:
                   f"{note}{c['same_outcome']} ids agree, {c['different_outcome']} differ, "
                   f"{c['tool_only_count']} tool only, {c['pytest_only_count']} pytest only; "
                   f"pytest {c['pytest_outcomes']}")  # fmt: skip
+            for what, count in list(c.get("differ_by_test", {}).items())[:8]:
+                print(f"    differ, by test: {count} {what}")
+            for why, count in list(c.get("skip_reasons", {}).items())[:8]:
+                print(f"    where one side skipped, its reason: {count} {why}")
             for line in c["differ"]:
                 print(f"    differs: {line}")
             for key in c["tool_only"][:5]:
