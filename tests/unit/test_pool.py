@@ -297,6 +297,38 @@ def test_stop_counts_the_running_jobs_as_cut_not_done() -> None:
     assert pool_line(stopped) == "cases stopped: 1 done, 1 cut, 1 not started (1 slots)"
 
 
+def test_stop_counts_a_running_job_whose_result_is_stored_as_done() -> None:
+    """A case's result stored, its job's thread not yet back in the pool, then the interrupt:
+    the case counts done, not cut (CI saw `0 done, 2 cut` with the quick case's result stored)."""
+    stored, release = threading.Event(), threading.Event()
+
+    def finished() -> list[Job]:
+        stored.set()  # the runner stored the result; the thread is slow to come back
+        release.wait(30)
+        return []
+
+    def hangs() -> list[Job]:
+        release.wait(30)
+        return []
+
+    pool = Pool(2)
+    pool.submit(
+        [
+            Job(name="quick", run=finished, stored=stored.is_set),
+            Job(name="hang", run=hangs, stored=lambda: False),
+        ]
+    )
+    dispatcher = threading.Thread(target=pool.run, daemon=True)
+    dispatcher.start()
+    assert stored.wait(30)
+    pool.stop()
+    dispatcher.join(30)
+    stopped = pool.stats()
+    release.set()
+    assert (stopped.done, stopped.cut) == (1, 1)
+    assert pool_line(stopped) == "cases stopped: 1 done, 1 cut, 0 not started (2 slots)"
+
+
 def test_the_next_environment_is_built_while_the_first_cells_cases_run(tmp_path: Path) -> None:
     """run_cells prepares step 2 in the background: its build sees step 1's case running (the
     case waits for the build to finish, so cell by cell this would only end on the timeouts)."""

@@ -117,6 +117,10 @@ class Job:
     #: a job of many cases that counts them as it goes (a pytest share: `cases` is 0 until its
     #: end): (stored, expected) while it runs, so the progress line moves with its results
     live: Callable[[], tuple[int, int]] | None = None
+    #: whether its case's result is stored already (a case: its runner says so): an interrupt
+    #: while its job is still running counts it done, not cut (the result was stored before the
+    #: stop, the job's thread had not yet come back to the pool)
+    stored: Callable[[], bool] | None = None
     #: set by the pool it is queued in: a `live` job calls it when its count moved, so the
     #: progress line (plain: at most every 30 s) moves while no job starts or ends
     moved: Callable[[], None] | None = None
@@ -271,7 +275,11 @@ class Pool:
             state = self._state
             if not state.stopped:
                 state.stopped = True
-                state.cut = sum(item.job.cases for item in state.running.values())
+                for item in state.running.values():
+                    if item.job.stored is not None and item.job.stored():
+                        state.done += item.job.cases
+                    else:
+                        state.cut += item.job.cases
             self._cond.notify_all()
         self._changed()
 

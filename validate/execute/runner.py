@@ -16,6 +16,7 @@ policy: contention re-run alone, API-log re-run, --reruns and flaky).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from dataclasses import replace
@@ -75,6 +76,7 @@ class CaseBatch:
         self._sampler = sampler
         self._on_result = on_result
         self._lock = threading.Lock()
+        self._stored: set[str] = set()  # the cases whose result this run stored
         self.results: list[CaseResult] = []
         previous: dict[str, CaseResult] = {}
         if options.resume:  # a stored result counts only for the same case content and pins
@@ -105,13 +107,17 @@ class CaseBatch:
             took = self.history.finished_estimate(case.name)  # a run that ended on its own
             options = replace(self.options, timeout_s=case_timeout(self.options.timeout_s, took))
             run = CaseRun(case, self.target, options, self._finish, self._sampler, self.store)
-            jobs.append(run.job(estimate, gpu, load, cpu, mem))
+            job = run.job(estimate, gpu, load, cpu, mem)
+            job.stored = functools.partial(self._stored.__contains__, case.name)
+            jobs.append(job)
         return jobs
 
     def _finish(self, result: CaseResult, usage: CaseUsage | None, alone: bool) -> None:
-        if SUPERVISOR.stopped:  # interrupted: this case was killed by us, not by the product
-            return
-        self.store.append(result)
+        with SUPERVISOR.recording() as live:
+            if not live:  # interrupted: this case was killed by us, not by the product
+                return
+            self.store.append(result)
+            self._stored.add(result.case)  # its job counts done if the stop comes now
         if result.outcome is not Outcome.SKIP:
             self.history.record(
                 result.case,

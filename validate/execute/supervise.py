@@ -191,6 +191,7 @@ class Supervisor:
         self.forks = ForkServers()
         self._watchdog = _Watchdog()
         self._lock = threading.Lock()
+        self._recording = threading.Lock()  # a result stored, or the stop: one or the other first
         self._after_kill: dict[int, Callable[[], object]] = {}
 
     @property
@@ -207,8 +208,18 @@ class Supervisor:
             yield
 
     def stop(self) -> None:
-        """No case starts from now on, and the ones ending now are not recorded."""
-        self.live.stopped.set()
+        """No case starts from now on, and the ones ending now are not recorded; waits for a
+        result being stored (`recording`) to be stored."""
+        with self._recording:
+            self.live.stopped.set()
+
+    @contextmanager
+    def recording(self) -> Iterator[bool]:
+        """Whether a case's result may be stored (not stopped), held against `stop` until the
+        block ends: a result stored in the block was stored before the stop (the progress counts
+        it done), and none is stored after it."""
+        with self._recording:
+            yield not self.stopped
 
     def stopping(self, within_s: float) -> bool:
         """Whether the run is being stopped, waiting up to `within_s` for it: a process the
