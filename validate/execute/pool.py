@@ -18,7 +18,8 @@ re-run) holds everything: it runs with nothing beside it. Both queue after all o
 on its GPU (the runner's contention rule). The queue's order is kept: a job that does not fit
 yet waits, and those behind it wait too (no job starves). Nothing here knows about results: jobs
 store their own (the store is thread-safe).
-`stop()` (an interrupt) freezes the count: the jobs running then are cut, not done.
+`stop()` (an interrupt) freezes the count: the jobs running then are cut, not done, but for those
+whose result is stored already (`Job.stored`: stored before the stop, the thread not yet back).
 
 Critical path: a job whose estimate is at least the work left per slot (the estimates of the
 queued, running and announced jobs over the slots) bounds the run's wall time however the rest is
