@@ -69,12 +69,9 @@ def _results_line(case: str, outcome: str) -> str:
     return json.dumps({"case": case, "outcome": outcome, "cell": {"cudnn": "9.24.0.43"}})
 
 
-def test_a_stopped_pytest_side_counts_its_marks_and_bounds_by_the_files_times(
-    tmp_path: Path,
-) -> None:
-    """A run folder and a pytest folder whose pytest.txt was last written 101 s after its
-    provenance.txt: the bound is the tool's wall over 100 s (a tar's whole seconds), the marks
-    are counted by kind, and any line that is not progress is not counted."""
+def _l0_pair(tmp_path: Path) -> Path:
+    """A tool run folder of 5 passing ids in 150 s under tmp_path/l0, and its pytest side's
+    empty folder (returned)."""
     run = tmp_path / "l0" / "l0-9.24.0.43"
     (run / "validate").mkdir(parents=True)
     (run / "validate" / "results.jsonl").write_text(
@@ -83,6 +80,16 @@ def test_a_stopped_pytest_side_counts_its_marks_and_bounds_by_the_files_times(
     (run / "wall_s").write_text("150.0\n")
     side = tmp_path / "l0" / "pytest-9.24.0.43"
     side.mkdir()
+    return side
+
+
+def test_a_stopped_pytest_side_counts_its_marks_and_bounds_by_the_files_times(
+    tmp_path: Path,
+) -> None:
+    """A run folder and a pytest folder whose pytest.txt was last written 101 s after its
+    provenance.txt: the bound is the tool's wall over 100 s (a tar's whole seconds), the marks
+    are counted by kind, and any line that is not progress is not counted."""
+    side = _l0_pair(tmp_path)
     (side / "provenance.txt").write_text("pytest: ...\n")
     (side / "pytest.txt").write_text(
         "bringing up nodes...\nsss.. [ 60%]\n.F\nwarning: 3 tests ... [ 99%]\n"
@@ -104,14 +111,7 @@ def test_an_interrupted_pytest_side_agrees_over_what_it_finished_and_only_bounds
 ) -> None:
     """gpu_39.sh stop interrupts pytest (SIGINT): its JUnit holds the ids it finished and its
     wall time is a lower bound. The agreement counts those ids; the ratio is 'at most'."""
-    run = tmp_path / "l0" / "l0-9.24.0.43"
-    (run / "validate").mkdir(parents=True)
-    (run / "validate" / "results.jsonl").write_text(
-        "\n".join(_results_line(f"test_a.py::test_{i}", "pass") for i in range(5)) + "\n"
-    )
-    (run / "wall_s").write_text("150.0\n")
-    side = tmp_path / "l0" / "pytest-9.24.0.43"
-    side.mkdir()
+    side = _l0_pair(tmp_path)
     cases = "".join(f'<testcase classname="test_a" name="test_{i}" time="1"/>' for i in range(3))
     cases += '<testcase time="0.001"/>' * 2  # the workers' tests in flight: nameless, no outcome
     (side / "junit.xml").write_text(
