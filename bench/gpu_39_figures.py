@@ -157,6 +157,31 @@ def _junit(path: Path, why: dict[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+def _workers(folder: Path) -> int | None:
+    """pytest-xdist's worker count, from the `-n N` of provenance.txt's pytest line."""
+    prov = folder / "provenance.txt"
+    m = (
+        re.search(r"^pytest:.* -n (\d+) ", prov.read_text(), re.MULTILINE)
+        if prov.is_file()
+        else None
+    )
+    return int(m.group(1)) if m else None
+
+
+def _rest_estimate(
+    rows: list[dict[str, Any]], finished: set[str], wall_s: float | None, workers: int | None
+) -> dict[str, Any] | None:
+    """For a pytest side cut short: the tool's own test time of the ids it did not finish, spread
+    evenly over its workers, added to the time it ran. An estimate, never a measurement: it
+    assumes those ids take in pytest what they took in the tool, and a perfect balance."""
+    if not wall_s or not workers:
+        return None
+    left = [r for r in rows if _tool_junit_key(r["case"]) not in finished]
+    left_s = sum(float(r.get("duration_s") or 0.0) for r in left)
+    return {"ids": len(left), "test_s": round(left_s, 1), "workers": workers,
+            "pytest_s": round(wall_s + left_s / workers, 1)}  # fmt: skip
+
+
 def _collect_ids(path: Path) -> set[str]:
     return {
         ln.strip() for ln in path.read_text().splitlines() if "::" in ln and " " not in ln.strip()
@@ -177,7 +202,7 @@ def _pytest_sides(root: Path) -> list[dict[str, Any]]:
             why: dict[str, str] = {}
             sides.append({"folder": folder, "kind": "junit", "backend": m.group(1) if m else None,
                           "outcomes": _junit(junit, why), "why": why, "wall_s": wall,
-                          "interrupted": cut})  # fmt: skip
+                          "interrupted": cut, "workers": _workers(folder)})  # fmt: skip
         elif collect.is_file():
             sides.append({"folder": folder, "kind": "collect", "backend": None,
                           "ids": _collect_ids(collect), "wall_s": None})  # fmt: skip
@@ -299,6 +324,10 @@ def item2(root: Path) -> dict[str, Any]:
             )
             if side["interrupted"]:  # pytest's whole run took longer: the ratio is a bound
                 entry["ratio_at_most"] = _ratio(run["wall_s"], side["wall_s"])
+                rest = _rest_estimate(run["_rows"], set(theirs), side["wall_s"], side["workers"])
+                if rest is not None:
+                    rest["ratio"] = _ratio(run["wall_s"], rest["pytest_s"])
+                entry["estimate"] = rest
             else:
                 entry["ratio_tool_to_pytest"] = _ratio(run["wall_s"], side["wall_s"])
         else:  # ids only
@@ -461,6 +490,12 @@ def _print(fig: dict[str, Any]) -> None:
                 print(f"  wall: tool {c['tool_wall_s']} s, pytest more than {c['pytest_wall_s']} s; "
                       f"ratio tool / pytest not measured, at most {bound if bound else '?'} "
                       "(goal <= 1.0)")  # fmt: skip
+                rest = c.get("estimate")
+                if rest:
+                    print(f"  estimate, not a measurement: the {rest['ids']} ids pytest did not "
+                          f"finish took {rest['test_s']} s of test time in the tool; spread over "
+                          f"its {rest['workers']} workers, pytest about {rest['pytest_s']} s, tool "
+                          f"/ pytest about {rest['ratio']}")  # fmt: skip
             else:
                 ratio = c["ratio_tool_to_pytest"]
                 print(f"  wall: tool {c['tool_wall_s']} s, pytest {c['pytest_wall_s']} s; ratio tool"

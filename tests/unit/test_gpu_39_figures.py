@@ -25,7 +25,13 @@ def _figures(folder: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    "name", ["2026-12-05-h100-bisect-l0", "2026-12-07-h100-l0-9.25", "2026-12-07-h200-l0-9.24"]
+    "name",
+    [
+        "2026-12-05-h100-bisect-l0",
+        "2026-12-07-h100-l0-9.25",
+        "2026-12-07-h200-l0-9.24",
+        "2026-12-07-h100-l0-9.24-b",
+    ],
 )
 def test_the_committed_figures_are_the_scripts_output(name: str) -> None:
     folder = ROOT / "reports" / "gpu" / name
@@ -67,6 +73,15 @@ def test_the_whole_l0_of_9_24_agrees_over_the_ids_its_interrupted_pytest_side_fi
 
 def _results_line(case: str, outcome: str) -> str:
     return json.dumps({"case": case, "outcome": outcome, "cell": {"cudnn": "9.24.0.43"}})
+
+
+def _results_file(side: Path) -> Path:
+    """The tool run's results.jsonl beside a pytest side made by _l0_pair."""
+    return side.parent / "l0-9.24.0.43" / "validate" / "results.jsonl"
+
+
+def _results_text(side: Path) -> str:
+    return _results_file(side).read_text()
 
 
 def _l0_pair(tmp_path: Path) -> Path:
@@ -123,6 +138,17 @@ def test_an_interrupted_pytest_side_agrees_over_what_it_finished_and_only_bounds
     assert "INTERRUPTED, its JUnit holds the ids it finished: 3 ids agree, 0 differ" in out
     assert "2 tool only, 0 pytest only" in out
     assert "pytest more than 100.0 s; ratio tool / pytest not measured, at most 1.5" in out
+    assert "estimate" not in out  # no worker count: no estimate
+    # with pytest's `-n 2` on record and the tool's durations (10 s each), the 2 ids it did not
+    # finish are 20 s of test time, 10 s over its 2 workers: pytest about 110 s
+    (side / "provenance.txt").write_text(
+        "pytest: cd x && python3 -m pytest -n 2 -q --timeout 300\n"
+    )
+    rows = [json.loads(ln) | {"duration_s": 10.0} for ln in _results_text(side).splitlines()]
+    _results_file(side).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = _figures(tmp_path).stdout
+    assert "the 2 ids pytest did not finish took 20.0 s of test time in the tool" in out
+    assert "over its 2 workers, pytest about 110.0 s, tool / pytest about 1.364" in out
     (side / "pytest.txt").write_text("...\n3 passed in 99s\nrc=0\n")  # the same, run to its end
     out = _figures(tmp_path).stdout
     assert "INTERRUPTED" not in out
