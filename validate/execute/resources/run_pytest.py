@@ -34,6 +34,14 @@ went down, the test that was running is known and runs once more alone, and is t
 the tool dies again (execute/suite.py). That costs a disk flush per test (2-6 ms on a busy disk
 in bench/pytest_bench.py, before this was durable). The file is fsynced when the session ends.
 
+Each test's draws are its own: before its setup, call and teardown the plugin seeds Python's
+`random` (and numpy's global generator, where the suite imported numpy) with `zlib.crc32` of the
+test's node id, as pytest-randomly reseeds before each test (`_Reseed`). The tool runs an id in
+a share, a batch after a crash, an alone re-run, a `--case` repro or a bisect probe, each after
+other tests or none; a suite that draws shapes with an unseeded `random` would give the id other
+shapes, and maybe another outcome, in each. `-p no:cudnn_matrix_reseed` in `--tests-select`
+leaves the suite's randomness as it is.
+
 A test whose report names a poisoned CUDA context (resources/cuda_errors.py) ends the process
 right after its `done` (`replace`, exit status 75): every later CUDA call in it would fail, so
 the tool starts the rest of the batch in a fresh process.
@@ -41,11 +49,14 @@ the tool starts the rest of the batch in a fresh process.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import random
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -324,8 +335,38 @@ def _failure(report: pytest.TestReport) -> dict[str, str]:
     return {"message": message[:_TEXT_LIMIT], "text": text[-_TEXT_LIMIT:]}
 
 
+class _Reseed:
+    """The seeds of a test's draws: its node id's alone (the module docstring says why)."""
+
+    @staticmethod
+    def seed(nodeid: str) -> int:
+        return zlib.crc32(nodeid.encode("utf-8"))
+
+    def _reset(self, item: pytest.Item) -> None:
+        seed = self.seed(item.nodeid)
+        random.seed(seed)
+        numpy = sys.modules.get("numpy")  # never imported here: only a suite's own numpy
+        if numpy is not None:
+            # a numpy without the legacy global generator, or a stand-in module: nothing to seed
+            with contextlib.suppress(AttributeError, TypeError, ValueError):
+                numpy.random.seed(seed)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self._reset(item)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        self._reset(item)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        self._reset(item)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the recorder (the tool always names a record file; without one: a no-op)."""
+    """Register the recorder and the reseeding (the tool always names a record file; without
+    one: a no-op). `-p no:cudnn_matrix_reseed` blocks the second: its registration is refused."""
     path = os.environ.get(RECORD_ENV)
     if not path or config.pluginmanager.has_plugin("cudnn_matrix_recorder"):
         return
@@ -336,6 +377,8 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = _Plugin(_load_sibling("markers").Markers(path), ids, share)
     # pytest_configure is historic: the plugin registered now gets its own call right away
     config.pluginmanager.register(plugin, "cudnn_matrix_recorder")
+    if not config.pluginmanager.has_plugin("cudnn_matrix_reseed"):
+        config.pluginmanager.register(_Reseed(), "cudnn_matrix_reseed")
 
 
 def main() -> int:
