@@ -659,6 +659,7 @@ def cudnn_venv(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 def test_run_cpp_builds_against_the_environments_wheel_one_result_per_test_case(
     toolchain: None,  # noqa: ARG001 - skips without one
     cudnn_venv: Path,
+    env_cache: Path,
     tmp_path: Path,
 ) -> None:
     """`run --cpp DIR` as a user types it: relative paths, started in the folder that holds the
@@ -671,7 +672,11 @@ def test_run_cpp_builds_against_the_environments_wheel_one_result_per_test_case(
     shutil.copy2(CATCH2, tmp_path / CATCH2.name)
     args = ["--cpp", "project", "--cpp-catch2", CATCH2.name, "--timeout", str(TIMEOUT_S)]
     args += ["--interpreter", str(cudnn_venv)]
-    proc = cli("run", *args, cwd=tmp_path, timeout=900)
+    # the module's cache ($CUDNN_MATRIX_CACHE, as a user sets it), which holds fixture_run's
+    # build of the same project at another path: the copy is a build of its own (its binaries
+    # hold its own files' paths, by which the cases are named), its Catch2 the one built there
+    env = {**os.environ, "CUDNN_MATRIX_CACHE": str(env_cache)}
+    proc = cli("run", *args, cwd=tmp_path, env=env, timeout=900)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     (run_dir,) = (tmp_path / "reports" / "runs").iterdir()  # the default results folder
@@ -691,6 +696,7 @@ def test_run_cpp_builds_against_the_environments_wheel_one_result_per_test_case(
         "crashes.cpp::after segfault passes": "pass",
     }
     assert {c: rows[c]["outcome"] for c in expected} == expected
+    assert len(list((env_cache / "cpp" / "catch2").glob("built-*/.complete"))) == 1
     wheel_lib = cudnn_venv.parent.parent.glob("lib/python*/site-packages/nvidia/cudnn/lib")
     backend = next(wheel_lib).resolve()
     meta = json.loads((run_dir / "run.json").read_text())
@@ -702,7 +708,7 @@ def test_run_cpp_builds_against_the_environments_wheel_one_result_per_test_case(
         assert called["outcome"] == "pass", called["reason"]
         assert called["env"]["captured_in"] == "case"
         assert Path(called["env"]["backend_dir"]) == backend
-    one = cli("run", *args, "--case", "outcomes.cpp::passes", cwd=tmp_path, timeout=900)
+    one = cli("run", *args, "--case", "outcomes.cpp::passes", cwd=tmp_path, env=env, timeout=900)
     assert one.returncode == 0, one.stdout + one.stderr[-3000:]
     assert "reusing the C++ build" in one.stderr
     (second,) = set((tmp_path / "reports" / "runs").iterdir()) - {run_dir}

@@ -4,7 +4,9 @@ The build is a stage of the C++ kind (execute/cases/catch2.py), cached beside th
 `<cache>/cpp/<key>/`, where the key is the content of everything that goes into the binaries:
 
 - every file of the project (a frontend checkout: its headers, samples and tests), less `.git`
-  and build trees (a folder holding a CMakeCache.txt);
+  and build trees (a folder holding a CMakeCache.txt), and where it lies: the binaries hold
+  their sources' absolute paths, by which each TEST_CASE's file is named, so two checkouts of
+  one ref are two builds;
 - the pinned backend: its version and the content of its headers (`include/`), which fix the
   62 `#if CUDNN_VERSION` guards of the frontend's samples (DOMAIN.md §11), and its library names;
 - CUDA: `nvcc --version` of the toolkit and the names and sizes of the CUDA libraries the cell
@@ -281,6 +283,10 @@ def _key(project: CppProject, inputs: _Inputs, catch2: Path | None) -> tuple[str
     nvcc = str(inputs.cuda_root / "bin" / "nvcc") if inputs.cuda_root else "nvcc"
     facts: dict[str, Any] = {
         "project": digest.hexdigest(),
+        # the binaries hold their sources' absolute paths (Catch2's __FILE__, which names each
+        # TEST_CASE's file, and the debug info): a copy of the project elsewhere is its own
+        # build, or its cases would be named by the other copy's files
+        "source": str(project.root.resolve()),
         "backend_headers": backend.hexdigest(),
         "backend_libs": libs,
         "cuda": _output([nvcc, "--version"]).splitlines()[-1:],
