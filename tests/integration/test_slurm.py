@@ -510,7 +510,9 @@ def test_ctrl_c_cancels_the_jobs_and_resume_completes_the_run(
     """Interrupted while hang.py runs; --resume runs only the unfinished task again, which runs
     only hang.py (its own --timeout ends it this time)."""
     args = _args(base_python, tmp_path, "pass_script.py", "hang.py")
-    args += ["--arch", "sm90", "--jobs", "2", "--timeout", "8", "--no-api-logs"]
+    # hang.py must still run when pass_script.py's result lands: 20 s, as CI under load took
+    # more than 8 s between the two (hang.py's timeout was its result before the interrupt)
+    args += ["--arch", "sm90", "--jobs", "2", "--timeout", "20", "--no-api-logs"]
     run_dir = tmp_path / "run"
     argv = ["--executor", "slurm", *args, "--results", str(run_dir)]
     tool = _tool(cluster, *argv, cwd=tmp_path)

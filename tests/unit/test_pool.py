@@ -300,7 +300,7 @@ def test_stop_counts_the_running_jobs_as_cut_not_done() -> None:
 def test_stop_counts_a_running_job_whose_result_is_stored_as_done() -> None:
     """A case's result stored, its job's thread not yet back in the pool, then the interrupt:
     the case counts done, not cut (CI saw `0 done, 2 cut` with the quick case's result stored)."""
-    stored, release = threading.Event(), threading.Event()
+    stored, hanging, release = threading.Event(), threading.Event(), threading.Event()
 
     def finished() -> list[Job]:
         stored.set()  # the runner stored the result; the thread is slow to come back
@@ -308,6 +308,7 @@ def test_stop_counts_a_running_job_whose_result_is_stored_as_done() -> None:
         return []
 
     def hangs() -> list[Job]:
+        hanging.set()
         release.wait(30)
         return []
 
@@ -320,7 +321,10 @@ def test_stop_counts_a_running_job_whose_result_is_stored_as_done() -> None:
     )
     dispatcher = threading.Thread(target=pool.run, daemon=True)
     dispatcher.start()
+    # both running (on a loaded host the second can start after the first stored its result:
+    # stopped before it started, it is "not started", not cut)
     assert stored.wait(30)
+    assert hanging.wait(30)
     pool.stop()
     dispatcher.join(30)
     stopped = pool.stats()
