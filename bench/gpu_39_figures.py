@@ -169,14 +169,14 @@ def _workers(folder: Path) -> int | None:
 
 
 def _rest_estimate(
-    rows: list[dict[str, Any]], finished: set[str], wall_s: float | None, workers: int | None
+    left: list[dict[str, Any]], wall_s: float | None, workers: int | None
 ) -> dict[str, Any] | None:
-    """For a pytest side cut short: the tool's own test time of the ids it did not finish, spread
-    evenly over its workers, added to the time it ran. An estimate, never a measurement: it
-    assumes those ids take in pytest what they took in the tool, and a perfect balance."""
+    """For a pytest side cut short: the tool's own test time of the ids it did not finish (their
+    tool results, `left`), spread evenly over its workers, added to the time it ran. An estimate,
+    never a measurement: it assumes those ids take in pytest what they took in the tool, and a
+    perfect balance."""
     if not wall_s or not workers:
         return None
-    left = [r for r in rows if _tool_junit_key(r["case"]) not in finished]
     left_s = sum(float(r.get("duration_s") or 0.0) for r in left)
     return {"ids": len(left), "test_s": round(left_s, 1), "workers": workers,
             "pytest_s": round(wall_s + left_s / workers, 1)}  # fmt: skip
@@ -272,8 +272,10 @@ def item2(root: Path) -> dict[str, Any]:
             comparisons.append({"pytest": str(side["folder"].relative_to(root)), "tool": None})
             continue
         run = cands[0]
-        tool = {_tool_junit_key(r["case"]): _cls(r["outcome"]) for r in run["_rows"]}
-        node = {_tool_junit_key(r["case"]): r["case"] for r in run["_rows"]}
+        # each tool result by its JUnit key, computed once per row
+        keyed = {_tool_junit_key(r["case"]): r for r in run["_rows"]}
+        tool = {k: _cls(r["outcome"]) for k, r in keyed.items()}
+        node = {k: r["case"] for k, r in keyed.items()}
         entry: dict[str, Any] = {
             "pytest": str(side["folder"].relative_to(root)) if side["folder"] != root else ".",
             "kind": side["kind"],
@@ -295,13 +297,13 @@ def item2(root: Path) -> dict[str, Any]:
             theirs = side["outcomes"]
             both = tool.keys() & theirs.keys()
             differ = sorted(k for k in both if tool[k] != theirs[k])
-            said = {_tool_junit_key(r["case"]): _head(r.get("reason")) for r in run["_rows"]}
+            left = tool.keys() - theirs.keys()  # the ids only the tool has
             groups = Counter(
                 f"{node[k].split('[')[0]}: tool {tool[k]}, pytest {theirs[k]}" for k in differ
             )
             # where one side skipped: why it did (the skip's own words, either side)
             skipped = Counter(
-                said[k] if tool[k] == "skip" else side["why"].get(k, "")
+                _head(keyed[k].get("reason")) if tool[k] == "skip" else side["why"].get(k, "")
                 for k in differ
                 if "skip" in (tool[k], theirs[k])
             )
@@ -314,8 +316,8 @@ def item2(root: Path) -> dict[str, Any]:
                 differ=[f"{node[k]}: tool {tool[k]}, pytest {theirs[k]}" for k in differ[:20]],
                 differ_by_test=dict(groups.most_common()),
                 skip_reasons=dict(skipped.most_common()),
-                tool_only=sorted(node[k] for k in tool.keys() - theirs.keys())[:20],
-                tool_only_count=len(tool.keys() - theirs.keys()),
+                tool_only=sorted(node[k] for k in left)[:20],
+                tool_only_count=len(left),
                 pytest_only=sorted(theirs.keys() - tool.keys())[:20],
                 pytest_only_count=len(theirs.keys() - tool.keys()),
                 pytest_wall_s=side["wall_s"],
@@ -324,7 +326,7 @@ def item2(root: Path) -> dict[str, Any]:
             )
             if side["interrupted"]:  # pytest's whole run took longer: the ratio is a bound
                 entry["ratio_at_most"] = _ratio(run["wall_s"], side["wall_s"])
-                rest = _rest_estimate(run["_rows"], set(theirs), side["wall_s"], side["workers"])
+                rest = _rest_estimate([keyed[k] for k in left], side["wall_s"], side["workers"])
                 if rest is not None:
                     rest["ratio"] = _ratio(run["wall_s"], rest["pytest_s"])
                 entry["estimate"] = rest
