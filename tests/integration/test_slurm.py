@@ -248,6 +248,11 @@ def _args(
     runners.write_text(RUNNERS.format(time=time_limit))
     argv = [*CELLS, "--env", "current", "--base-python", str(base_python)]
     argv += ["--frontend-source", "current", "--runners", str(runners)]
+    # the test's own cache, so its tasks' history is its own: in the session's cache an earlier
+    # test recorded pass_script.py's CPU share (1.008), and on the 2-CPU node that share beside
+    # hang.py's unknown one (1.0) ran the two one after the other (CI K, the Ctrl-C test: hang.py
+    # had its timeout's result before the interrupt came)
+    argv += ["--cache-dir", str(tmp_path / "cache")]
     for case in cases:
         argv += ["--cases", str(SCRIPTS / case)]
     return argv
@@ -510,9 +515,7 @@ def test_ctrl_c_cancels_the_jobs_and_resume_completes_the_run(
     """Interrupted while hang.py runs; --resume runs only the unfinished task again, which runs
     only hang.py (its own --timeout ends it this time)."""
     args = _args(base_python, tmp_path, "pass_script.py", "hang.py")
-    # hang.py must still run when pass_script.py's result lands: 20 s, as CI under load took
-    # more than 8 s between the two (hang.py's timeout was its result before the interrupt)
-    args += ["--arch", "sm90", "--jobs", "2", "--timeout", "20", "--no-api-logs"]
+    args += ["--arch", "sm90", "--jobs", "2", "--timeout", "8", "--no-api-logs"]
     run_dir = tmp_path / "run"
     argv = ["--executor", "slurm", *args, "--results", str(run_dir)]
     tool = _tool(cluster, *argv, cwd=tmp_path)
