@@ -51,7 +51,9 @@ def _results(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "results.jsonl"
     if not path.exists():
         return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    # whole lines only: read while the tool writes, the file can end in part of a line
+    whole = path.read_text().split("\n")[:-1]
+    return [json.loads(ln) for ln in whole if ln.strip()]
 
 
 def _outcomes(run_dir: Path) -> dict[str, str]:

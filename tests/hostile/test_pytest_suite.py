@@ -97,7 +97,9 @@ def _lines(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "results.jsonl"
     if not path.exists():
         return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    # whole lines only: read while the tool writes, the file can end in part of a line (CI L)
+    whole = path.read_text().split("\n")[:-1]
+    return [json.loads(ln) for ln in whole if ln.strip()]
 
 
 def _check_verdicts(rows: list[dict[str, Any]]) -> None:
