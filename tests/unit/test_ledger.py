@@ -272,6 +272,32 @@ def test_cpu_shares_stay_within_the_cpus() -> None:
     assert greedy.book(Need(cpu=0.01)) is None
 
 
+def test_a_share_just_above_a_whole_number_holds_that_number() -> None:
+    """Measurement noise above a whole share (1.008: a case pinned to 1 CPU and its helper
+    thread's run-queue wait) must not serialize cases that fit, nor pin to one CPU more; a
+    share clearly above (1.2) still holds and pins in full."""
+    from validate.execute.ledger import Ledger, Need, near_whole
+
+    assert near_whole(1.008) == 1.0
+    assert near_whole(2.09) == 2.0
+    assert near_whole(1.2) == pytest.approx(1.2)
+    assert near_whole(0.98) == pytest.approx(0.98)
+    assert near_whole(0.3) == pytest.approx(0.3)
+    node = Ledger(2, cpus=2.0, cpu_ids=(0, 1))
+    noisy = node.book(Need(cpu=1.008))
+    assert noisy is not None
+    assert noisy.cpu == 1.0
+    assert noisy.placement.cpus == frozenset({0})
+    unknown = node.book(Need())  # the Slurm test's hang.py: no figure, the even share 1.0
+    assert unknown is not None  # both run at once
+    busy = Ledger(2, cpus=2.0, cpu_ids=(0, 1))
+    wide = busy.book(Need(cpu=1.2))
+    assert wide is not None
+    assert wide.placement.cpus == frozenset({0, 1})
+    assert busy.book(Need()) is None  # 2.2 of 2 CPUs: waits
+    assert Ledger(4, cpus=16.0, default_cpu=2.04).default_cpu == 2.0  # the median too
+
+
 def test_jobs_without_a_figure_hold_at_most_the_even_share() -> None:
     """A median on record above the CPUs over the slots (1.01 on 2 CPUs, 2 slots: a busy case
     and its run-queue wait) must not run the slots' unknown jobs one at a time."""

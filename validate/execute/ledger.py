@@ -12,8 +12,9 @@ wait. `release` gives the booking back when the job ends.
 - The host: slots (how many cases at once, execute/slots.py) and the CPU budget (the CPUs this
   process may run on). A job holds its CPU share (the CPU its process tree asks for per wall
   second: the time its threads ran or waited on a run queue, so demand beyond its pinned CPUs
-  shows, execute/cpu_demand.py, kept in execute/history.py); the running jobs' shares stay within the CPUs. A share larger than
-  every CPU runs when the CPUs are all its own. `default_cpu`: what a job without a figure holds
+  shows, execute/cpu_demand.py, kept in execute/history.py; a share at most CPU_NOISE above a
+  whole number holds that number); the running jobs' shares stay within the CPUs. A share
+  larger than every CPU runs when the CPUs are all its own. `default_cpu`: what a job without a figure holds
   (the median on record, at most the CPUs shared evenly among the slots, so that the slot count
   is what binds until the job has a figure of its own).
 - The host's memory (`mem_mib`: what was available when the run started; None: not booked): a
@@ -76,6 +77,18 @@ CPU_LEDGER_ENV: Final = "CUDNN_MATRIX_CPU_LEDGER"
 #: Set to 0 to book no host memory per case (the slot count's 2 GiB a case still bounds).
 MEM_LEDGER_ENV: Final = "CUDNN_MATRIX_MEM_LEDGER"
 _SLACK: Final = 1e-9  # float sums
+#: A CPU share at most this fraction above a whole number n >= 1 is read as n. A case pinned to
+#: n CPUs measures a little above n (its helper threads' run-queue wait beside its busy ones), so
+#: 1.008 on record, booked in full, kept a 2-CPU Slurm node from running it beside a case of 1.0
+#: (the two ran one after the other: CI K of stop 52), and pinned it to 2 CPUs for 1 % more.
+CPU_NOISE: Final = 0.05
+
+
+def near_whole(share: float) -> float:
+    """`share`, or the whole number n >= 1 it is at most CPU_NOISE of n above (1.008 -> 1.0,
+    2.09 -> 2.0; 1.2, 0.98 and 0.3 stay)."""
+    whole = math.floor(share)
+    return float(whole) if whole >= 1 and share <= whole * (1 + CPU_NOISE) + _SLACK else share
 
 
 def host_cpus() -> int:
@@ -190,7 +203,8 @@ class Ledger:
             # count binds until the job has a figure of its own (a median of 1.01 on 2 CPUs and
             # 2 slots ran two unknown cases one after the other).
             even = self.cpus / self.slots
-            self.default_cpu = min(1.0 if self.default_cpu is None else self.default_cpu, even)
+            median = 1.0 if self.default_cpu is None else near_whole(self.default_cpu)
+            self.default_cpu = min(median, even)
         if self.default_mem is None and self.mem_mib is not None:
             self.default_mem = self.mem_mib / self.slots
 
@@ -198,7 +212,8 @@ class Ledger:
 
     def cpu_of(self, need: Need) -> float:
         """The CPU share `need` holds (0 where the CPUs are not booked)."""
-        return _held(self.cpus, need.cpu, self.default_cpu, need)
+        figure = near_whole(need.cpu) if need.cpu is not None else None
+        return _held(self.cpus, figure, self.default_cpu, need)
 
     def mem_of(self, need: Need) -> float:
         """The host memory (MiB) `need` holds (0 where the memory is not booked)."""
