@@ -63,3 +63,24 @@ def test_the_suites_own_randomness_stays_where_the_selection_blocks_the_reseedin
     seeded = {i: random.Random(zlib.crc32(i.encode())).random() for i in draws}
     assert draws != seeded  # a process's own seed (os.urandom): equal by chance 1 in 2**600
     assert _outcomes(tmp_path / "r") == {i: "skip" if v < 0.3 else "pass" for i, v in draws.items()}
+
+
+def test_a_resume_runs_again_what_was_drawn_another_way(tmp_path: Path) -> None:
+    """How the draws are seeded is part of a result's content key: a run with the reseeding
+    blocked, resumed with it on, runs every id again (its draws would be other ones); resumed
+    the same way again, it runs none."""
+    suite = tmp_path / "suite"
+    shutil.copytree(SUITE, suite)
+    select = "-p no:cudnn_matrix_reseed"
+    proc = cli("run", "--tests", "suite", "--tests-select", select, "--results", "r", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert len(_draws(suite)) == 12
+    again = cli("run", "--tests", "suite", "--results", "r", "--resume", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+    draws = _draws(suite)
+    assert len(draws) == 12, again.stderr[-3000:]
+    assert all(v == random.Random(zlib.crc32(i.encode())).random() for i, v in draws.items())
+    assert _outcomes(tmp_path / "r") == {i: "skip" if v < 0.3 else "pass" for i, v in draws.items()}
+    kept = cli("run", "--tests", "suite", "--results", "r", "--resume", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stdout + kept.stderr[-3000:]
+    assert not (suite / "draws").exists(), kept.stderr[-3000:]

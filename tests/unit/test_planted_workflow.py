@@ -212,6 +212,7 @@ class ListedSuite:
     process = "listed process"
     collects_in_shares = False
     kind = "listed"
+    draws = ""
 
     def __init__(self, file: Path, boot: Path) -> None:
         self.file, self.boot = file, boot

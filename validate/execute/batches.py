@@ -52,6 +52,8 @@ __all__ = [
     "BOOTSTRAP",
     "EXCLUSIVE_ENV",
     "REPLACE_EXIT",
+    "RESEED",
+    "RESEED_PLUGIN",
     "SHARE_ENV",
     "SKIP_ENV",
     "WEIGHTS_ENV",
@@ -71,6 +73,10 @@ SHARE_ENV: Final = "CUDNN_MATRIX_PYTEST_SHARE"
 SKIP_ENV: Final = "CUDNN_MATRIX_PYTEST_SKIP"
 WEIGHTS_ENV: Final = "CUDNN_MATRIX_PYTEST_WEIGHTS"
 EXCLUSIVE_ENV: Final = "CUDNN_MATRIX_PYTEST_EXCLUSIVE"
+#: The plugin that seeds each test's `random` by its node id (resources/run_pytest.py `_Reseed`),
+#: and how, as results' content keys hold it: bump it when the seeding changes.
+RESEED_PLUGIN: Final = "cudnn_matrix_reseed"
+RESEED: Final = "random=crc32(nodeid) before setup, call, teardown"
 #: The plugin's exit status after a poisoned test (it ended the process on purpose).
 REPLACE_EXIT: Final = 75
 _POLL_S: Final = 0.05

@@ -94,6 +94,7 @@ class Catch2Project:
     process = "test binary"
     collects_in_shares = False
     kind = "cpp"
+    draws = ""  # the tool seeds nothing in a test binary
 
     def __init__(
         self,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from validate.errors import ConfigError
 from validate.execute import launch
-from validate.execute.batches import BOOTSTRAP, plugin_env
+from validate.execute.batches import BOOTSTRAP, RESEED, RESEED_PLUGIN, plugin_env
 from validate.execute.cases.pytest_suite import SUITE_PREFIX
 from validate.model.outcome import Outcome
 from validate.plan.requirements import no_gpu_skip
@@ -89,6 +89,12 @@ class BatchedSuite(Protocol):
         """The folder of its batches under the cell's evidence folder: "pytest", "cpp"."""
         ...
 
+    @property
+    def draws(self) -> str:
+        """How its tests' random draws are seeded, part of each result's content key (a result
+        drawn another way is run again on --resume); "" where the tool seeds nothing."""
+        ...
+
     def batch_argv(self, python: Path, runner: str) -> list[str]:
         """The command of a batch process over ids of `runner` (the record's and the ids' files
         come in its environment, execute/batches.py `plugin_env`)."""
@@ -145,6 +151,13 @@ class Suite:
     def name(self) -> str:
         """The case name of results about the whole suite (it could not be collected)."""
         return f"{SUITE_PREFIX}{self.root.name}"
+
+    @property
+    def draws(self) -> str:
+        """The plugin's reseeding (resources/run_pytest.py `_Reseed`), unless the selection
+        blocks it with `-p no:cudnn_matrix_reseed` (then each draw is its process's)."""
+        blocked = any(f"no:{RESEED_PLUGIN}" in arg for arg in self.select)
+        return "process" if blocked else RESEED
 
     def batch_argv(self, python: Path, runner: str) -> list[str]:  # noqa: ARG002 - one runner
         """A share or batch process: output teed, and a module that fails to collect is its own

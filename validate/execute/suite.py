@@ -235,7 +235,8 @@ class SuiteRun:
         return ()
 
     def content_key(self, test_id: str) -> str:
-        """The test's file content, its id and the cell's pins (as Case.content_key)."""
+        """The test's file content, its id, how its draws are seeded (the suite's `draws`) and
+        the cell's pins (as Case.content_key)."""
         file = test_id.split("::", 1)[0]
         with self._lock:
             digest = self._files.get(file)
@@ -247,7 +248,12 @@ class SuiteRun:
             with self._lock:
                 self._files[file] = digest
         text = "\0".join(
-            [digest, test_id, *(f"{a}={v}" for a, v in sorted(self.target.cell.items()))]
+            [
+                digest,
+                test_id,
+                *([f"draws={self.suite.draws}"] if self.suite.draws else []),
+                *(f"{a}={v}" for a, v in sorted(self.target.cell.items())),
+            ]
         )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

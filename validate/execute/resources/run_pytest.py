@@ -377,6 +377,7 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = _Plugin(_load_sibling("markers").Markers(path), ids, share)
     # pytest_configure is historic: the plugin registered now gets its own call right away
     config.pluginmanager.register(plugin, "cudnn_matrix_recorder")
+    # the name is batches.RESEED_PLUGIN (the tool reads a selection that blocks it)
     if not config.pluginmanager.has_plugin("cudnn_matrix_reseed"):
         config.pluginmanager.register(_Reseed(), "cudnn_matrix_reseed")
 
