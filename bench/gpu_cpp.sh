@@ -105,8 +105,8 @@ pack() {
   cp "$W/provenance.txt" "$out/" 2>/dev/null
   tar -C "$W" --exclude=./src --exclude='*/cases' -czf "$out/cpp.tgz" . 2>/dev/null
   { echo "packed: $(stamp)"; cat "$W/driver.log" 2>/dev/null
-    for s in cold warm direct/*/*; do
-      [ -d "$W/$s" ] || continue
+    for s in cold warm "$W"/direct/*/*; do  # the glob is W's (stop 53's status had no direct line)
+      s=${s#"$W"/}; [ -d "$W/$s" ] || continue
       echo "$s: $(cat "$W/$s/wall_s" 2>/dev/null) s, rc $(cat "$W/$s/rc" 2>/dev/null)"
       tail -n 3 "$W/$s/out.txt" 2>/dev/null
     done

@@ -25,7 +25,13 @@ def _figures(folder: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    "name", ["2026-12-06-h100-cpp", "2026-12-07-h100-cpp-9.24", "2026-12-07-h100-cpp-9.25"]
+    "name",
+    [
+        "2026-12-06-h100-cpp",
+        "2026-12-07-h100-cpp-9.24",
+        "2026-12-07-h100-cpp-9.25",
+        "2026-12-08-h100-cpp-9.25-samples",
+    ],
 )
 def test_the_committed_figures_are_the_scripts_output(name: str) -> None:
     folder = ROOT / "reports" / "gpu" / name
@@ -58,6 +64,22 @@ def test_a_whole_direct_run_of_every_target_gives_the_ratios() -> None:
     assert "warm tool / direct binaries: 3.12x" in out
     assert "cold tool / direct binaries: 87.50x" in out
     assert "no ratio" not in out
+
+
+def test_test_cases_the_junit_left_out_come_from_the_xml_stream() -> None:
+    """2026-12-08, 9.25.1.1: `samples` ran to its end, and its JUnit lacks the two causal_conv1d
+    TEST_CASEs (no assertion, no output when they pass), which its stream.xml reports as passed:
+    they are taken from there, every TEST_CASE agrees, and the ratios are printed."""
+    out = _figures(ROOT / "reports" / "gpu" / "2026-12-08-h100-cpp-9.25-samples").stdout
+    samples = out.split("== 9.25.1.1 samples:")[1].split("== 9.25.1.1 tests:")[0]
+    assert "binary rc 0, wall 374.4 s" in samples
+    assert "its JUnit left out 2 TEST_CASEs that its streamed XML reports" in samples
+    assert "'Causal conv1d backward', 'Causal conv1d forward'" in samples
+    assert "TEST_CASEs: tool 117, binary 117, both 117" in samples
+    assert "agree (pass/fail/skip): 117 of 117" in samples
+    assert "differ" not in out
+    assert "no ratio" not in out
+    assert "warm tool / direct binaries:" in out
 
 
 def test_the_test_case_sigterm_ended_is_not_compared_and_the_rest_are_not_reached() -> None:
@@ -139,6 +161,7 @@ def test_a_whole_run_that_lacks_a_test_case_differs(tmp_path: Path) -> None:
     name = first.get("name")
     suite.remove(first)
     tree.write(junit, encoding="utf-8", xml_declaration=True)
+    assert not junit.with_name("stream.xml").exists()  # this run wrote none to fill the gap
     folder = tmp_path / "report"
     folder.mkdir()
     with tarfile.open(folder / "cpp.tgz", "w:gz") as tar:
