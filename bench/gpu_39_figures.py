@@ -497,7 +497,7 @@ def _print(fig: dict[str, Any]) -> None:
                     print(f"  estimate, not a measurement: the {rest['ids']} ids pytest did not "
                           f"finish took {rest['test_s']} s of test time in the tool; spread over "
                           f"its {rest['workers']} workers, pytest about {rest['pytest_s']} s, tool "
-                          f"/ pytest about {rest['ratio']}")  # fmt: skip
+                          f"/ pytest about {rest['ratio'] or '? (no tool wall time)'}")  # fmt: skip
             else:
                 ratio = c["ratio_tool_to_pytest"]
                 print(f"  wall: tool {c['tool_wall_s']} s, pytest {c['pytest_wall_s']} s; ratio tool"

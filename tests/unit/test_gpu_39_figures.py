@@ -80,10 +80,6 @@ def _results_file(side: Path) -> Path:
     return side.parent / "l0-9.24.0.43" / "validate" / "results.jsonl"
 
 
-def _results_text(side: Path) -> str:
-    return _results_file(side).read_text()
-
-
 def _l0_pair(tmp_path: Path) -> Path:
     """A tool run folder of 5 passing ids in 150 s under tmp_path/l0, and its pytest side's
     empty folder (returned)."""
@@ -144,7 +140,9 @@ def test_an_interrupted_pytest_side_agrees_over_what_it_finished_and_only_bounds
     (side / "provenance.txt").write_text(
         "pytest: cd x && python3 -m pytest -n 2 -q --timeout 300\n"
     )
-    rows = [json.loads(ln) | {"duration_s": 10.0} for ln in _results_text(side).splitlines()]
+    rows = [
+        json.loads(ln) | {"duration_s": 10.0} for ln in _results_file(side).read_text().splitlines()
+    ]
     _results_file(side).write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = _figures(tmp_path).stdout
     assert "the 2 ids pytest did not finish took 20.0 s of test time in the tool" in out
