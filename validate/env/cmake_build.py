@@ -20,7 +20,9 @@ to lie in it. CUDA comes from the host's toolkit (`nvcc` on PATH, or `CUDAToolki
 libraries the toolkit lacks (cublasLt, nvrtc: the wheels `nvidia-cublas`, `nvidia-cuda-nvrtc`
 that the backend wheel depends on) from the cell environment's `nvidia/cu*/`. Catch2: a source
 folder or archive the user names, unpacked into the cache and built there once per source,
-compiler, CMake and generator (`<cache>/cpp/catch2/built-<key>/`, C++17, installed), shared by
+compiler, CMake and generator (`<cache>/cpp/catch2/built-<key>/`, C++17, a unity build: its
+~100 sources in 16 compiles, 14 s against 40 s on 2 CPUs, bench/cpp_catch2_bench.py --unity;
+`CUDNN_MATRIX_CATCH2_UNITY=0` builds it one source at a time), installed), shared by
 every cell's build: the project's `find_package(Catch2)` finds it (`Catch2_DIR`), and a project
 that fetches Catch2 without asking `find_package` first compiles the given source itself
 (`FETCHCONTENT_SOURCE_DIR_CATCH2`), as does every build under `CUDNN_MATRIX_CATCH2_ONCE=0` (a
@@ -76,6 +78,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _COMPLETE: Final = ".complete"
+#: Set to 0 to build the Catch2 of `--cpp-catch2` one source at a time (a compiler that cannot
+#: take its unity build; bench/cpp_catch2_bench.py --unity compares the two).
+CATCH2_UNITY_ENV: Final = "CUDNN_MATRIX_CATCH2_UNITY"
 _MANIFEST: Final = "manifest.json"
 _TERM_GRACE_S: Final = 5.0  # a step past its limit: from TERM to KILL
 #: Variables of the caller's that would steer cmake/cuDNN.cmake away from the pinned backend.
@@ -533,7 +538,10 @@ def _catch2_built(
     only the project: built here where it is not yet (its log in `log_fh`, within `deadline`;
     past it: `_Timeout`; a failure: CppBuildError). C++17, so every `StringMaker` a C++14, 17 or
     20 project may ask for is in the library; no build type, as FetchContent builds it."""
+    unity = os.environ.get(CATCH2_UNITY_ENV) != "0"
     picked = {k: facts[k] for k in ("catch2", "compiler", "cmake", "generator")}
+    if not unity:  # (a unity build keeps the key it had before the setting)
+        picked["unity"] = False
     key = hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
     where = root / "catch2" / f"built-{key}"
 
@@ -560,6 +568,9 @@ def _catch2_built(
                     "-DCATCH_INSTALL_DOCS=OFF",
                     "-DCATCH_INSTALL_EXTRAS=OFF",
                     "-DBUILD_TESTING=OFF",
+                    # its sources compiled a few at a time as one (2.8x less on 2 CPUs): Catch2's
+                    # library only, never the project's own build
+                    f"-DCMAKE_UNITY_BUILD={'ON' if unity else 'OFF'}",
                     f"-DCMAKE_INSTALL_PREFIX={where / 'prefix'}",
                 ],
                 [inputs.cmake, "--build", str(build), "-j", str(parallel(jobs))],
