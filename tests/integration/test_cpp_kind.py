@@ -355,8 +355,9 @@ def test_a_second_run_reuses_the_build_and_a_changed_source_rebuilds(
 ) -> None:
     """The build is keyed by content: the same project again is reused (no compile), a copy with
     one source changed is a new build whose results follow the change, and that build compiles
-    only the project's sources (Catch2 was built once, for the first)."""
-    fixture_run  # noqa: B018 - the first run built it
+    only the project's sources (Catch2 was built once, as a unity build, for the first)."""
+    (first_log,) = fixture_run[1].rglob("build.log")  # the first run built Catch2, as one unit
+    assert "Catch2.dir/Unity/unity_" in first_log.read_text(), first_log.read_text()[-3000:]
     again = _validate(
         *CELL,
         *["--wheelhouse", str(wheelhouse), "--cache-dir", str(env_cache)],
