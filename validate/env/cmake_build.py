@@ -20,9 +20,9 @@ to lie in it. CUDA comes from the host's toolkit (`nvcc` on PATH, or `CUDAToolki
 libraries the toolkit lacks (cublasLt, nvrtc: the wheels `nvidia-cublas`, `nvidia-cuda-nvrtc`
 that the backend wheel depends on) from the cell environment's `nvidia/cu*/`. Catch2: a source
 folder or archive the user names, unpacked into the cache and built there once per source,
-compiler, CMake and generator (`<cache>/cpp/catch2/built-<key>/`, C++17, a unity build: its
-~100 sources in 16 compiles, 14 s against 40 s on 2 CPUs, bench/cpp_catch2_bench.py --unity;
-`CUDNN_MATRIX_CATCH2_UNITY=0` builds it one source at a time), installed), shared by
+compiler, CMake and generator (`<cache>/cpp/catch2/built-<key>/`, C++17, installed; a unity
+build: its ~100 sources in 16 compiles, 14 s against 40 s on 2 CPUs, bench/cpp_catch2_bench.py
+--unity; `CUDNN_MATRIX_CATCH2_UNITY=0` builds it one source at a time), shared by
 every cell's build: the project's `find_package(Catch2)` finds it (`Catch2_DIR`), and a project
 that fetches Catch2 without asking `find_package` first compiles the given source itself
 (`FETCHCONTENT_SOURCE_DIR_CATCH2`), as does every build under `CUDNN_MATRIX_CATCH2_ONCE=0` (a

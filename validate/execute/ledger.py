@@ -14,9 +14,9 @@ wait. `release` gives the booking back when the job ends.
   second: the time its threads ran or waited on a run queue, so demand beyond its pinned CPUs
   shows, execute/cpu_demand.py, kept in execute/history.py; a share at most CPU_NOISE above a
   whole number holds that number); the running jobs' shares stay within the CPUs. A share
-  larger than every CPU runs when the CPUs are all its own. `default_cpu`: what a job without a figure holds
-  (the median on record, at most the CPUs shared evenly among the slots, so that the slot count
-  is what binds until the job has a figure of its own).
+  larger than every CPU runs when the CPUs are all its own. `default_cpu`: what a job without a
+  figure holds (the median on record, at most the CPUs shared evenly among the slots, so that
+  the slot count is what binds until the job has a figure of its own).
 - The host's memory (`mem_mib`: what was available when the run started; None: not booked): a
   job holds its resident peak on record (its process tree's, execute/usage.py, kept in
   execute/history.py); the running jobs' peaks stay within it. `default_mem`: what a job
