@@ -9,11 +9,12 @@ project, tests/resources/cpp/catch2_project, over two backends of the tests' whe
 turns: **once** (the default: Catch2 built once into the C++ cache, each cell's build finds it)
 and **per build** (`CUDNN_MATRIX_CATCH2_ONCE=0`: each cell's build compiles Catch2 itself, as
 FetchContent does); with --unity, **unity** (the default) and **per source**
-(`CUDNN_MATRIX_CATCH2_UNITY=0`), both built once. Each run gets an empty C++ build cache; the cell environments are built
-once before the timing and linked in. Per pair: the whole command's seconds, the sum of the
-cells' build seconds (the manifests' `build_s`), and the ratio of the first to the second. The outcomes
-of every TEST_CASE are compared between the two runs of each pair: an optimisation that
-changes a verdict is a bug, so a difference is printed and the exit status is 1.
+(`CUDNN_MATRIX_CATCH2_UNITY=0`), both built once. Each run gets an empty C++ build cache; the
+cell environments are built once before the timing and linked in. Per pair: the whole command's
+seconds, the sum of the cells' build seconds (the manifests' `build_s`), and the ratio of the
+first to the second. The outcomes of every TEST_CASE are compared between the two runs of each
+pair: an optimisation that changes a verdict is a bug, so a difference is printed and the exit
+status is 1.
 """
 
 from __future__ import annotations
