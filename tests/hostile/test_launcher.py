@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from proctags import default_sigint, kill_tagged, tagged, tagged_env
+from resultlines import whole_result_lines
 from usercli import cli, command, start
 
 if TYPE_CHECKING:
@@ -47,17 +48,8 @@ def _run(
     return proc, time.monotonic() - began
 
 
-def _results(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "results.jsonl"
-    if not path.exists():
-        return []
-    # whole lines only: read while the tool writes, the file can end in part of a line
-    whole = path.read_text().split("\n")[:-1]
-    return [json.loads(ln) for ln in whole if ln.strip()]
-
-
 def _outcomes(run_dir: Path) -> dict[str, str]:
-    return {r["case"]: r["outcome"] for r in _results(run_dir)}
+    return {r["case"]: r["outcome"] for r in whole_result_lines(run_dir)}
 
 
 def _gone(tag: str, marker: str = "") -> list[str]:
@@ -83,7 +75,8 @@ def test_a_daemon_a_test_leaves_is_ended_with_its_process(
     }, proc.stderr
     assert proc.returncode == 0, proc.stderr
     assert _gone(name, "hostile_daemon") == [], proc.stderr
-    last = {r["case"]: r.get("reason", "") for r in _results(run_dir)}  # the later line is read
+    rows = whole_result_lines(run_dir)
+    last = {r["case"]: r.get("reason", "") for r in rows}  # the later line is read
     note = last["test_daemon.py::test_daemonizes"]
     assert "1 process(es) outlived the test and were killed: " in note, note
     assert note.endswith("time.sleep(600) hostile_daemon"), note
@@ -110,7 +103,7 @@ def test_a_script_cases_leftovers_are_named_in_its_note(
             env={**env, "CUDNN_MATRIX_FORK_SERVER": fork},
             timeout=240,
         )
-        got = {r["case"]: (r["outcome"], r.get("reason", "")) for r in _results(run_dir)}
+        got = {r["case"]: (r["outcome"], r.get("reason", "")) for r in whole_result_lines(run_dir)}
         assert set(got) == {"background_child.py", "double_fork.py"}, proc.stderr
         outcome, note = got["background_child.py"]
         assert outcome == "pass"
@@ -168,7 +161,7 @@ def test_a_collection_that_hangs_ends_at_its_limit(
     flags = ("--timeout", "2", "--tests-startup-timeout", "5")
     proc, took = _run("hang_collect", run_dir, env, *flags, wall_s=200)
     assert took < 120  # a hang would run to 600 s (it was 900 s of start-up before)
-    rows = _results(run_dir)
+    rows = whole_result_lines(run_dir)
     assert [(r["case"], r["outcome"]) for r in rows] == [("pytest:hang_collect", "error")], rows
     assert "killed after 5s without collecting" in rows[0]["reason"], rows[0]
     assert proc.returncode == 1, proc.stderr
@@ -208,7 +201,7 @@ def test_a_test_that_kills_the_tool_is_its_crash_after_two_resumes(
             assert tagged(name, "hostile_daemon") != []
     assert codes[:2] == [-9, -9], codes  # the test killed the tool and its shell twice
     assert "tool-exit=1" in shell.stdout, (codes, shell.stdout, shell.stderr)
-    rows = _results(run_dir)
+    rows = whole_result_lines(run_dir)
     counts = Counter(r["case"] for r in rows)
     for case in (k for k, n in counts.items() if n > 1):  # a verdict, then its note (leftovers)
         first, *_, last = (r for r in rows if r["case"] == case)

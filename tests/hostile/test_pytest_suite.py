@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from proctags import kill_tagged, stop_while, tagged, tagged_env
+from resultlines import whole_result_lines
 from usercli import cli, start
 
 from validate.env.target import ExecTarget
@@ -93,15 +94,6 @@ def _tool(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproces
     )
 
 
-def _lines(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "results.jsonl"
-    if not path.exists():
-        return []
-    # whole lines only: read while the tool writes, the file can end in part of a line (CI L)
-    whole = path.read_text().split("\n")[:-1]
-    return [json.loads(ln) for ln in whole if ln.strip()]
-
-
 def _check_verdicts(rows: list[dict[str, Any]]) -> None:
     keys = Counter(r["case"] for r in rows)
     assert [k for k, n in keys.items() if n > 1] == []  # none counted twice
@@ -131,7 +123,7 @@ def test_every_test_id_gets_one_verdict_with_two_jobs(tmp_path: Path) -> None:
     proc = _tool("--jobs", "2", "--timeout", "3", "--results", "run", cwd=tmp_path)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, out  # the suite has failures
-    rows = _lines(tmp_path / "run")
+    rows = whole_result_lines(tmp_path / "run")
     _check_verdicts(rows)
     cuda = next(r for r in rows if r["case"] == "test_crashes.py::test_cuda_exit")
     assert cuda["exit_code"] == 70
@@ -165,7 +157,7 @@ def test_poisoned_test_replaces_the_process(tmp_path: Path) -> None:
         "--tests-select", "test_poison.py", "--jobs", "1", "--results", "run", cwd=tmp_path
     )
     out, _ = proc.communicate(timeout=120)
-    got = {r["case"]: r["outcome"] for r in _lines(tmp_path / "run")}
+    got = {r["case"]: r["outcome"] for r in whole_result_lines(tmp_path / "run")}
     assert got == {"test_poison.py::test_poisoner": "crash", "test_poison.py::test_victim": "pass"}
     outputs = sorted((tmp_path / "run" / "cases" / "local" / "pytest").glob("share-*/output.*.log"))
     assert len(outputs) == 2, out
@@ -181,11 +173,11 @@ def test_kill_9_of_the_tool_then_resume_loses_nothing(
     run_dir = tmp_path / "run"
     first = _tool("--jobs", "2", "--timeout", "60", "--results", "run", cwd=tmp_path, env=env)
     deadline = time.monotonic() + 120
-    while len(_lines(run_dir)) < 500 and time.monotonic() < deadline:
+    while len(whole_result_lines(run_dir)) < 500 and time.monotonic() < deadline:
         time.sleep(0.05)
     first.send_signal(signal.SIGKILL)
     first.communicate(timeout=30)
-    before = _lines(run_dir)
+    before = whole_result_lines(run_dir)
     assert 500 <= len(before) < TOTAL
     for _ in range(100):  # the suite's processes die with the tool (PDEATHSIG)
         if not tagged(name, "pytest"):
@@ -196,7 +188,7 @@ def test_kill_9_of_the_tool_then_resume_loses_nothing(
     second = _tool(*again, cwd=tmp_path, env=env)
     out, _ = second.communicate(timeout=300)
     assert second.returncode == 1, out
-    after = _lines(run_dir)
+    after = whole_result_lines(run_dir)
     assert after[: len(before)] == before  # nothing stored twice, nothing rewritten
     _check_verdicts(after)
 
@@ -225,7 +217,7 @@ def test_run_of_a_suite_that_needs_a_gpu_is_one_skip(tmp_path: Path) -> None:
     nothing else, exit 0."""
     proc = _cli("run", "--tests", str(GPU_SUITE), "--jobs", "2", "--results", "run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    (row,) = _lines(tmp_path / "run")
+    (row,) = whole_result_lines(tmp_path / "run")
     assert (row["case"], row["outcome"]) == ("pytest:pytest_gpu_suite", "skip")
     assert "needs a GPU: the suite cannot collect" in row["reason"]
     assert skip_kind(row["reason"]) is SkipKind.NO_GPU
@@ -242,7 +234,7 @@ def test_run_case_runs_only_the_named_pytest_node_ids(tmp_path: Path) -> None:
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    got = {r["case"]: r["outcome"] for r in _lines(tmp_path / "run")}
+    got = {r["case"]: r["outcome"] for r in whole_result_lines(tmp_path / "run")}
     assert got == {"test_marks.py::test_xpass": "xpass", "test_many.py::test_quick[7]": "pass"}
 
 
@@ -320,7 +312,7 @@ def test_ids_no_share_ran_run_after_the_shares_and_a_repeat_is_kept_only_if_wors
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # test_case[22] fails
     lines: dict[str, list[str]] = {}
-    for row in _lines(run):
+    for row in whole_result_lines(run):
         lines.setdefault(row["case"], []).append(row["outcome"])
     assert sorted(lines) == sorted(f"test_uneven.py::test_case[{i}]" for i in range(50))
     assert {case for case, got in lines.items() if len(got) > 1} <= {
