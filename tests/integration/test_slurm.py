@@ -251,7 +251,9 @@ def _args(
     # the test's own cache, so its tasks' history is its own: in the session's cache an earlier
     # test recorded pass_script.py's CPU share (1.008), and on the 2-CPU node that share beside
     # hang.py's unknown one (1.0) ran the two one after the other (CI K, the Ctrl-C test: hang.py
-    # had its timeout's result before the interrupt came)
+    # had its timeout's result before the interrupt came). The ledger now reads a share that near
+    # a whole number as that number (execute/ledger.py near_whole); the own cache stays, so that
+    # no other test's history decides what these tests see
     argv += ["--cache-dir", str(tmp_path / "cache")]
     for case in cases:
         argv += ["--cases", str(SCRIPTS / case)]

@@ -247,11 +247,12 @@ class SuiteRun:
                 digest = "missing"
             with self._lock:
                 self._files[file] = digest
+        draws = self.suite.draws
         text = "\0".join(
             [
                 digest,
                 test_id,
-                *([f"draws={self.suite.draws}"] if self.suite.draws else []),
+                *([f"draws={draws}"] if draws else []),
                 *(f"{a}={v}" for a, v in sorted(self.target.cell.items())),
             ]
         )
